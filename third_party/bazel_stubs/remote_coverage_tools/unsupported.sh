@@ -1,0 +1,3 @@
+#!/bin/sh
+echo "coverage tools are not available offline" >&2
+exit 1
