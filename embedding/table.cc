@@ -1,0 +1,742 @@
+#include "embedding/table.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <new>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/key_hash.h"
+#include "common/status_macros.h"
+#include "embedding/admission.h"
+#include "embedding/initializer.h"
+#include "embedding/optimizer.h"
+
+namespace embedps::embedding {
+namespace {
+
+using RowId = uint32_t;
+
+// Salt that makes the table's key hash independent of the shard routing
+// hash (Mix64(key)), so keys of one shard still spread over all stripes.
+constexpr uint64_t kTableHashSalt = 0x2545f4914f6cdd1dULL;
+// A row's last_touch holds this while the row is on the free list.
+constexpr uint32_t kFreeRowMark = UINT32_MAX;
+// Largest touch value a live row records.
+constexpr uint32_t kMaxTouch = UINT32_MAX - 1;
+// Rows the sweep and the scan handle per lock hold.
+constexpr RowId kRowsPerLockHold = 4096;
+// Bytes per arena chunk (rounded to a power of two of rows).
+constexpr size_t kChunkTargetBytes = 64 * 1024;
+constexpr size_t kChunkAlignment = 64;
+// How far ahead of use batched loops prefetch.
+constexpr size_t kIndexPrefetchDistance = 16;
+constexpr size_t kRowPrefetchDistance = 8;
+
+// The first 16 bytes of every row.
+struct RowHeader {
+  uint64_t key;
+  uint32_t last_touch;
+  uint32_t access_count;
+};
+static_assert(sizeof(RowHeader) == 16, "header must stay 16 bytes");
+constexpr int32_t kHeaderFloats = sizeof(RowHeader) / sizeof(float);
+
+uint64_t KeyHash(uint64_t key) { return Mix64(key + kTableHashSalt); }
+
+// A lookup key for the row index, with its hash computed once.
+struct KeyProbe {
+  uint64_t key;
+  uint64_t hash;
+};
+
+inline void PrefetchRead(const void* p) { __builtin_prefetch(p, 0, 3); }
+inline void PrefetchWrite(const void* p) { __builtin_prefetch(p, 1, 3); }
+
+class Stripe;
+
+// Hash and equality of the row index: a stored RowId is hashed and compared
+// by the key in its row's header, so the index holds 4 bytes per row.
+struct RowHash {
+  using is_transparent = void;
+  const Stripe* stripe;
+  size_t operator()(RowId id) const;
+  size_t operator()(const KeyProbe& probe) const { return probe.hash; }
+};
+
+struct RowEq {
+  using is_transparent = void;
+  const Stripe* stripe;
+  bool operator()(RowId a, RowId b) const { return a == b; }
+  bool operator()(const KeyProbe& probe, RowId id) const;
+  bool operator()(RowId id, const KeyProbe& probe) const {
+    return (*this)(probe, id);
+  }
+};
+
+using RowIndex = absl::flat_hash_set<RowId, RowHash, RowEq>;
+
+struct StripeCounters {
+  uint64_t admitted = 0;
+  uint64_t admission_rejected = 0;
+  uint64_t pushes_dropped = 0;
+  uint64_t evicted = 0;
+  uint64_t erased = 0;
+};
+
+// One lock stripe: a mutex, the row index, the row arena and the admission
+// filter of the keys whose hash selects it.
+//
+// Thread safety: everything but the constants is guarded by mu. Row ids stay
+// valid until the row is freed (chunks never move), and rows are only freed
+// under mu.
+class Stripe {
+ public:
+  Stripe(int32_t row_floats, std::unique_ptr<AdmissionFilter> admission)
+      : row_floats_(row_floats),
+        chunk_shift_(ChunkShift(row_floats)),
+        index_(0, RowHash{this}, RowEq{this}),
+        admission_(std::move(admission)) {}
+
+  Stripe(const Stripe&) = delete;
+  Stripe& operator=(const Stripe&) = delete;
+
+  mutable absl::Mutex mu;
+
+  float* Row(RowId id) const {
+    return chunks_[id >> chunk_shift_].get() +
+           static_cast<size_t>(id & ((RowId{1} << chunk_shift_) - 1)) *
+               row_floats_;
+  }
+  const RowHeader& Header(RowId id) const {
+    return *reinterpret_cast<const RowHeader*>(Row(id));
+  }
+  RowHeader& MutableHeader(RowId id) {
+    return *reinterpret_cast<RowHeader*>(Row(id));
+  }
+
+  RowIndex& index() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return index_; }
+  const RowIndex& index() const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    return index_;
+  }
+  AdmissionFilter& admission() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return *admission_;
+  }
+  StripeCounters& counters() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return counters_;
+  }
+  const StripeCounters& counters() const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    return counters_;
+  }
+  // Row ids handed out so far (live or free): ids are in [0, used_rows()).
+  RowId used_rows() const ABSL_SHARED_LOCKS_REQUIRED(mu) { return used_rows_; }
+
+  // A row for `key`, not yet in the index; its header is written.
+  RowId AllocateRow(uint64_t key, uint32_t touch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    RowId id;
+    if (!free_rows_.empty()) {
+      id = free_rows_.back();
+      free_rows_.pop_back();
+    } else {
+      if ((used_rows_ >> chunk_shift_) >= chunks_.size()) {
+        const size_t floats = static_cast<size_t>(row_floats_) << chunk_shift_;
+        chunks_.emplace_back(static_cast<float*>(::operator new[](
+            floats * sizeof(float), std::align_val_t{kChunkAlignment})));
+      }
+      id = used_rows_++;
+    }
+    RowHeader& header = MutableHeader(id);
+    header.key = key;
+    header.last_touch = touch;
+    header.access_count = 0;
+    return id;
+  }
+
+  // Removes a row that is in the index.
+  void FreeRow(RowId id, uint64_t hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    RowHeader& header = MutableHeader(id);
+    index_.erase(KeyProbe{header.key, hash});
+    header.last_touch = kFreeRowMark;
+    free_rows_.push_back(id);
+  }
+
+  uint64_t ResidentBytes() const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    const uint64_t chunk_bytes =
+        (static_cast<uint64_t>(row_floats_) << chunk_shift_) * sizeof(float);
+    // absl's index: one slot and one control byte per capacity, plus a
+    // group's worth of cloned control bytes.
+    const uint64_t index_bytes =
+        index_.capacity() == 0
+            ? 0
+            : index_.capacity() * (sizeof(RowId) + 1) + 16;
+    return chunks_.size() * chunk_bytes + index_bytes +
+           free_rows_.capacity() * sizeof(RowId) +
+           chunks_.capacity() * sizeof(chunks_[0]) + admission_->bytes();
+  }
+
+ private:
+  struct AlignedDelete {
+    void operator()(float* p) const {
+      ::operator delete[](p, std::align_val_t{kChunkAlignment});
+    }
+  };
+
+  static int ChunkShift(int32_t row_floats) {
+    int shift = 3;  // at least 8 rows per chunk
+    while ((static_cast<size_t>(row_floats) * sizeof(float) << (shift + 1)) <=
+           kChunkTargetBytes) {
+      ++shift;
+    }
+    return shift;
+  }
+
+  // Constant after construction.
+  const int32_t row_floats_;
+  const int chunk_shift_;
+
+  RowIndex index_ ABSL_GUARDED_BY(mu);
+  std::vector<std::unique_ptr<float[], AlignedDelete>> chunks_
+      ABSL_GUARDED_BY(mu);
+  RowId used_rows_ ABSL_GUARDED_BY(mu) = 0;
+  std::vector<RowId> free_rows_ ABSL_GUARDED_BY(mu);
+  std::unique_ptr<AdmissionFilter> admission_ ABSL_GUARDED_BY(mu);
+  StripeCounters counters_ ABSL_GUARDED_BY(mu);
+};
+
+size_t RowHash::operator()(RowId id) const {
+  return KeyHash(stripe->Header(id).key);
+}
+
+bool RowEq::operator()(const KeyProbe& probe, RowId id) const {
+  return stripe->Header(id).key == probe.key;
+}
+
+// Per-thread scratch of one batch: the batch's keys grouped by stripe.
+struct BatchScratch {
+  std::vector<uint64_t> position_hashes;  // KeyHash of keys[i]
+  std::vector<uint32_t> order;         // batch positions, grouped by stripe
+  std::vector<uint64_t> hashes;        // KeyHash of keys[order[j]]
+  std::vector<uint32_t> group_begin;   // stripe s: [group_begin[s], [s+1])
+  std::vector<uint32_t> cursor;        // counting-sort insertion points
+  std::vector<RowId> rows;             // row id per grouped position
+  // Bitmap over a stripe's row ids, for finding duplicates in a Push.
+  // All zero between uses.
+  std::vector<uint64_t> seen_rows;
+  std::vector<int32_t> deferred;       // stripes whose lock was busy
+};
+
+BatchScratch& ThreadScratch() {
+  thread_local BatchScratch scratch;
+  return scratch;
+}
+
+constexpr RowId kNoRow = UINT32_MAX;
+
+class MemoryTable final : public Table {
+ public:
+  MemoryTable(const TableSpec& spec, TableOptions options)
+      : spec_(spec),
+        options_(std::move(options)),
+        dim_(spec.dim),
+        optimizer_(RowOptimizer::Create(spec.optimizer, spec.dim)),
+        state_floats_(optimizer_->state_floats()),
+        row_floats_(RoundUp4(kHeaderFloats + dim_ + state_floats_)),
+        stripe_mask_(static_cast<uint32_t>(spec.num_stripes - 1)),
+        epoch_(options_.clock()) {
+    stripes_.reserve(spec.num_stripes);
+    for (int32_t s = 0; s < spec.num_stripes; ++s) {
+      stripes_.push_back(std::make_unique<Stripe>(
+          row_floats_, AdmissionFilter::Create(spec.admission,
+                                               MixPair(spec.seed, s),
+                                               spec.num_stripes)));
+    }
+  }
+
+  const TableSpec& spec() const override { return spec_; }
+
+  absl::Status Pull(absl::Span<const uint64_t> keys, absl::Span<float> values,
+                    const AccessContext& context) override {
+    if (values.size() != keys.size() * dim_) {
+      return SizeMismatch("Pull", "values", keys.size(), values.size());
+    }
+    pull_requests_.fetch_add(1, std::memory_order_relaxed);
+    pulled_keys_.fetch_add(keys.size(), std::memory_order_relaxed);
+    if (keys.empty()) return absl::OkStatus();
+    const uint32_t touch = Touch(context);
+    BatchScratch& scratch = GroupByStripe(keys);
+    ForEachStripe(scratch, [&](Stripe& stripe, uint32_t begin, uint32_t end)
+                               ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      PullGroup(stripe, keys, values, scratch, begin, end, touch);
+    });
+    return absl::OkStatus();
+  }
+
+  absl::Status Push(absl::Span<const uint64_t> keys,
+                    absl::Span<const float> grads,
+                    const AccessContext& context) override {
+    if (grads.size() != keys.size() * dim_) {
+      return SizeMismatch("Push", "gradients", keys.size(), grads.size());
+    }
+    RETURN_IF_ERROR(CheckFinite(keys, grads));
+    push_requests_.fetch_add(1, std::memory_order_relaxed);
+    pushed_keys_.fetch_add(keys.size(), std::memory_order_relaxed);
+    if (keys.empty()) return absl::OkStatus();
+    const uint32_t touch = Touch(context);
+    BatchScratch& scratch = GroupByStripe(keys);
+    ForEachStripe(scratch, [&](Stripe& stripe, uint32_t begin, uint32_t end)
+                               ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      PushGroup(stripe, keys, grads, scratch, begin, end, touch);
+    });
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<uint64_t> Lookup(absl::Span<const uint64_t> keys,
+                                  absl::Span<float> values,
+                                  absl::Span<bool> found) override {
+    if (values.size() != keys.size() * dim_) {
+      return SizeMismatch("Lookup", "values", keys.size(), values.size());
+    }
+    if (found.size() != keys.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Lookup of table '", spec_.name, "': ", keys.size(),
+          " keys but room for ", found.size(), " found flags"));
+    }
+    lookup_requests_.fetch_add(1, std::memory_order_relaxed);
+    looked_up_keys_.fetch_add(keys.size(), std::memory_order_relaxed);
+    uint64_t hits = 0;
+    BatchScratch& scratch = GroupByStripe(keys);
+    for (int32_t s = 0; s < static_cast<int32_t>(stripes_.size()); ++s) {
+      const uint32_t begin = scratch.group_begin[s];
+      const uint32_t end = scratch.group_begin[s + 1];
+      if (begin == end) continue;
+      const Stripe& stripe = *stripes_[s];
+      absl::ReaderMutexLock lock(&stripe.mu);
+      for (uint32_t j = begin; j < end; ++j) {
+        const uint32_t pos = scratch.order[j];
+        float* out = values.data() + static_cast<size_t>(pos) * dim_;
+        auto it = stripe.index().find(KeyProbe{keys[pos], scratch.hashes[j]},
+                                      scratch.hashes[j]);
+        found[pos] = it != stripe.index().end();
+        if (found[pos]) {
+          std::memcpy(out, stripe.Row(*it) + kHeaderFloats,
+                      sizeof(float) * dim_);
+          ++hits;
+        } else {
+          std::fill(out, out + dim_, 0.0f);
+        }
+      }
+    }
+    return hits;
+  }
+
+  uint64_t Erase(absl::Span<const uint64_t> keys) override {
+    uint64_t erased = 0;
+    for (uint64_t key : keys) {
+      const uint64_t hash = KeyHash(key);
+      Stripe& stripe = StripeOf(hash);
+      absl::MutexLock lock(&stripe.mu);
+      auto it = stripe.index().find(KeyProbe{key, hash}, hash);
+      if (it == stripe.index().end()) continue;
+      stripe.FreeRow(*it, hash);
+      ++stripe.counters().erased;
+      ++erased;
+    }
+    return erased;
+  }
+
+  uint64_t SweepExpired() override {
+    if (spec_.eviction.ttl == 0) return 0;
+    const uint64_t now = spec_.eviction.ttl_unit == EvictionSpec::TtlUnit::kSteps
+                             ? latest_step_.load(std::memory_order_relaxed)
+                             : SecondsSinceEpoch();
+    uint64_t evicted = 0;
+    for (auto& stripe_ptr : stripes_) {
+      Stripe& stripe = *stripe_ptr;
+      for (RowId begin = 0;; begin += kRowsPerLockHold) {
+        absl::MutexLock lock(&stripe.mu);
+        const RowId end = std::min<RowId>(stripe.used_rows(),
+                                          begin + kRowsPerLockHold);
+        if (begin >= end) break;
+        for (RowId id = begin; id < end; ++id) {
+          const RowHeader& header = stripe.Header(id);
+          if (header.last_touch == kFreeRowMark) continue;
+          if (header.last_touch < now &&
+              now - header.last_touch > spec_.eviction.ttl) {
+            stripe.FreeRow(id, KeyHash(header.key));
+            ++stripe.counters().evicted;
+            ++evicted;
+          }
+        }
+      }
+    }
+    return evicted;
+  }
+
+  void Scan(absl::FunctionRef<void(const RowView&)> visit) const override {
+    for (const auto& stripe_ptr : stripes_) {
+      const Stripe& stripe = *stripe_ptr;
+      for (RowId begin = 0;; begin += kRowsPerLockHold) {
+        absl::ReaderMutexLock lock(&stripe.mu);
+        const RowId end = std::min<RowId>(stripe.used_rows(),
+                                          begin + kRowsPerLockHold);
+        if (begin >= end) break;
+        for (RowId id = begin; id < end; ++id) {
+          const RowHeader& header = stripe.Header(id);
+          if (header.last_touch == kFreeRowMark) continue;
+          const float* row = stripe.Row(id);
+          visit(RowView{
+              header.key,
+              absl::MakeConstSpan(row + kHeaderFloats, dim_),
+              absl::MakeConstSpan(row + kHeaderFloats + dim_, state_floats_),
+              header.access_count, header.last_touch});
+        }
+      }
+    }
+  }
+
+  TableStats Stats() const override {
+    TableStats stats;
+    for (const auto& stripe_ptr : stripes_) {
+      const Stripe& stripe = *stripe_ptr;
+      absl::ReaderMutexLock lock(&stripe.mu);
+      stats.rows += stripe.index().size();
+      stats.resident_bytes += stripe.ResidentBytes();
+      const StripeCounters& c = stripe.counters();
+      stats.admitted += c.admitted;
+      stats.admission_rejected += c.admission_rejected;
+      stats.pushes_dropped += c.pushes_dropped;
+      stats.evicted += c.evicted;
+      stats.erased += c.erased;
+    }
+    stats.resident_bytes += sizeof(*this) + stripes_.size() * sizeof(Stripe);
+    stats.payload_bytes =
+        stats.rows * static_cast<uint64_t>(dim_ + state_floats_) * sizeof(float);
+    stats.memory_budget_bytes = spec_.memory_budget_bytes;
+    stats.over_budget = spec_.memory_budget_bytes > 0 &&
+                        stats.resident_bytes > spec_.memory_budget_bytes;
+    stats.pulled_keys = pulled_keys_.load(std::memory_order_relaxed);
+    stats.pushed_keys = pushed_keys_.load(std::memory_order_relaxed);
+    stats.looked_up_keys = looked_up_keys_.load(std::memory_order_relaxed);
+    stats.pull_requests = pull_requests_.load(std::memory_order_relaxed);
+    stats.push_requests = push_requests_.load(std::memory_order_relaxed);
+    stats.lookup_requests = lookup_requests_.load(std::memory_order_relaxed);
+    return stats;
+  }
+
+ private:
+  static int32_t RoundUp4(int32_t x) { return (x + 3) & ~3; }
+
+  // Stripes take the hash's top bits; absl's index uses the low ones.
+  uint32_t StripeIndex(uint64_t hash) const {
+    return static_cast<uint32_t>(hash >> 52) & stripe_mask_;
+  }
+  Stripe& StripeOf(uint64_t hash) const { return *stripes_[StripeIndex(hash)]; }
+
+  absl::Status SizeMismatch(absl::string_view op, absl::string_view what,
+                            size_t keys, size_t floats) const {
+    return absl::InvalidArgumentError(absl::StrCat(
+        op, " of table '", spec_.name, "': ", keys, " keys need ",
+        keys * dim_, " ", what, " (dim ", dim_, "), got ", floats,
+        floats % dim_ == 0 ? absl::StrCat(" (", floats / dim_, " rows)")
+                           : std::string(" (not a multiple of dim)")));
+  }
+
+  // INVALID_ARGUMENT naming the first NaN or infinite gradient.
+  absl::Status CheckFinite(absl::Span<const uint64_t> keys,
+                           absl::Span<const float> grads) const {
+    // x·0 is 0 for finite x and NaN otherwise; the sum vectorises.
+    float probe = 0.0f;
+    for (float g : grads) probe += g * 0.0f;
+    if (probe == 0.0f) return absl::OkStatus();
+    for (size_t i = 0; i < grads.size(); ++i) {
+      if (!std::isfinite(grads[i])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "Push of table '", spec_.name, "': gradient of key ",
+            keys[i / dim_], " (batch position ", i / dim_, ", element ",
+            i % dim_, ") is ", grads[i], "; the whole push is refused"));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  uint64_t SecondsSinceEpoch() const {
+    const int64_t s = absl::ToInt64Seconds(options_.clock() - epoch_);
+    return s < 0 ? 0 : static_cast<uint64_t>(s);
+  }
+
+  // The last-touch value of rows touched by a request in `context`.
+  uint32_t Touch(const AccessContext& context) {
+    if (spec_.eviction.ttl_unit == EvictionSpec::TtlUnit::kSeconds) {
+      return static_cast<uint32_t>(std::min<uint64_t>(SecondsSinceEpoch(), kMaxTouch));
+    }
+    uint64_t latest = latest_step_.load(std::memory_order_relaxed);
+    while (context.step > latest &&
+           !latest_step_.compare_exchange_weak(latest, context.step,
+                                               std::memory_order_relaxed)) {
+    }
+    return static_cast<uint32_t>(std::min<uint64_t>(context.step, kMaxTouch));
+  }
+
+  // Sorts batch positions by stripe (a counting sort) into the thread's
+  // scratch, with each key's hash.
+  BatchScratch& GroupByStripe(absl::Span<const uint64_t> keys) const {
+    BatchScratch& scratch = ThreadScratch();
+    const size_t n = keys.size();
+    const size_t num_stripes = stripes_.size();
+    scratch.order.resize(n);
+    scratch.hashes.resize(n);
+    scratch.rows.resize(n);
+    scratch.group_begin.assign(num_stripes + 1, 0);
+    scratch.position_hashes.resize(n);
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t hash = KeyHash(keys[i]);
+      scratch.position_hashes[i] = hash;
+      ++scratch.group_begin[StripeIndex(hash) + 1];
+    }
+    for (size_t s = 0; s < num_stripes; ++s) {
+      scratch.group_begin[s + 1] += scratch.group_begin[s];
+    }
+    scratch.cursor.assign(scratch.group_begin.begin(),
+                          scratch.group_begin.end() - 1);
+    for (size_t i = 0; i < n; ++i) {
+      const uint64_t hash = scratch.position_hashes[i];
+      const uint32_t slot = scratch.cursor[StripeIndex(hash)]++;
+      scratch.order[slot] = static_cast<uint32_t>(i);
+      scratch.hashes[slot] = hash;
+    }
+    return scratch;
+  }
+
+  // Runs `work(stripe, begin, end)` under each stripe's lock for the
+  // stripes that have keys in the batch. Starts at a different stripe per
+  // call and defers stripes whose lock is busy, so that concurrent batches
+  // rarely wait on each other.
+  template <typename Work>
+  void ForEachStripe(BatchScratch& scratch, Work&& work) {
+    const uint32_t num_stripes = static_cast<uint32_t>(stripes_.size());
+    const uint32_t start =
+        rotation_.fetch_add(7, std::memory_order_relaxed) & stripe_mask_;
+    scratch.deferred.clear();
+    for (uint32_t k = 0; k < num_stripes; ++k) {
+      const uint32_t s = (start + k) & stripe_mask_;
+      const uint32_t begin = scratch.group_begin[s];
+      const uint32_t end = scratch.group_begin[s + 1];
+      if (begin == end) continue;
+      Stripe& stripe = *stripes_[s];
+      if (stripe.mu.TryLock()) {
+        work(stripe, begin, end);
+        stripe.mu.Unlock();
+      } else {
+        scratch.deferred.push_back(static_cast<int32_t>(s));
+      }
+    }
+    for (int32_t s : scratch.deferred) {
+      Stripe& stripe = *stripes_[s];
+      absl::MutexLock lock(&stripe.mu);
+      work(stripe, scratch.group_begin[s], scratch.group_begin[s + 1]);
+    }
+  }
+
+  // Finds the row of each grouped position in [begin, end) into
+  // scratch.rows (kNoRow when absent), prefetching index slots and rows.
+  void FindRows(const Stripe& stripe, absl::Span<const uint64_t> keys,
+                BatchScratch& scratch, uint32_t begin, uint32_t end,
+                bool for_write) const ABSL_SHARED_LOCKS_REQUIRED(stripe.mu) {
+    const RowIndex& index = stripe.index();
+    const uint32_t prefetch_end = std::min(end, begin + static_cast<uint32_t>(kIndexPrefetchDistance));
+    for (uint32_t j = begin; j < prefetch_end; ++j) {
+      index.prefetch(KeyProbe{keys[scratch.order[j]], scratch.hashes[j]});
+    }
+    const size_t row_bytes = static_cast<size_t>(row_floats_) * sizeof(float);
+    for (uint32_t j = begin; j < end; ++j) {
+      if (j + kIndexPrefetchDistance < end) {
+        const uint32_t ahead = j + kIndexPrefetchDistance;
+        index.prefetch(KeyProbe{keys[scratch.order[ahead]], scratch.hashes[ahead]});
+      }
+      auto it = index.find(KeyProbe{keys[scratch.order[j]], scratch.hashes[j]},
+                           scratch.hashes[j]);
+      if (it == index.end()) {
+        scratch.rows[j] = kNoRow;
+        continue;
+      }
+      scratch.rows[j] = *it;
+      const char* row = reinterpret_cast<const char*>(stripe.Row(*it));
+      // The header line is in cache (the key compare read it); fetch the
+      // rest of the row for the pass that uses it.
+      for (size_t offset = 64; offset < row_bytes; offset += 64) {
+        if (for_write) {
+          PrefetchWrite(row + offset);
+        } else {
+          PrefetchRead(row + offset);
+        }
+      }
+    }
+  }
+
+  // A new row for `key` with its initial values and optimizer state.
+  RowId CreateRow(Stripe& stripe, uint64_t key, uint64_t hash, uint32_t touch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    const RowId id = stripe.AllocateRow(key, touch);
+    float* row = stripe.Row(id);
+    InitialRow(spec_.initializer, spec_.seed, key,
+               absl::MakeSpan(row + kHeaderFloats, dim_));
+    optimizer_->InitState(row + kHeaderFloats + dim_);
+    stripe.index().insert(id);
+    ++stripe.counters().admitted;
+    return id;
+  }
+
+  void PullGroup(Stripe& stripe, absl::Span<const uint64_t> keys,
+                 absl::Span<float> values, BatchScratch& scratch,
+                 uint32_t begin, uint32_t end, uint32_t touch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    FindRows(stripe, keys, scratch, begin, end, /*for_write=*/false);
+    for (uint32_t j = begin; j < end; ++j) {
+      const uint32_t pos = scratch.order[j];
+      float* out = values.data() + static_cast<size_t>(pos) * dim_;
+      RowId id = scratch.rows[j];
+      if (id == kNoRow) {
+        // Absent when found, but an earlier duplicate in this batch may
+        // have created it since.
+        const uint64_t key = keys[pos];
+        const KeyProbe probe{key, scratch.hashes[j]};
+        auto it = stripe.index().find(probe, probe.hash);
+        if (it != stripe.index().end()) {
+          id = *it;
+        } else if (stripe.admission().RecordSighting(key)) {
+          id = CreateRow(stripe, key, probe.hash, touch);
+        } else {
+          ++stripe.counters().admission_rejected;
+          InitialRow(spec_.initializer, spec_.seed, key,
+                     absl::MakeSpan(out, dim_));
+          continue;
+        }
+      }
+      RowHeader& header = stripe.MutableHeader(id);
+      header.last_touch = touch;
+      if (header.access_count != UINT32_MAX) ++header.access_count;
+      std::memcpy(out, stripe.Row(id) + kHeaderFloats, sizeof(float) * dim_);
+    }
+  }
+
+  void PushGroup(Stripe& stripe, absl::Span<const uint64_t> keys,
+                 absl::Span<const float> grads, BatchScratch& scratch,
+                 uint32_t begin, uint32_t end, uint32_t touch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    FindRows(stripe, keys, scratch, begin, end, /*for_write=*/true);
+    const bool create_missing =
+        spec_.admission.kind == AdmissionSpec::Kind::kAlways;
+    for (uint32_t j = begin; j < end; ++j) {
+      if (scratch.rows[j] != kNoRow) continue;
+      const uint64_t key = keys[scratch.order[j]];
+      const KeyProbe probe{key, scratch.hashes[j]};
+      auto it = stripe.index().find(probe, probe.hash);
+      if (it != stripe.index().end()) {
+        scratch.rows[j] = *it;  // created by an earlier duplicate
+      } else if (create_missing) {
+        scratch.rows[j] = CreateRow(stripe, key, probe.hash, touch);
+      } else {
+        ++stripe.counters().pushes_dropped;
+      }
+    }
+    // Duplicates: mark each row id in a bitmap; a second mark means the
+    // batch names the key twice.
+    std::vector<uint64_t>& seen = scratch.seen_rows;
+    const size_t words = (static_cast<size_t>(stripe.used_rows()) + 63) / 64;
+    if (seen.size() < words) seen.resize(words, 0);
+    bool duplicates = false;
+    for (uint32_t j = begin; j < end; ++j) {
+      const RowId id = scratch.rows[j];
+      if (id == kNoRow) continue;
+      const uint64_t bit = uint64_t{1} << (id & 63);
+      duplicates |= (seen[id >> 6] & bit) != 0;
+      seen[id >> 6] |= bit;
+    }
+    for (uint32_t j = begin; j < end; ++j) {
+      if (scratch.rows[j] != kNoRow) seen[scratch.rows[j] >> 6] = 0;
+    }
+    if (duplicates) {
+      PushGroupWithDuplicates(stripe, grads, scratch, begin, end, touch);
+      return;
+    }
+    for (uint32_t j = begin; j < end; ++j) {
+      const RowId id = scratch.rows[j];
+      if (id == kNoRow) continue;
+      ApplyToRow(stripe, id,
+                 grads.data() + static_cast<size_t>(scratch.order[j]) * dim_,
+                 touch);
+    }
+  }
+
+  // Sums the gradients of each distinct row in batch order, then applies
+  // the optimizer once per row.
+  void PushGroupWithDuplicates(Stripe& stripe, absl::Span<const float> grads,
+                               const BatchScratch& scratch, uint32_t begin,
+                               uint32_t end, uint32_t touch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    absl::flat_hash_map<RowId, size_t> slot_of_row;
+    std::vector<RowId> distinct_rows;
+    std::vector<float> sums;
+    for (uint32_t j = begin; j < end; ++j) {
+      const RowId id = scratch.rows[j];
+      if (id == kNoRow) continue;
+      const float* g = grads.data() + static_cast<size_t>(scratch.order[j]) * dim_;
+      auto [it, inserted] = slot_of_row.try_emplace(id, distinct_rows.size());
+      if (inserted) {
+        distinct_rows.push_back(id);
+        sums.insert(sums.end(), g, g + dim_);
+      } else {
+        float* sum = sums.data() + it->second * dim_;
+        for (int32_t d = 0; d < dim_; ++d) sum[d] += g[d];
+      }
+    }
+    for (size_t k = 0; k < distinct_rows.size(); ++k) {
+      ApplyToRow(stripe, distinct_rows[k], sums.data() + k * dim_, touch);
+    }
+  }
+
+  void ApplyToRow(Stripe& stripe, RowId id, const float* grad, uint32_t touch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    float* row = stripe.Row(id);
+    optimizer_->Apply(row + kHeaderFloats, row + kHeaderFloats + dim_, grad);
+    stripe.MutableHeader(id).last_touch = touch;
+  }
+
+  // Constant after construction.
+  const TableSpec spec_;
+  const TableOptions options_;
+  const int32_t dim_;
+  const std::unique_ptr<RowOptimizer> optimizer_;
+  const int32_t state_floats_;
+  const int32_t row_floats_;
+  const uint32_t stripe_mask_;
+  const absl::Time epoch_;
+  std::vector<std::unique_ptr<Stripe>> stripes_;
+
+  std::atomic<uint32_t> rotation_{0};
+  std::atomic<uint64_t> latest_step_{0};
+  std::atomic<uint64_t> pulled_keys_{0}, pushed_keys_{0}, looked_up_keys_{0};
+  std::atomic<uint64_t> pull_requests_{0}, push_requests_{0},
+      lookup_requests_{0};
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Table>> Table::Create(const TableSpec& spec,
+                                                     TableOptions options) {
+  RETURN_IF_ERROR(ValidateTableSpec(spec));
+  if (!options.clock) {
+    return absl::InvalidArgumentError("TableOptions.clock must not be empty");
+  }
+  return std::unique_ptr<Table>(new MemoryTable(spec, std::move(options)));
+}
+
+}  // namespace embedps::embedding
