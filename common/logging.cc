@@ -3,7 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "spdlog/sinks/stdout_sinks.h"
 
 namespace embedps {
@@ -12,13 +12,16 @@ namespace {
 constexpr char kPattern[] = "%Y-%m-%d %H:%M:%S.%e %L %n] %v";
 
 // Serializes creation: spdlog's registry throws on a duplicate name.
-ABSL_CONST_INIT absl::Mutex logger_creation_mu(absl::kConstInit);
+Mutex& LoggerCreationMutex() {
+  static Mutex* const mu = new Mutex;  // never destroyed: loggers outlive main
+  return *mu;
+}
 
 }  // namespace
 
 std::shared_ptr<spdlog::logger> Logger(absl::string_view component) {
   const std::string name(component);
-  absl::MutexLock lock(&logger_creation_mu);
+  MutexLock lock(&LoggerCreationMutex());
   if (auto existing = spdlog::get(name)) return existing;
   auto logger = spdlog::stderr_logger_mt(name);
   logger->set_pattern(kPattern);

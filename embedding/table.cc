@@ -12,10 +12,12 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
+#include "common/mutex.h"
 #include "common/key_hash.h"
 #include "common/status_macros.h"
 #include "embedding/admission.h"
+#include "embedding/internal/huge_page_allocator.h"
+#include "embedding/internal/row_arena.h"
 #include "embedding/initializer.h"
 #include "embedding/optimizer.h"
 
@@ -33,9 +35,9 @@ constexpr uint32_t kFreeRowMark = UINT32_MAX;
 constexpr uint32_t kMaxTouch = UINT32_MAX - 1;
 // Rows the sweep and the scan handle per lock hold.
 constexpr RowId kRowsPerLockHold = 4096;
-// Bytes per arena chunk (rounded to a power of two of rows).
-constexpr size_t kChunkTargetBytes = 64 * 1024;
-constexpr size_t kChunkAlignment = 64;
+// Row ids are uint32; this one means "no row".
+constexpr RowId kNoRow = UINT32_MAX;
+constexpr uint64_t kMaxRowsPerStripe = kNoRow - 1;
 // How far ahead of use batched loops prefetch.
 constexpr size_t kIndexPrefetchDistance = 16;
 constexpr size_t kRowPrefetchDistance = 8;
@@ -81,7 +83,9 @@ struct RowEq {
   }
 };
 
-using RowIndex = absl::flat_hash_set<RowId, RowHash, RowEq>;
+using RowIndex =
+    absl::flat_hash_set<RowId, RowHash, RowEq,
+                        embedding_internal::HugePageAllocator<RowId>>;
 
 struct StripeCounters {
   uint64_t admitted = 0;
@@ -95,25 +99,22 @@ struct StripeCounters {
 // filter of the keys whose hash selects it.
 //
 // Thread safety: everything but the constants is guarded by mu. Row ids stay
-// valid until the row is freed (chunks never move), and rows are only freed
-// under mu.
+// valid until the row is freed, and rows are only freed under mu; row
+// addresses are valid until the next AllocateRow (the arena may move).
 class Stripe {
  public:
   Stripe(int32_t row_floats, std::unique_ptr<AdmissionFilter> admission)
-      : row_floats_(row_floats),
-        chunk_shift_(ChunkShift(row_floats)),
+      : arena_(static_cast<size_t>(row_floats) * sizeof(float)),
         index_(0, RowHash{this}, RowEq{this}),
         admission_(std::move(admission)) {}
 
   Stripe(const Stripe&) = delete;
   Stripe& operator=(const Stripe&) = delete;
 
-  mutable absl::Mutex mu;
+  mutable Mutex mu;
 
   float* Row(RowId id) const {
-    return chunks_[id >> chunk_shift_].get() +
-           static_cast<size_t>(id & ((RowId{1} << chunk_shift_) - 1)) *
-               row_floats_;
+    return reinterpret_cast<float*>(arena_.row(id));
   }
   const RowHeader& Header(RowId id) const {
     return *reinterpret_cast<const RowHeader*>(Row(id));
@@ -139,18 +140,20 @@ class Stripe {
   RowId used_rows() const ABSL_SHARED_LOCKS_REQUIRED(mu) { return used_rows_; }
 
   // A row for `key`, not yet in the index; its header is written.
-  RowId AllocateRow(uint64_t key, uint32_t touch)
+  // RESOURCE_EXHAUSTED if the arena cannot grow.
+  absl::StatusOr<RowId> AllocateRow(uint64_t key, uint32_t touch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     RowId id;
     if (!free_rows_.empty()) {
       id = free_rows_.back();
       free_rows_.pop_back();
     } else {
-      if ((used_rows_ >> chunk_shift_) >= chunks_.size()) {
-        const size_t floats = static_cast<size_t>(row_floats_) << chunk_shift_;
-        chunks_.emplace_back(static_cast<float*>(::operator new[](
-            floats * sizeof(float), std::align_val_t{kChunkAlignment})));
+      if (used_rows_ >= kMaxRowsPerStripe) {
+        return absl::ResourceExhaustedError(
+            absl::StrCat("a lock stripe holds the maximum of ",
+                         kMaxRowsPerStripe, " rows"));
       }
+      RETURN_IF_ERROR(arena_.Reserve(uint64_t{used_rows_} + 1));
       id = used_rows_++;
     }
     RowHeader& header = MutableHeader(id);
@@ -168,43 +171,25 @@ class Stripe {
     free_rows_.push_back(id);
   }
 
+  // Bytes of rows handed out (the arena's untouched tail is address space,
+  // not memory), the index, the free list and the admission sketch.
   uint64_t ResidentBytes() const ABSL_SHARED_LOCKS_REQUIRED(mu) {
-    const uint64_t chunk_bytes =
-        (static_cast<uint64_t>(row_floats_) << chunk_shift_) * sizeof(float);
     // absl's index: one slot and one control byte per capacity, plus a
     // group's worth of cloned control bytes.
     const uint64_t index_bytes =
         index_.capacity() == 0
             ? 0
             : index_.capacity() * (sizeof(RowId) + 1) + 16;
-    return chunks_.size() * chunk_bytes + index_bytes +
-           free_rows_.capacity() * sizeof(RowId) +
-           chunks_.capacity() * sizeof(chunks_[0]) + admission_->bytes();
+    const uint64_t row_bytes =
+        uint64_t{used_rows_} * (arena_.reserved_bytes() /
+                                std::max<uint64_t>(arena_.capacity(), 1));
+    return row_bytes + index_bytes + free_rows_.capacity() * sizeof(RowId) +
+           admission_->bytes();
   }
 
  private:
-  struct AlignedDelete {
-    void operator()(float* p) const {
-      ::operator delete[](p, std::align_val_t{kChunkAlignment});
-    }
-  };
-
-  static int ChunkShift(int32_t row_floats) {
-    int shift = 3;  // at least 8 rows per chunk
-    while ((static_cast<size_t>(row_floats) * sizeof(float) << (shift + 1)) <=
-           kChunkTargetBytes) {
-      ++shift;
-    }
-    return shift;
-  }
-
-  // Constant after construction.
-  const int32_t row_floats_;
-  const int chunk_shift_;
-
+  embedding_internal::RowArena arena_ ABSL_GUARDED_BY(mu);
   RowIndex index_ ABSL_GUARDED_BY(mu);
-  std::vector<std::unique_ptr<float[], AlignedDelete>> chunks_
-      ABSL_GUARDED_BY(mu);
   RowId used_rows_ ABSL_GUARDED_BY(mu) = 0;
   std::vector<RowId> free_rows_ ABSL_GUARDED_BY(mu);
   std::unique_ptr<AdmissionFilter> admission_ ABSL_GUARDED_BY(mu);
@@ -227,9 +212,13 @@ struct BatchScratch {
   std::vector<uint32_t> group_begin;   // stripe s: [group_begin[s], [s+1])
   std::vector<uint32_t> cursor;        // counting-sort insertion points
   std::vector<RowId> rows;             // row id per grouped position
-  // Bitmap over a stripe's row ids, for finding duplicates in a Push.
+  // Bitmaps over a stripe's row ids, for finding duplicates in a Push.
   // All zero between uses.
   std::vector<uint64_t> seen_rows;
+  std::vector<uint64_t> repeated_rows;
+  // Push: summed gradients of rows named more than once, by slot.
+  absl::flat_hash_map<RowId, uint32_t> repeated_slot;
+  std::vector<float> repeated_sums;
   std::vector<int32_t> deferred;       // stripes whose lock was busy
 };
 
@@ -237,8 +226,6 @@ BatchScratch& ThreadScratch() {
   thread_local BatchScratch scratch;
   return scratch;
 }
-
-constexpr RowId kNoRow = UINT32_MAX;
 
 class MemoryTable final : public Table {
  public:
@@ -272,11 +259,10 @@ class MemoryTable final : public Table {
     if (keys.empty()) return absl::OkStatus();
     const uint32_t touch = Touch(context);
     BatchScratch& scratch = GroupByStripe(keys);
-    ForEachStripe(scratch, [&](Stripe& stripe, uint32_t begin, uint32_t end)
-                               ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      PullGroup(stripe, keys, values, scratch, begin, end, touch);
+    return ForEachStripe(scratch, [&](Stripe& stripe, uint32_t begin, uint32_t end)
+                                      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return PullGroup(stripe, keys, values, scratch, begin, end, touch);
     });
-    return absl::OkStatus();
   }
 
   absl::Status Push(absl::Span<const uint64_t> keys,
@@ -291,11 +277,10 @@ class MemoryTable final : public Table {
     if (keys.empty()) return absl::OkStatus();
     const uint32_t touch = Touch(context);
     BatchScratch& scratch = GroupByStripe(keys);
-    ForEachStripe(scratch, [&](Stripe& stripe, uint32_t begin, uint32_t end)
-                               ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      PushGroup(stripe, keys, grads, scratch, begin, end, touch);
+    return ForEachStripe(scratch, [&](Stripe& stripe, uint32_t begin, uint32_t end)
+                                      ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return PushGroup(stripe, keys, grads, scratch, begin, end, touch);
     });
-    return absl::OkStatus();
   }
 
   absl::StatusOr<uint64_t> Lookup(absl::Span<const uint64_t> keys,
@@ -318,7 +303,7 @@ class MemoryTable final : public Table {
       const uint32_t end = scratch.group_begin[s + 1];
       if (begin == end) continue;
       const Stripe& stripe = *stripes_[s];
-      absl::ReaderMutexLock lock(&stripe.mu);
+      ReaderMutexLock lock(&stripe.mu);
       for (uint32_t j = begin; j < end; ++j) {
         const uint32_t pos = scratch.order[j];
         float* out = values.data() + static_cast<size_t>(pos) * dim_;
@@ -342,7 +327,7 @@ class MemoryTable final : public Table {
     for (uint64_t key : keys) {
       const uint64_t hash = KeyHash(key);
       Stripe& stripe = StripeOf(hash);
-      absl::MutexLock lock(&stripe.mu);
+      MutexLock lock(&stripe.mu);
       auto it = stripe.index().find(KeyProbe{key, hash}, hash);
       if (it == stripe.index().end()) continue;
       stripe.FreeRow(*it, hash);
@@ -361,7 +346,7 @@ class MemoryTable final : public Table {
     for (auto& stripe_ptr : stripes_) {
       Stripe& stripe = *stripe_ptr;
       for (RowId begin = 0;; begin += kRowsPerLockHold) {
-        absl::MutexLock lock(&stripe.mu);
+        MutexLock lock(&stripe.mu);
         const RowId end = std::min<RowId>(stripe.used_rows(),
                                           begin + kRowsPerLockHold);
         if (begin >= end) break;
@@ -384,7 +369,7 @@ class MemoryTable final : public Table {
     for (const auto& stripe_ptr : stripes_) {
       const Stripe& stripe = *stripe_ptr;
       for (RowId begin = 0;; begin += kRowsPerLockHold) {
-        absl::ReaderMutexLock lock(&stripe.mu);
+        ReaderMutexLock lock(&stripe.mu);
         const RowId end = std::min<RowId>(stripe.used_rows(),
                                           begin + kRowsPerLockHold);
         if (begin >= end) break;
@@ -406,7 +391,7 @@ class MemoryTable final : public Table {
     TableStats stats;
     for (const auto& stripe_ptr : stripes_) {
       const Stripe& stripe = *stripe_ptr;
-      absl::ReaderMutexLock lock(&stripe.mu);
+      ReaderMutexLock lock(&stripe.mu);
       stats.rows += stripe.index().size();
       stats.resident_bytes += stripe.ResidentBytes();
       const StripeCounters& c = stripe.counters();
@@ -520,11 +505,12 @@ class MemoryTable final : public Table {
   // call and defers stripes whose lock is busy, so that concurrent batches
   // rarely wait on each other.
   template <typename Work>
-  void ForEachStripe(BatchScratch& scratch, Work&& work) {
+  absl::Status ForEachStripe(BatchScratch& scratch, Work&& work) {
     const uint32_t num_stripes = static_cast<uint32_t>(stripes_.size());
     const uint32_t start =
         rotation_.fetch_add(7, std::memory_order_relaxed) & stripe_mask_;
     scratch.deferred.clear();
+    absl::Status status;
     for (uint32_t k = 0; k < num_stripes; ++k) {
       const uint32_t s = (start + k) & stripe_mask_;
       const uint32_t begin = scratch.group_begin[s];
@@ -532,7 +518,7 @@ class MemoryTable final : public Table {
       if (begin == end) continue;
       Stripe& stripe = *stripes_[s];
       if (stripe.mu.TryLock()) {
-        work(stripe, begin, end);
+        status.Update(work(stripe, begin, end));
         stripe.mu.Unlock();
       } else {
         scratch.deferred.push_back(static_cast<int32_t>(s));
@@ -540,9 +526,10 @@ class MemoryTable final : public Table {
     }
     for (int32_t s : scratch.deferred) {
       Stripe& stripe = *stripes_[s];
-      absl::MutexLock lock(&stripe.mu);
-      work(stripe, scratch.group_begin[s], scratch.group_begin[s + 1]);
+      MutexLock lock(&stripe.mu);
+      status.Update(work(stripe, scratch.group_begin[s], scratch.group_begin[s + 1]));
     }
+    return status;
   }
 
   // Finds the row of each grouped position in [begin, end) into
@@ -582,9 +569,9 @@ class MemoryTable final : public Table {
   }
 
   // A new row for `key` with its initial values and optimizer state.
-  RowId CreateRow(Stripe& stripe, uint64_t key, uint64_t hash, uint32_t touch)
+  absl::StatusOr<RowId> CreateRow(Stripe& stripe, uint64_t key, uint32_t touch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-    const RowId id = stripe.AllocateRow(key, touch);
+    ASSIGN_OR_RETURN(const RowId id, stripe.AllocateRow(key, touch));
     float* row = stripe.Row(id);
     InitialRow(spec_.initializer, spec_.seed, key,
                absl::MakeSpan(row + kHeaderFloats, dim_));
@@ -594,12 +581,16 @@ class MemoryTable final : public Table {
     return id;
   }
 
-  void PullGroup(Stripe& stripe, absl::Span<const uint64_t> keys,
-                 absl::Span<float> values, BatchScratch& scratch,
-                 uint32_t begin, uint32_t end, uint32_t touch)
+  absl::Status PullGroup(Stripe& stripe, absl::Span<const uint64_t> keys,
+                         absl::Span<float> values, BatchScratch& scratch,
+                         uint32_t begin, uint32_t end, uint32_t touch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     FindRows(stripe, keys, scratch, begin, end, /*for_write=*/false);
     for (uint32_t j = begin; j < end; ++j) {
+      if (j + kRowPrefetchDistance < end &&
+          scratch.rows[j + kRowPrefetchDistance] != kNoRow) {
+        PrefetchWrite(stripe.Row(scratch.rows[j + kRowPrefetchDistance]));
+      }
       const uint32_t pos = scratch.order[j];
       float* out = values.data() + static_cast<size_t>(pos) * dim_;
       RowId id = scratch.rows[j];
@@ -612,7 +603,7 @@ class MemoryTable final : public Table {
         if (it != stripe.index().end()) {
           id = *it;
         } else if (stripe.admission().RecordSighting(key)) {
-          id = CreateRow(stripe, key, probe.hash, touch);
+          ASSIGN_OR_RETURN(id, CreateRow(stripe, key, touch));
         } else {
           ++stripe.counters().admission_rejected;
           InitialRow(spec_.initializer, spec_.seed, key,
@@ -625,11 +616,12 @@ class MemoryTable final : public Table {
       if (header.access_count != UINT32_MAX) ++header.access_count;
       std::memcpy(out, stripe.Row(id) + kHeaderFloats, sizeof(float) * dim_);
     }
+    return absl::OkStatus();
   }
 
-  void PushGroup(Stripe& stripe, absl::Span<const uint64_t> keys,
-                 absl::Span<const float> grads, BatchScratch& scratch,
-                 uint32_t begin, uint32_t end, uint32_t touch)
+  absl::Status PushGroup(Stripe& stripe, absl::Span<const uint64_t> keys,
+                         absl::Span<const float> grads, BatchScratch& scratch,
+                         uint32_t begin, uint32_t end, uint32_t touch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     FindRows(stripe, keys, scratch, begin, end, /*for_write=*/true);
     const bool create_missing =
@@ -642,65 +634,61 @@ class MemoryTable final : public Table {
       if (it != stripe.index().end()) {
         scratch.rows[j] = *it;  // created by an earlier duplicate
       } else if (create_missing) {
-        scratch.rows[j] = CreateRow(stripe, key, probe.hash, touch);
+        ASSIGN_OR_RETURN(scratch.rows[j], CreateRow(stripe, key, touch));
       } else {
         ++stripe.counters().pushes_dropped;
       }
     }
-    // Duplicates: mark each row id in a bitmap; a second mark means the
-    // batch names the key twice.
-    std::vector<uint64_t>& seen = scratch.seen_rows;
+    // Duplicates: a row id marked twice in `seen` is named more than once;
+    // `repeated` marks those rows. Both bitmaps are cleared on the way out.
     const size_t words = (static_cast<size_t>(stripe.used_rows()) + 63) / 64;
-    if (seen.size() < words) seen.resize(words, 0);
-    bool duplicates = false;
+    if (scratch.seen_rows.size() < words) {
+      scratch.seen_rows.resize(words, 0);
+      scratch.repeated_rows.resize(words, 0);
+    }
+    uint64_t* seen = scratch.seen_rows.data();
+    uint64_t* repeated = scratch.repeated_rows.data();
+    bool any_repeated = false;
     for (uint32_t j = begin; j < end; ++j) {
       const RowId id = scratch.rows[j];
       if (id == kNoRow) continue;
       const uint64_t bit = uint64_t{1} << (id & 63);
-      duplicates |= (seen[id >> 6] & bit) != 0;
+      if (seen[id >> 6] & bit) {
+        repeated[id >> 6] |= bit;
+        any_repeated = true;
+      }
       seen[id >> 6] |= bit;
     }
-    for (uint32_t j = begin; j < end; ++j) {
-      if (scratch.rows[j] != kNoRow) seen[scratch.rows[j] >> 6] = 0;
-    }
-    if (duplicates) {
-      PushGroupWithDuplicates(stripe, grads, scratch, begin, end, touch);
-      return;
-    }
+    // Rows named once get their gradient directly; repeated rows sum their
+    // gradients in batch order (0 + g1 + g2 ... equals g1 + g2 ... exactly)
+    // and get one update at the end.
+    scratch.repeated_slot.clear();
+    scratch.repeated_sums.clear();
     for (uint32_t j = begin; j < end; ++j) {
       const RowId id = scratch.rows[j];
       if (id == kNoRow) continue;
-      ApplyToRow(stripe, id,
-                 grads.data() + static_cast<size_t>(scratch.order[j]) * dim_,
-                 touch);
-    }
-  }
-
-  // Sums the gradients of each distinct row in batch order, then applies
-  // the optimizer once per row.
-  void PushGroupWithDuplicates(Stripe& stripe, absl::Span<const float> grads,
-                               const BatchScratch& scratch, uint32_t begin,
-                               uint32_t end, uint32_t touch)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-    absl::flat_hash_map<RowId, size_t> slot_of_row;
-    std::vector<RowId> distinct_rows;
-    std::vector<float> sums;
-    for (uint32_t j = begin; j < end; ++j) {
-      const RowId id = scratch.rows[j];
-      if (id == kNoRow) continue;
-      const float* g = grads.data() + static_cast<size_t>(scratch.order[j]) * dim_;
-      auto [it, inserted] = slot_of_row.try_emplace(id, distinct_rows.size());
-      if (inserted) {
-        distinct_rows.push_back(id);
-        sums.insert(sums.end(), g, g + dim_);
-      } else {
-        float* sum = sums.data() + it->second * dim_;
-        for (int32_t d = 0; d < dim_; ++d) sum[d] += g[d];
+      const float* grad =
+          grads.data() + static_cast<size_t>(scratch.order[j]) * dim_;
+      if (!any_repeated || !(repeated[id >> 6] & (uint64_t{1} << (id & 63)))) {
+        ApplyToRow(stripe, id, grad, touch);
+        continue;
       }
+      auto [it, inserted] =
+          scratch.repeated_slot.try_emplace(id, scratch.repeated_slot.size());
+      if (inserted) scratch.repeated_sums.resize(scratch.repeated_sums.size() + dim_, 0.0f);
+      float* sum = scratch.repeated_sums.data() + it->second * dim_;
+      for (int32_t d = 0; d < dim_; ++d) sum[d] += grad[d];
     }
-    for (size_t k = 0; k < distinct_rows.size(); ++k) {
-      ApplyToRow(stripe, distinct_rows[k], sums.data() + k * dim_, touch);
+    for (const auto& [id, slot] : scratch.repeated_slot) {
+      ApplyToRow(stripe, id, scratch.repeated_sums.data() + slot * dim_, touch);
     }
+    for (uint32_t j = begin; j < end; ++j) {
+      const RowId id = scratch.rows[j];
+      if (id == kNoRow) continue;
+      seen[id >> 6] = 0;
+      repeated[id >> 6] = 0;
+    }
+    return absl::OkStatus();
   }
 
   void ApplyToRow(Stripe& stripe, RowId id, const float* grad, uint32_t touch)

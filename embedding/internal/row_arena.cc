@@ -1,0 +1,51 @@
+#include "embedding/internal/row_arena.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace embedps::embedding_internal {
+namespace {
+
+// The first reservation; later ones double.
+constexpr size_t kInitialBytes = 64 * 1024;
+
+}  // namespace
+
+RowArena::~RowArena() {
+  if (base_ != nullptr) munmap(base_, reserved_bytes());
+}
+
+absl::Status RowArena::Reserve(uint64_t rows) {
+  if (rows <= capacity_) return absl::OkStatus();
+  uint64_t new_capacity =
+      std::max<uint64_t>(capacity_ == 0 ? kInitialBytes / row_bytes_ : capacity_ * 2, 8);
+  while (new_capacity < rows) new_capacity *= 2;
+  if (new_capacity > (uint64_t{1} << 48) / row_bytes_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "cannot reserve ", new_capacity, " rows of ", row_bytes_,
+        " bytes: beyond the address space"));
+  }
+  const size_t new_bytes = new_capacity * row_bytes_;
+  void* region =
+      base_ == nullptr
+          ? mmap(nullptr, new_bytes, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+          : mremap(base_, reserved_bytes(), new_bytes, MREMAP_MAYMOVE);
+  if (region == MAP_FAILED) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot reserve ", new_bytes, " bytes for ", new_capacity,
+                     " rows: ", std::strerror(errno)));
+  }
+  // Advice only: where THP is off this fails harmlessly and pages stay small.
+  madvise(region, new_bytes, MADV_HUGEPAGE);
+  base_ = static_cast<char*>(region);
+  capacity_ = new_capacity;
+  return absl::OkStatus();
+}
+
+}  // namespace embedps::embedding_internal

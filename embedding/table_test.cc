@@ -1,0 +1,358 @@
+#include "embedding/table.h"
+
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "common/status_matchers.h"
+#include "embedding/initializer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace embedps::embedding {
+namespace {
+
+using ::embedps::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr int kDim = 8;
+
+TableSpec SgdSpec(const std::string& name = "t") {
+  TableSpec spec;
+  spec.name = name;
+  spec.dim = kDim;
+  spec.seed = 5;
+  spec.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  spec.optimizer.learning_rate = 0.5f;
+  return spec;
+}
+
+std::vector<float> InitialOf(const TableSpec& spec, uint64_t key) {
+  std::vector<float> row(spec.dim);
+  InitialRow(spec.initializer, spec.seed, key, absl::MakeSpan(row));
+  return row;
+}
+
+std::vector<float> PullOne(Table& table, uint64_t key) {
+  std::vector<float> row(table.spec().dim);
+  EXPECT_OK(table.Pull({{key}}, absl::MakeSpan(row)));
+  return row;
+}
+
+TEST(TableTest, PullCreatesRowsWithTheirInitialValues) {
+  const TableSpec spec = SgdSpec();
+  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  const std::vector<uint64_t> keys = {0, 1, 42, ~uint64_t{0}, 1ull << 63};
+  std::vector<float> values(keys.size() * kDim);
+  ASSERT_OK(table->Pull(keys, absl::MakeSpan(values)));
+  for (size_t k = 0; k < keys.size(); ++k) {
+    EXPECT_EQ(std::vector<float>(values.begin() + k * kDim,
+                                 values.begin() + (k + 1) * kDim),
+              InitialOf(spec, keys[k]));
+  }
+  const TableStats stats = table->Stats();
+  EXPECT_EQ(stats.rows, keys.size());
+  EXPECT_EQ(stats.admitted, keys.size());
+  EXPECT_EQ(stats.pulled_keys, keys.size());
+  EXPECT_EQ(stats.pull_requests, 1u);
+}
+
+TEST(TableTest, PullReturnsDuplicatesAndKeepsOrder) {
+  const TableSpec spec = SgdSpec();
+  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  const std::vector<uint64_t> keys = {9, 3, 9, 9, 3, 77};
+  std::vector<float> values(keys.size() * kDim);
+  ASSERT_OK(table->Pull(keys, absl::MakeSpan(values)));
+  for (size_t k = 0; k < keys.size(); ++k) {
+    EXPECT_EQ(std::vector<float>(values.begin() + k * kDim,
+                                 values.begin() + (k + 1) * kDim),
+              InitialOf(spec, keys[k]));
+  }
+  EXPECT_EQ(table->Stats().rows, 3u);
+}
+
+TEST(TableTest, PushAppliesSgdExactly) {
+  const TableSpec spec = SgdSpec();
+  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  const std::vector<float> before = PullOne(*table, 12);
+  std::vector<float> grad(kDim);
+  for (int d = 0; d < kDim; ++d) grad[d] = 0.25f * d;
+  ASSERT_OK(table->Push({{12}}, grad));
+  const std::vector<float> after = PullOne(*table, 12);
+  for (int d = 0; d < kDim; ++d) EXPECT_EQ(after[d], before[d] - 0.5f * grad[d]);
+}
+
+// Adagrad distinguishes "one update with the summed gradient" from "two
+// updates": a+=(g1+g2)² then one step, versus two steps.
+TEST(TableTest, DuplicateKeysInOnePushAreSummedAndAppliedOnce) {
+  TableSpec spec = SgdSpec();
+  spec.optimizer.kind = OptimizerSpec::Kind::kAdagrad;
+  spec.optimizer.learning_rate = 0.1f;
+  ASSERT_OK_AND_ASSIGN(auto with_duplicates, Table::Create(spec));
+  ASSERT_OK_AND_ASSIGN(auto pre_summed, Table::Create(spec));
+
+  const std::vector<uint64_t> dup_keys = {5, 6, 5, 5};
+  std::vector<float> dup_grads(dup_keys.size() * kDim);
+  for (size_t i = 0; i < dup_grads.size(); ++i) dup_grads[i] = 0.01f * (i % 7 + 1);
+  ASSERT_OK(with_duplicates->Push(dup_keys, dup_grads));
+
+  std::vector<float> summed(2 * kDim, 0.0f);
+  for (int d = 0; d < kDim; ++d) {
+    summed[d] = dup_grads[0 * kDim + d] + dup_grads[2 * kDim + d] +
+                dup_grads[3 * kDim + d];
+    summed[kDim + d] = dup_grads[1 * kDim + d];
+  }
+  ASSERT_OK(pre_summed->Push({{5, 6}}, summed));
+
+  EXPECT_EQ(PullOne(*with_duplicates, 5), PullOne(*pre_summed, 5));
+  EXPECT_EQ(PullOne(*with_duplicates, 6), PullOne(*pre_summed, 6));
+  EXPECT_EQ(with_duplicates->Stats().rows, 2u);
+}
+
+TEST(TableTest, ManyRowsAcrossChunksAndRehashesKeepTheirValues) {
+  TableSpec spec = SgdSpec();
+  spec.num_stripes = 4;
+  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  constexpr int kKeys = 50000;
+  std::vector<uint64_t> keys(kKeys);
+  std::mt19937_64 rng(3);
+  for (auto& k : keys) k = rng();
+  std::vector<float> values(keys.size() * kDim);
+  ASSERT_OK(table->Pull(keys, absl::MakeSpan(values)));
+  std::vector<float> grads(keys.size() * kDim);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = (i % 5) * 0.125f;
+  ASSERT_OK(table->Push(keys, grads));
+  ASSERT_OK(table->Pull(keys, absl::MakeSpan(values)));
+  for (int k = 0; k < kKeys; k += 997) {
+    const std::vector<float> init = InitialOf(spec, keys[k]);
+    for (int d = 0; d < kDim; ++d) {
+      ASSERT_EQ(values[k * kDim + d], init[d] - 0.5f * grads[k * kDim + d]);
+    }
+  }
+  EXPECT_EQ(table->Stats().rows, static_cast<uint64_t>(kKeys));
+}
+
+TEST(TableTest, LookupIsReadOnlyAndReportsMisses) {
+  const TableSpec spec = SgdSpec();
+  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  const std::vector<float> row = PullOne(*table, 1);
+  std::vector<float> values(3 * kDim, -1.0f);
+  bool found[3];
+  ASSERT_OK_AND_ASSIGN(uint64_t hits,
+                       table->Lookup({{1, 2, 1}}, absl::MakeSpan(values),
+                                     absl::MakeSpan(found)));
+  EXPECT_EQ(hits, 2u);
+  EXPECT_TRUE(found[0]);
+  EXPECT_FALSE(found[1]);
+  EXPECT_TRUE(found[2]);
+  EXPECT_EQ(std::vector<float>(values.begin(), values.begin() + kDim), row);
+  for (int d = 0; d < kDim; ++d) EXPECT_EQ(values[kDim + d], 0.0f);
+  const TableStats stats = table->Stats();
+  EXPECT_EQ(stats.rows, 1u);  // the miss created nothing
+  EXPECT_EQ(stats.looked_up_keys, 3u);
+}
+
+TEST(TableTest, EraseRemovesRowsAndFreedRowsAreReused) {
+  const TableSpec spec = SgdSpec();
+  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  std::vector<uint64_t> keys(1000);
+  for (int i = 0; i < 1000; ++i) keys[i] = i;
+  std::vector<float> values(keys.size() * kDim);
+  ASSERT_OK(table->Pull(keys, absl::MakeSpan(values)));
+  const uint64_t bytes_full = table->Stats().resident_bytes;
+  std::vector<float> grads(keys.size() * kDim, 1.0f);
+  ASSERT_OK(table->Push(keys, grads));
+
+  EXPECT_EQ(table->Erase(absl::MakeConstSpan(keys).subspan(0, 500)), 500u);
+  EXPECT_EQ(table->Erase({{0, 1, 999999}}), 0u);  // already gone / never there
+  EXPECT_EQ(table->Stats().rows, 500u);
+  EXPECT_EQ(table->Stats().erased, 500u);
+
+  // An erased key comes back fresh, in a reused row: no new memory.
+  std::vector<uint64_t> other(500);
+  for (int i = 0; i < 500; ++i) other[i] = 100000 + i;
+  ASSERT_OK(table->Pull(other, absl::MakeSpan(values).subspan(0, 500 * kDim)));
+  EXPECT_EQ(PullOne(*table, 3), InitialOf(spec, 3));
+  EXPECT_LE(table->Stats().resident_bytes, bytes_full + 64 * 1024);
+}
+
+TEST(TableTest, ScanVisitsEveryRowOnceWithItsState) {
+  TableSpec spec = SgdSpec();
+  spec.optimizer.kind = OptimizerSpec::Kind::kAdagrad;
+  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  std::vector<uint64_t> keys(3000);
+  for (int i = 0; i < 3000; ++i) keys[i] = i * 7919;
+  std::vector<float> values(keys.size() * kDim);
+  ASSERT_OK(table->Pull(keys, absl::MakeSpan(values), AccessContext{4}));
+  EXPECT_EQ(table->Erase({{0}}), 1u);
+  std::map<uint64_t, int> visits;
+  table->Scan([&](const RowView& row) {
+    ++visits[row.key];
+    EXPECT_EQ(row.embedding.size(), static_cast<size_t>(kDim));
+    EXPECT_EQ(row.optimizer_state.size(), static_cast<size_t>(kDim));
+    EXPECT_EQ(row.access_count, 1u);
+    EXPECT_EQ(row.last_touch, 4u);
+  });
+  EXPECT_EQ(visits.size(), 2999u);
+  for (const auto& [key, count] : visits) EXPECT_EQ(count, 1) << key;
+  EXPECT_EQ(visits.count(0), 0u);
+}
+
+TEST(TableTest, BadInputIsRefusedAndChangesNothing) {
+  const TableSpec spec = SgdSpec("bad_input");
+  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  const std::vector<float> before = PullOne(*table, 1);
+  const std::vector<uint64_t> keys = {1, 2};
+  std::vector<float> too_few(2 * kDim - 1);
+  std::vector<float> too_many(3 * kDim);
+  std::vector<float> odd(2 * kDim + 3);
+
+  EXPECT_THAT(table->Pull(keys, absl::MakeSpan(too_few)),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("2 keys need 16 values (dim 8), got 15")));
+  EXPECT_THAT(table->Push(keys, too_many),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("got 24 (3 rows)")));
+  EXPECT_THAT(table->Push(keys, odd),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("not a multiple of dim")));
+  bool found[1];
+  std::vector<float> values(2 * kDim);
+  EXPECT_THAT(table->Lookup(keys, absl::MakeSpan(values), absl::MakeSpan(found)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("found flags")));
+
+  // NaN or Inf anywhere refuses the whole Push: key 1's valid gradient is
+  // not applied either.
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(),
+                    std::numeric_limits<float>::infinity(),
+                    -std::numeric_limits<float>::infinity()}) {
+    std::vector<float> grads(2 * kDim, 1.0f);
+    grads[kDim + 3] = bad;
+    EXPECT_THAT(table->Push(keys, grads),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("gradient of key 2 (batch position 1, element 3)")));
+  }
+  EXPECT_EQ(PullOne(*table, 1), before);
+  const TableStats stats = table->Stats();
+  EXPECT_EQ(stats.rows, 1u);  // key 2 was never created
+  EXPECT_EQ(stats.push_requests, 0u);
+
+  // Empty batches are fine and do nothing.
+  EXPECT_OK(table->Pull({}, {}));
+  EXPECT_OK(table->Push({}, {}));
+  EXPECT_THAT(table->Lookup({}, {}, {}), ::embedps::testing::IsOk());
+  EXPECT_EQ(table->Erase({}), 0u);
+  EXPECT_EQ(table->Stats().rows, 1u);
+}
+
+TEST(TableTest, TtlInStepsEvictsUntouchedRows) {
+  TableSpec spec = SgdSpec();
+  spec.eviction.ttl = 10;
+  spec.eviction.ttl_unit = EvictionSpec::TtlUnit::kSteps;
+  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  std::vector<float> v(2 * kDim);
+  ASSERT_OK(table->Pull({{1, 2}}, absl::MakeSpan(v), AccessContext{100}));
+  std::vector<float> g(kDim, 1.0f);
+  ASSERT_OK(table->Push({{2}}, g, AccessContext{105}));  // a push touches too
+  ASSERT_OK(table->Pull({{3}}, absl::MakeSpan(v).subspan(0, kDim), AccessContext{110}));
+  EXPECT_EQ(table->SweepExpired(), 0u);  // 110-100 is not > 10
+  ASSERT_OK(table->Pull({{3}}, absl::MakeSpan(v).subspan(0, kDim), AccessContext{111}));
+  EXPECT_EQ(table->SweepExpired(), 1u);  // key 1
+  bool found[3];
+  std::vector<float> lv(3 * kDim);
+  ASSERT_OK_AND_ASSIGN(uint64_t hits, table->Lookup({{1, 2, 3}}, absl::MakeSpan(lv),
+                                                    absl::MakeSpan(found)));
+  EXPECT_EQ(hits, 2u);
+  EXPECT_FALSE(found[0]);
+  EXPECT_EQ(table->Stats().evicted, 1u);
+  ASSERT_OK(table->Pull({{3}}, absl::MakeSpan(v).subspan(0, kDim), AccessContext{200}));
+  EXPECT_EQ(table->SweepExpired(), 1u);  // key 2 (touched at 105)
+  EXPECT_EQ(table->Stats().rows, 1u);
+}
+
+TEST(TableTest, TtlInSecondsUsesTheClock) {
+  TableSpec spec = SgdSpec();
+  spec.eviction.ttl = 60;
+  spec.eviction.ttl_unit = EvictionSpec::TtlUnit::kSeconds;
+  auto now = std::make_shared<std::atomic<int64_t>>(1000);
+  TableOptions options;
+  options.clock = [now] { return absl::FromUnixSeconds(now->load()); };
+  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec, options));
+  std::vector<float> v(kDim);
+  ASSERT_OK(table->Pull({{1}}, absl::MakeSpan(v)));
+  now->store(1030);
+  ASSERT_OK(table->Pull({{2}}, absl::MakeSpan(v)));
+  now->store(1061);
+  EXPECT_EQ(table->SweepExpired(), 1u);
+  now->store(1091);
+  EXPECT_EQ(table->SweepExpired(), 1u);
+  EXPECT_EQ(table->Stats().rows, 0u);
+}
+
+TEST(TableTest, TtlOffNeverEvicts) {
+  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(SgdSpec()));
+  std::vector<float> v(kDim);
+  ASSERT_OK(table->Pull({{1}}, absl::MakeSpan(v), AccessContext{1}));
+  ASSERT_OK(table->Pull({{2}}, absl::MakeSpan(v), AccessContext{1u << 30}));
+  EXPECT_EQ(table->SweepExpired(), 0u);
+}
+
+// The sweep releases stripe locks every few thousand rows: Pulls of live
+// rows run while it removes expired ones, and see correct values.
+TEST(TableTest, SweepRunsAlongsidePulls) {
+  TableSpec spec = SgdSpec();
+  spec.num_stripes = 1;  // one stripe: the sweep and pulls contend
+  spec.eviction.ttl = 5;
+  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  constexpr int kStale = 200000;
+  std::vector<uint64_t> stale(kStale);
+  for (int i = 0; i < kStale; ++i) stale[i] = 1000000 + i;
+  std::vector<float> values(stale.size() * kDim);
+  ASSERT_OK(table->Pull(stale, absl::MakeSpan(values), AccessContext{1}));
+  const std::vector<uint64_t> live = {1, 2, 3};
+  std::vector<float> live_values(live.size() * kDim);
+  ASSERT_OK(table->Pull(live, absl::MakeSpan(live_values), AccessContext{100}));
+
+  std::atomic<bool> sweeping{true};
+  std::atomic<int> pulls_during_sweep{0};
+  std::thread puller([&] {
+    std::vector<float> out(live.size() * kDim);
+    while (sweeping.load()) {
+      ASSERT_OK(table->Pull(live, absl::MakeSpan(out), AccessContext{100}));
+      ASSERT_EQ(out, live_values);
+      pulls_during_sweep.fetch_add(1);
+    }
+  });
+  EXPECT_EQ(table->SweepExpired(), static_cast<uint64_t>(kStale));
+  sweeping.store(false);
+  puller.join();
+  EXPECT_EQ(table->Stats().rows, live.size());
+  std::printf("pulls completed during the sweep: %d\n", pulls_during_sweep.load());
+}
+
+TEST(TableTest, MemoryIsAccountedAndOverBudgetIsVisible) {
+  TableSpec spec = SgdSpec();
+  spec.optimizer.kind = OptimizerSpec::Kind::kAdagrad;
+  spec.memory_budget_bytes = 4 << 20;
+  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  EXPECT_FALSE(table->Stats().over_budget);
+  std::vector<uint64_t> keys(100000);
+  for (int i = 0; i < 100000; ++i) keys[i] = i;
+  std::vector<float> values(keys.size() * kDim);
+  ASSERT_OK(table->Pull(keys, absl::MakeSpan(values)));
+  const TableStats stats = table->Stats();
+  EXPECT_EQ(stats.payload_bytes, 100000u * 2 * kDim * sizeof(float));
+  // Header (16 B) and index come on top of the payload, nothing else big.
+  EXPECT_GT(stats.resident_bytes, stats.payload_bytes + 100000u * 16);
+  EXPECT_LT(stats.resident_bytes, stats.payload_bytes + 100000u * 48);
+  EXPECT_TRUE(stats.over_budget);
+  EXPECT_EQ(stats.memory_budget_bytes, 4u << 20);
+}
+
+}  // namespace
+}  // namespace embedps::embedding

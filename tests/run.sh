@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Runs every embedps test: unit tests beside the code and the multi-process
+# tests under tests/. Installs what is missing first (deploy/setup.sh).
+#
+#   tests/run.sh [extra bazel test flags, e.g. --config=asan]
+#
+# Ends with Bazel's summary and one line "N passed, N failed" (test targets),
+# exits non-zero if any test failed or the build broke, and leaves no
+# process behind.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+
+deploy/setup.sh || exit 1
+tools/cuda_status.sh
+
+log=$(mktemp)
+trap 'rm -f "$log"; bazel shutdown >/dev/null 2>&1' EXIT
+
+bazel test //... --test_summary=short --color=no --curses=no "$@" 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+
+# Bazel's per-target lines: "//pkg:target   (cached) PASSED in 0.1s".
+passed=$(grep -cE '^//[^ ]+ +(\(cached\) +)?PASSED' "$log")
+failed=$(grep -cE '^//[^ ]+ +(\(cached\) +)?(FAILED|TIMEOUT|FLAKY|NO STATUS|INCOMPLETE|FAILED TO BUILD)' "$log")
+if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
+  failed=1  # the build itself failed before any test could report
+fi
+echo "$passed passed, $failed failed"
+[ "$status" -eq 0 ] && [ "$failed" -eq 0 ]
