@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace embedps::embedding {
 namespace {
@@ -71,19 +72,14 @@ absl::Status ValidateOptimizer(const OptimizerSpec& opt) {
       return positive("optimizer.learning_rate", opt.learning_rate);
     case OptimizerSpec::Kind::kAdagrad:
     case OptimizerSpec::Kind::kRowWiseAdagrad: {
-      absl::Status s = positive("optimizer.learning_rate", opt.learning_rate);
-      if (!s.ok()) return s;
-      s = non_negative("optimizer.initial_accumulator", opt.initial_accumulator);
-      if (!s.ok()) return s;
-      s = positive("optimizer.epsilon", opt.epsilon);
-      if (!s.ok()) return s;
+      RETURN_IF_ERROR(positive("optimizer.learning_rate", opt.learning_rate));
+      RETURN_IF_ERROR(non_negative("optimizer.initial_accumulator", opt.initial_accumulator));
+      RETURN_IF_ERROR(positive("optimizer.epsilon", opt.epsilon));
       return absl::OkStatus();
     }
     case OptimizerSpec::Kind::kAdam: {
-      absl::Status s = positive("optimizer.learning_rate", opt.learning_rate);
-      if (!s.ok()) return s;
-      s = positive("optimizer.epsilon", opt.epsilon);
-      if (!s.ok()) return s;
+      RETURN_IF_ERROR(positive("optimizer.learning_rate", opt.learning_rate));
+      RETURN_IF_ERROR(positive("optimizer.epsilon", opt.epsilon));
       if (!IsFinite(opt.beta1) || opt.beta1 < 0 || opt.beta1 >= 1) {
         return Invalid("optimizer.beta1",
                        absl::StrCat("must be in [0, 1), got ", opt.beta1));
@@ -95,14 +91,10 @@ absl::Status ValidateOptimizer(const OptimizerSpec& opt) {
       return absl::OkStatus();
     }
     case OptimizerSpec::Kind::kFtrl: {
-      absl::Status s = positive("optimizer.ftrl_alpha", opt.ftrl_alpha);
-      if (!s.ok()) return s;
-      s = non_negative("optimizer.ftrl_beta", opt.ftrl_beta);
-      if (!s.ok()) return s;
-      s = non_negative("optimizer.ftrl_l1", opt.ftrl_l1);
-      if (!s.ok()) return s;
-      s = non_negative("optimizer.ftrl_l2", opt.ftrl_l2);
-      if (!s.ok()) return s;
+      RETURN_IF_ERROR(positive("optimizer.ftrl_alpha", opt.ftrl_alpha));
+      RETURN_IF_ERROR(non_negative("optimizer.ftrl_beta", opt.ftrl_beta));
+      RETURN_IF_ERROR(non_negative("optimizer.ftrl_l1", opt.ftrl_l1));
+      RETURN_IF_ERROR(non_negative("optimizer.ftrl_l2", opt.ftrl_l2));
       if (opt.ftrl_beta == 0 && opt.ftrl_l2 == 0) {
         return Invalid("optimizer.ftrl_beta",
                        "and ftrl_l2 cannot both be 0 (the first update would "
@@ -166,12 +158,9 @@ absl::Status ValidateTableSpec(const TableSpec& spec) {
                    absl::StrCat("must be a power of two in [1, 4096], got ",
                                 spec.num_stripes));
   }
-  absl::Status s = ValidateInitializer(spec.initializer);
-  if (!s.ok()) return s;
-  s = ValidateOptimizer(spec.optimizer);
-  if (!s.ok()) return s;
-  s = ValidateAdmission(spec.admission);
-  if (!s.ok()) return s;
+  RETURN_IF_ERROR(ValidateInitializer(spec.initializer));
+  RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer));
+  RETURN_IF_ERROR(ValidateAdmission(spec.admission));
   if (spec.eviction.ttl_unit != EvictionSpec::TtlUnit::kSteps &&
       spec.eviction.ttl_unit != EvictionSpec::TtlUnit::kSeconds) {
     return Invalid("eviction.ttl_unit", "is not a known unit");

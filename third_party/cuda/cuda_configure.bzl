@@ -1,7 +1,8 @@
 """Detects a CUDA toolkit and exposes it as the @local_cuda repository.
 
 The toolkit is looked for under $CUDA_HOME, then /usr/local/cuda (a plain
-Debian machine has neither). The generated repository always has
+Debian machine has neither). EMBEDPS_CUDA=off builds as if there were none
+(to check the CUDA-less build on a machine that has a toolkit). The generated repository always has
 `defs.bzl` with `CUDA_AVAILABLE`; when the toolkit is present it also has
 `:cuda_headers`, `:cudart`, `:cublas` and `:nccl` and `NVCC` (the
 compiler's path). BUILD files declare CUDA targets through the macros in
@@ -10,9 +11,12 @@ compiler's path). BUILD files declare CUDA targets through the macros in
 
 def _cuda_configure_impl(rctx):
     candidates = []
-    if rctx.os.environ.get("CUDA_HOME"):
+    if rctx.os.environ.get("EMBEDPS_CUDA", "auto") == "off":
+        candidates = []
+    elif rctx.os.environ.get("CUDA_HOME"):
         candidates.append(rctx.os.environ["CUDA_HOME"])
-    candidates.append("/usr/local/cuda")
+    if rctx.os.environ.get("EMBEDPS_CUDA", "auto") != "off":
+        candidates.append("/usr/local/cuda")
     root = None
     for candidate in candidates:
         if rctx.path(candidate + "/bin/nvcc").exists and rctx.path(candidate + "/include/cuda_runtime.h").exists:
@@ -21,7 +25,8 @@ def _cuda_configure_impl(rctx):
 
     rctx.file("WORKSPACE", 'workspace(name = "local_cuda")\n')
     if root == None:
-        print("embedps: no CUDA toolkit under $CUDA_HOME or /usr/local/cuda; " +
+        print("embedps: no CUDA toolkit under $CUDA_HOME or /usr/local/cuda " +
+              "(or EMBEDPS_CUDA=off); " +
               "CUDA targets are left out of this build.")
         rctx.file("defs.bzl", "CUDA_AVAILABLE = False\nNVCC = None\n")
         rctx.file("BUILD.bazel", "")
@@ -67,6 +72,6 @@ cc_library(
 
 cuda_configure = repository_rule(
     implementation = _cuda_configure_impl,
-    environ = ["CUDA_HOME"],
+    environ = ["CUDA_HOME", "EMBEDPS_CUDA"],
     local = True,
 )
