@@ -11,9 +11,9 @@
 #define EMBEDPS_COMMON_LOGGING_H_
 
 #include <memory>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "spdlog/spdlog.h"
 
 namespace embedps {

@@ -27,7 +27,9 @@ class ABSL_LOCKABLE Mutex {
   void Lock() ABSL_EXCLUSIVE_LOCK_FUNCTION() { mu_.lock(); }
   void Unlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock(); }
   // Takes the lock if it is free; never waits.
-  bool TryLock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) { return mu_.try_lock(); }
+  bool TryLock() ABSL_EXCLUSIVE_TRYLOCK_FUNCTION(true) {
+    return mu_.try_lock();
+  }
   void ReaderLock() ABSL_SHARED_LOCK_FUNCTION() { mu_.lock_shared(); }
   void ReaderUnlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock_shared(); }
 

@@ -16,20 +16,20 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-#define RETURN_IF_ERROR(expr)                                        \
-  do {                                                               \
-    const ::absl::Status embedps_status_macro_status_ = (expr);      \
-    if (!embedps_status_macro_status_.ok()) {                        \
-      return embedps_status_macro_status_;                           \
-    }                                                                \
+#define RETURN_IF_ERROR(expr)                                   \
+  do {                                                          \
+    const ::absl::Status embedps_status_macro_status_ = (expr); \
+    if (!embedps_status_macro_status_.ok()) {                   \
+      return embedps_status_macro_status_;                      \
+    }                                                           \
   } while (false)
 
 #define EMBEDPS_STATUS_MACROS_CONCAT_INNER(x, y) x##y
 #define EMBEDPS_STATUS_MACROS_CONCAT(x, y) \
   EMBEDPS_STATUS_MACROS_CONCAT_INNER(x, y)
 
-#define ASSIGN_OR_RETURN(lhs, rexpr)                                          \
-  EMBEDPS_ASSIGN_OR_RETURN_IMPL(                                              \
+#define ASSIGN_OR_RETURN(lhs, rexpr) \
+  EMBEDPS_ASSIGN_OR_RETURN_IMPL(     \
       EMBEDPS_STATUS_MACROS_CONCAT(embedps_statusor_, __LINE__), lhs, rexpr)
 
 #define EMBEDPS_ASSIGN_OR_RETURN_IMPL(statusor, lhs, rexpr) \

@@ -47,7 +47,8 @@ TEST(StatusMacrosTest, ReturnIfErrorStopsAtFirstFailureAndEvaluatesOnce) {
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(calls, 1);
   calls = 0;
-  EXPECT_THAT(TwiceChecked(6, &calls), StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(TwiceChecked(6, &calls),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_EQ(calls, 2);
 }
 
@@ -61,8 +62,10 @@ TEST(StatusMacrosTest, AssignOrReturnPropagatesValueAndError) {
 TEST(StatusMatchersTest, MatchesCodeAndMessage) {
   absl::Status status = absl::NotFoundError("table 'users' not found");
   EXPECT_THAT(status, StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_THAT(status, StatusIs(absl::StatusCode::kNotFound, HasSubstr("users")));
-  EXPECT_THAT(status, Not(StatusIs(absl::StatusCode::kNotFound, HasSubstr("items"))));
+  EXPECT_THAT(status,
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("users")));
+  EXPECT_THAT(status,
+              Not(StatusIs(absl::StatusCode::kNotFound, HasSubstr("items"))));
   EXPECT_THAT(status, Not(StatusIs(absl::StatusCode::kInternal)));
   EXPECT_THAT(status, Not(::embedps::testing::IsOk()));
 }

@@ -1,7 +1,8 @@
 // gtest matchers for absl::Status and absl::StatusOr<T> (test-only).
 //
 //   EXPECT_THAT(table->Push(keys, grads),
-//               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("dim")));
+//               StatusIs(absl::StatusCode::kInvalidArgument,
+//               HasSubstr("dim")));
 //   EXPECT_OK(status_or_status);
 //   ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
 //
@@ -32,14 +33,12 @@ const absl::Status& GetStatus(const absl::StatusOr<T>& status_or) {
 // Matches a Status or StatusOr whose code equals `code` and whose message
 // matches `message_matcher` (any string matcher; default: anything).
 MATCHER_P2(StatusIsImpl, code, message_matcher,
-           std::string("has status code ") +
-               absl::StatusCodeToString(code)) {
+           std::string("has status code ") + absl::StatusCodeToString(code)) {
   const absl::Status& status = ::embedps::testing::GetStatus(arg);
   *result_listener << "whose status is " << status;
   return status.code() == code &&
-         ::testing::ExplainMatchResult(message_matcher,
-                                       std::string(status.message()),
-                                       result_listener);
+         ::testing::ExplainMatchResult(
+             message_matcher, std::string(status.message()), result_listener);
 }
 
 template <typename MessageMatcher>
@@ -59,8 +58,8 @@ inline auto IsOk() { return StatusIs(absl::StatusCode::kOk); }
 #define EXPECT_OK(expr) EXPECT_THAT((expr), ::embedps::testing::IsOk())
 #define ASSERT_OK(expr) ASSERT_THAT((expr), ::embedps::testing::IsOk())
 
-#define ASSERT_OK_AND_ASSIGN(lhs, rexpr)                                   \
-  EMBEDPS_ASSERT_OK_AND_ASSIGN_IMPL(                                       \
+#define ASSERT_OK_AND_ASSIGN(lhs, rexpr) \
+  EMBEDPS_ASSERT_OK_AND_ASSIGN_IMPL(     \
       EMBEDPS_MATCHERS_CONCAT(embedps_statusor_, __LINE__), lhs, rexpr)
 #define EMBEDPS_MATCHERS_CONCAT_INNER(x, y) x##y
 #define EMBEDPS_MATCHERS_CONCAT(x, y) EMBEDPS_MATCHERS_CONCAT_INNER(x, y)

@@ -8,7 +8,8 @@ namespace {
 
 TEST(DeviceGpuTest, SaxpyKernelRunsOnEveryVisibleDevice) {
   auto devices = ListCudaDevices();
-  if (!devices.ok()) GTEST_SKIP() << "no CUDA device here: " << devices.status();
+  if (!devices.ok())
+    GTEST_SKIP() << "no CUDA device here: " << devices.status();
   for (const CudaDeviceInfo& d : *devices) {
     EXPECT_OK(CheckCudaDevice(d.ordinal)) << d.name;
     std::printf("device %d (%s): saxpy kernel OK\n", d.ordinal, d.name.c_str());

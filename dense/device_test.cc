@@ -15,7 +15,8 @@ TEST(DeviceTest, AnswersClearlyWithOrWithoutAGpu) {
   auto devices = ListCudaDevices();
   if (!devices.ok()) {
     EXPECT_THAT(devices, StatusIs(absl::StatusCode::kFailedPrecondition));
-    EXPECT_THAT(CheckCudaDevice(0), StatusIs(absl::StatusCode::kFailedPrecondition));
+    EXPECT_THAT(CheckCudaDevice(0),
+                StatusIs(absl::StatusCode::kFailedPrecondition));
     std::printf("no CUDA device: %s\n", devices.status().ToString().c_str());
     return;
   }

@@ -15,7 +15,9 @@ absl::Status NoCuda() {
 
 bool BuiltWithCuda() { return false; }
 
-absl::StatusOr<std::vector<CudaDeviceInfo>> ListCudaDevices() { return NoCuda(); }
+absl::StatusOr<std::vector<CudaDeviceInfo>> ListCudaDevices() {
+  return NoCuda();
+}
 
 absl::Status CheckCudaDevice(int) { return NoCuda(); }
 

@@ -62,9 +62,10 @@ class CountMinAdmission final : public AdmissionFilter {
 class ProbabilityAdmission final : public AdmissionFilter {
  public:
   ProbabilityAdmission(double probability, uint64_t seed)
-      : threshold_(probability >= 1.0
-                       ? UINT64_MAX
-                       : static_cast<uint64_t>(probability * 18446744073709551616.0)),
+      : threshold_(
+            probability >= 1.0
+                ? UINT64_MAX
+                : static_cast<uint64_t>(probability * 18446744073709551616.0)),
         seed_(seed) {}
 
   bool RecordSighting(uint64_t key) override {
@@ -94,7 +95,8 @@ std::unique_ptr<AdmissionFilter> AdmissionFilter::Create(
     case AdmissionSpec::Kind::kCount: {
       const uint64_t per_stripe =
           spec.sketch_counters / CountMinAdmission::kDepth / num_stripes;
-      const uint64_t width = std::max<uint64_t>(64, FloorPowerOfTwo(per_stripe));
+      const uint64_t width =
+          std::max<uint64_t>(64, FloorPowerOfTwo(per_stripe));
       return std::make_unique<CountMinAdmission>(spec.min_count, width, seed);
     }
     case AdmissionSpec::Kind::kProbability:

@@ -71,8 +71,9 @@ TEST(AdmissionTest, LookupNeverCountsAsASighting) {
   std::vector<float> values(kDim);
   bool found[1];
   for (int i = 0; i < 5; ++i) {
-    ASSERT_OK_AND_ASSIGN(uint64_t hits,
-                         table->Lookup({{7}}, absl::MakeSpan(values), absl::MakeSpan(found)));
+    ASSERT_OK_AND_ASSIGN(
+        uint64_t hits,
+        table->Lookup({{7}}, absl::MakeSpan(values), absl::MakeSpan(found)));
     EXPECT_EQ(hits, 0u);
   }
   ASSERT_OK(table->Pull({{7}}, absl::MakeSpan(values)));
@@ -113,11 +114,12 @@ TEST(AdmissionTest, ProbabilityFilterAdmitsAboutP) {
   ASSERT_OK(table->Pull(keys, absl::MakeSpan(values)));
   const TableStats stats = table->Stats();
   EXPECT_NEAR(static_cast<double>(stats.rows) / kKeys, 0.25, 0.01);
-  EXPECT_EQ(stats.rows + stats.admission_rejected, static_cast<uint64_t>(kKeys));
+  EXPECT_EQ(stats.rows + stats.admission_rejected,
+            static_cast<uint64_t>(kKeys));
   // A second round admits about a quarter of the rest.
   ASSERT_OK(table->Pull(keys, absl::MakeSpan(values)));
-  EXPECT_NEAR(static_cast<double>(table->Stats().rows) / kKeys,
-              1 - 0.75 * 0.75, 0.01);
+  EXPECT_NEAR(static_cast<double>(table->Stats().rows) / kKeys, 1 - 0.75 * 0.75,
+              0.01);
 }
 
 TEST(AdmissionTest, SketchMemoryIsBoundedBySpec) {

@@ -8,8 +8,8 @@
 namespace embedps::embedding {
 namespace {
 
-std::vector<float> Row(const InitializerSpec& init, uint64_t seed,
-                       uint64_t key, int dim) {
+std::vector<float> Row(const InitializerSpec& init, uint64_t seed, uint64_t key,
+                       int dim) {
   std::vector<float> row(dim);
   InitialRow(init, seed, key, absl::MakeSpan(row));
   return row;
@@ -37,7 +37,8 @@ Moments Measure(const InitializerSpec& init, int keys, int dim) {
 }
 
 TEST(InitializerTest, SameSeedAndKeyGiveTheSameRowBitForBit) {
-  for (auto kind : {InitializerSpec::Kind::kUniform, InitializerSpec::Kind::kNormal}) {
+  for (auto kind :
+       {InitializerSpec::Kind::kUniform, InitializerSpec::Kind::kNormal}) {
     InitializerSpec init;
     init.kind = kind;
     init.truncated = true;

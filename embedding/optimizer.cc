@@ -11,7 +11,8 @@ namespace {
 
 class Sgd final : public RowOptimizer {
  public:
-  Sgd(const OptimizerSpec& spec, int32_t dim) : lr_(spec.learning_rate), dim_(dim) {}
+  Sgd(const OptimizerSpec& spec, int32_t dim)
+      : lr_(spec.learning_rate), dim_(dim) {}
   int32_t state_floats() const override { return 0; }
   void InitState(float*) const override {}
   void Apply(float* __restrict w, float* __restrict,

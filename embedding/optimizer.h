@@ -4,8 +4,8 @@
 // checks 200 random steps against a float64 reference):
 //   SGD               w -= lr·g
 //   Adagrad           a += g²;            w -= lr·g / (√a + ε)
-//   row-wise Adagrad  a += mean(g²);      w -= lr·g / (√a + ε)   (one a per row)
-//   Adam              t += 1; m = β1·m + (1-β1)·g; v = β2·v + (1-β2)·g²;
+//   row-wise Adagrad  a += mean(g²);      w -= lr·g / (√a + ε)   (one a per
+//   row) Adam              t += 1; m = β1·m + (1-β1)·g; v = β2·v + (1-β2)·g²;
 //                     w -= lr·(m / (1-β1ᵗ)) / (√(v / (1-β2ᵗ)) + ε)
 //                     (t counts this row's updates: "lazy" Adam)
 //   FTRL-Proximal     σ = (√(n+g²) - √n)/α; z += g - σ·w; n += g²;

@@ -72,7 +72,8 @@ void ReferenceStep(const OptimizerSpec& o, Reference& r,
           r.w[i] = 0;
         } else {
           const double sign = r.z[i] < 0 ? -1.0 : 1.0;
-          r.w[i] = -(r.z[i] - sign * l1) / ((beta + std::sqrt(r.n[i])) / alpha + l2);
+          r.w[i] =
+              -(r.z[i] - sign * l1) / ((beta + std::sqrt(r.n[i])) / alpha + l2);
         }
       }
       break;
@@ -166,7 +167,8 @@ TEST_P(OptimizerTest, MatchesFloat64ReferenceOver200Steps) {
   for (size_t k = 0; k < keys.size(); ++k) {
     double max_diff = 0, max_ref = 0;
     for (int i = 0; i < kDim; ++i) {
-      max_diff = std::max(max_diff, std::abs(values[k * kDim + i] - refs[k].w[i]));
+      max_diff =
+          std::max(max_diff, std::abs(values[k * kDim + i] - refs[k].w[i]));
       max_ref = std::max(max_ref, std::abs(refs[k].w[i]));
     }
     const double relative = max_ref == 0 ? max_diff : max_diff / max_ref;
@@ -176,13 +178,15 @@ TEST_P(OptimizerTest, MatchesFloat64ReferenceOver200Steps) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(AllOptimizers, OptimizerTest, ::testing::ValuesIn(Cases()),
+INSTANTIATE_TEST_SUITE_P(AllOptimizers, OptimizerTest,
+                         ::testing::ValuesIn(Cases()),
                          [](const auto& info) { return info.param.name; });
 
 TEST(RowOptimizerTest, StateSizesMatchTheSpec) {
   for (const Case& c : Cases()) {
     auto opt = RowOptimizer::Create(c.optimizer, 24);
-    EXPECT_EQ(opt->state_floats(), OptimizerStateFloats(c.optimizer, 24)) << c.name;
+    EXPECT_EQ(opt->state_floats(), OptimizerStateFloats(c.optimizer, 24))
+        << c.name;
   }
 }
 

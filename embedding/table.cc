@@ -12,13 +12,13 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
-#include "common/mutex.h"
 #include "common/key_hash.h"
+#include "common/mutex.h"
 #include "common/status_macros.h"
 #include "embedding/admission.h"
+#include "embedding/initializer.h"
 #include "embedding/internal/huge_page_allocator.h"
 #include "embedding/internal/row_arena.h"
-#include "embedding/initializer.h"
 #include "embedding/optimizer.h"
 
 namespace embedps::embedding {
@@ -149,9 +149,8 @@ class Stripe {
       free_rows_.pop_back();
     } else {
       if (used_rows_ >= kMaxRowsPerStripe) {
-        return absl::ResourceExhaustedError(
-            absl::StrCat("a lock stripe holds the maximum of ",
-                         kMaxRowsPerStripe, " rows"));
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "a lock stripe holds the maximum of ", kMaxRowsPerStripe, " rows"));
       }
       RETURN_IF_ERROR(arena_.Reserve(uint64_t{used_rows_} + 1));
       id = used_rows_++;
@@ -177,12 +176,11 @@ class Stripe {
     // absl's index: one slot and one control byte per capacity, plus a
     // group's worth of cloned control bytes.
     const uint64_t index_bytes =
-        index_.capacity() == 0
-            ? 0
-            : index_.capacity() * (sizeof(RowId) + 1) + 16;
+        index_.capacity() == 0 ? 0
+                               : index_.capacity() * (sizeof(RowId) + 1) + 16;
     const uint64_t row_bytes =
-        uint64_t{used_rows_} * (arena_.reserved_bytes() /
-                                std::max<uint64_t>(arena_.capacity(), 1));
+        uint64_t{used_rows_} *
+        (arena_.reserved_bytes() / std::max<uint64_t>(arena_.capacity(), 1));
     return row_bytes + index_bytes + free_rows_.capacity() * sizeof(RowId) +
            admission_->bytes();
   }
@@ -207,11 +205,11 @@ bool RowEq::operator()(const KeyProbe& probe, RowId id) const {
 // Per-thread scratch of one batch: the batch's keys grouped by stripe.
 struct BatchScratch {
   std::vector<uint64_t> position_hashes;  // KeyHash of keys[i]
-  std::vector<uint32_t> order;         // batch positions, grouped by stripe
-  std::vector<uint64_t> hashes;        // KeyHash of keys[order[j]]
-  std::vector<uint32_t> group_begin;   // stripe s: [group_begin[s], [s+1])
-  std::vector<uint32_t> cursor;        // counting-sort insertion points
-  std::vector<RowId> rows;             // row id per grouped position
+  std::vector<uint32_t> order;            // batch positions, grouped by stripe
+  std::vector<uint64_t> hashes;           // KeyHash of keys[order[j]]
+  std::vector<uint32_t> group_begin;      // stripe s: [group_begin[s], [s+1])
+  std::vector<uint32_t> cursor;           // counting-sort insertion points
+  std::vector<RowId> rows;                // row id per grouped position
   // Bitmaps over a stripe's row ids, for finding duplicates in a Push.
   // All zero between uses.
   std::vector<uint64_t> seen_rows;
@@ -219,7 +217,7 @@ struct BatchScratch {
   // Push: summed gradients of rows named more than once, by slot.
   absl::flat_hash_map<RowId, uint32_t> repeated_slot;
   std::vector<float> repeated_sums;
-  std::vector<int32_t> deferred;       // stripes whose lock was busy
+  std::vector<int32_t> deferred;  // stripes whose lock was busy
 };
 
 BatchScratch& ThreadScratch() {
@@ -241,9 +239,9 @@ class MemoryTable final : public Table {
     stripes_.reserve(spec.num_stripes);
     for (int32_t s = 0; s < spec.num_stripes; ++s) {
       stripes_.push_back(std::make_unique<Stripe>(
-          row_floats_, AdmissionFilter::Create(spec.admission,
-                                               MixPair(spec.seed, s),
-                                               spec.num_stripes)));
+          row_floats_,
+          AdmissionFilter::Create(spec.admission, MixPair(spec.seed, s),
+                                  spec.num_stripes)));
     }
   }
 
@@ -259,10 +257,11 @@ class MemoryTable final : public Table {
     if (keys.empty()) return absl::OkStatus();
     const uint32_t touch = Touch(context);
     BatchScratch& scratch = GroupByStripe(keys);
-    return ForEachStripe(scratch, [&](Stripe& stripe, uint32_t begin, uint32_t end)
-                                      ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      return PullGroup(stripe, keys, values, scratch, begin, end, touch);
-    });
+    return ForEachStripe(
+        scratch, [&](Stripe& stripe, uint32_t begin,
+                     uint32_t end) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return PullGroup(stripe, keys, values, scratch, begin, end, touch);
+        });
   }
 
   absl::Status Push(absl::Span<const uint64_t> keys,
@@ -277,10 +276,11 @@ class MemoryTable final : public Table {
     if (keys.empty()) return absl::OkStatus();
     const uint32_t touch = Touch(context);
     BatchScratch& scratch = GroupByStripe(keys);
-    return ForEachStripe(scratch, [&](Stripe& stripe, uint32_t begin, uint32_t end)
-                                      ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      return PushGroup(stripe, keys, grads, scratch, begin, end, touch);
-    });
+    return ForEachStripe(
+        scratch, [&](Stripe& stripe, uint32_t begin,
+                     uint32_t end) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return PushGroup(stripe, keys, grads, scratch, begin, end, touch);
+        });
   }
 
   absl::StatusOr<uint64_t> Lookup(absl::Span<const uint64_t> keys,
@@ -290,9 +290,9 @@ class MemoryTable final : public Table {
       return SizeMismatch("Lookup", "values", keys.size(), values.size());
     }
     if (found.size() != keys.size()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Lookup of table '", spec_.name, "': ", keys.size(),
-          " keys but room for ", found.size(), " found flags"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("Lookup of table '", spec_.name, "': ", keys.size(),
+                       " keys but room for ", found.size(), " found flags"));
     }
     lookup_requests_.fetch_add(1, std::memory_order_relaxed);
     looked_up_keys_.fetch_add(keys.size(), std::memory_order_relaxed);
@@ -339,16 +339,17 @@ class MemoryTable final : public Table {
 
   uint64_t SweepExpired() override {
     if (spec_.eviction.ttl == 0) return 0;
-    const uint64_t now = spec_.eviction.ttl_unit == EvictionSpec::TtlUnit::kSteps
-                             ? latest_step_.load(std::memory_order_relaxed)
-                             : SecondsSinceEpoch();
+    const uint64_t now =
+        spec_.eviction.ttl_unit == EvictionSpec::TtlUnit::kSteps
+            ? latest_step_.load(std::memory_order_relaxed)
+            : SecondsSinceEpoch();
     uint64_t evicted = 0;
     for (auto& stripe_ptr : stripes_) {
       Stripe& stripe = *stripe_ptr;
       for (RowId begin = 0;; begin += kRowsPerLockHold) {
         MutexLock lock(&stripe.mu);
-        const RowId end = std::min<RowId>(stripe.used_rows(),
-                                          begin + kRowsPerLockHold);
+        const RowId end =
+            std::min<RowId>(stripe.used_rows(), begin + kRowsPerLockHold);
         if (begin >= end) break;
         for (RowId id = begin; id < end; ++id) {
           const RowHeader& header = stripe.Header(id);
@@ -370,16 +371,15 @@ class MemoryTable final : public Table {
       const Stripe& stripe = *stripe_ptr;
       for (RowId begin = 0;; begin += kRowsPerLockHold) {
         ReaderMutexLock lock(&stripe.mu);
-        const RowId end = std::min<RowId>(stripe.used_rows(),
-                                          begin + kRowsPerLockHold);
+        const RowId end =
+            std::min<RowId>(stripe.used_rows(), begin + kRowsPerLockHold);
         if (begin >= end) break;
         for (RowId id = begin; id < end; ++id) {
           const RowHeader& header = stripe.Header(id);
           if (header.last_touch == kFreeRowMark) continue;
           const float* row = stripe.Row(id);
           visit(RowView{
-              header.key,
-              absl::MakeConstSpan(row + kHeaderFloats, dim_),
+              header.key, absl::MakeConstSpan(row + kHeaderFloats, dim_),
               absl::MakeConstSpan(row + kHeaderFloats + dim_, state_floats_),
               header.access_count, header.last_touch});
         }
@@ -402,8 +402,9 @@ class MemoryTable final : public Table {
       stats.erased += c.erased;
     }
     stats.resident_bytes += sizeof(*this) + stripes_.size() * sizeof(Stripe);
-    stats.payload_bytes =
-        stats.rows * static_cast<uint64_t>(dim_ + state_floats_) * sizeof(float);
+    stats.payload_bytes = stats.rows *
+                          static_cast<uint64_t>(dim_ + state_floats_) *
+                          sizeof(float);
     stats.memory_budget_bytes = spec_.memory_budget_bytes;
     stats.over_budget = spec_.memory_budget_bytes > 0 &&
                         stats.resident_bytes > spec_.memory_budget_bytes;
@@ -428,8 +429,8 @@ class MemoryTable final : public Table {
   absl::Status SizeMismatch(absl::string_view op, absl::string_view what,
                             size_t keys, size_t floats) const {
     return absl::InvalidArgumentError(absl::StrCat(
-        op, " of table '", spec_.name, "': ", keys, " keys need ",
-        keys * dim_, " ", what, " (dim ", dim_, "), got ", floats,
+        op, " of table '", spec_.name, "': ", keys, " keys need ", keys * dim_,
+        " ", what, " (dim ", dim_, "), got ", floats,
         floats % dim_ == 0 ? absl::StrCat(" (", floats / dim_, " rows)")
                            : std::string(" (not a multiple of dim)")));
   }
@@ -460,7 +461,8 @@ class MemoryTable final : public Table {
   // The last-touch value of rows touched by a request in `context`.
   uint32_t Touch(const AccessContext& context) {
     if (spec_.eviction.ttl_unit == EvictionSpec::TtlUnit::kSeconds) {
-      return static_cast<uint32_t>(std::min<uint64_t>(SecondsSinceEpoch(), kMaxTouch));
+      return static_cast<uint32_t>(
+          std::min<uint64_t>(SecondsSinceEpoch(), kMaxTouch));
     }
     uint64_t latest = latest_step_.load(std::memory_order_relaxed);
     while (context.step > latest &&
@@ -527,7 +529,8 @@ class MemoryTable final : public Table {
     for (int32_t s : scratch.deferred) {
       Stripe& stripe = *stripes_[s];
       MutexLock lock(&stripe.mu);
-      status.Update(work(stripe, scratch.group_begin[s], scratch.group_begin[s + 1]));
+      status.Update(
+          work(stripe, scratch.group_begin[s], scratch.group_begin[s + 1]));
     }
     return status;
   }
@@ -538,7 +541,8 @@ class MemoryTable final : public Table {
                 BatchScratch& scratch, uint32_t begin, uint32_t end,
                 bool for_write) const ABSL_SHARED_LOCKS_REQUIRED(stripe.mu) {
     const RowIndex& index = stripe.index();
-    const uint32_t prefetch_end = std::min(end, begin + static_cast<uint32_t>(kIndexPrefetchDistance));
+    const uint32_t prefetch_end =
+        std::min(end, begin + static_cast<uint32_t>(kIndexPrefetchDistance));
     for (uint32_t j = begin; j < prefetch_end; ++j) {
       index.prefetch(KeyProbe{keys[scratch.order[j]], scratch.hashes[j]});
     }
@@ -546,7 +550,8 @@ class MemoryTable final : public Table {
     for (uint32_t j = begin; j < end; ++j) {
       if (j + kIndexPrefetchDistance < end) {
         const uint32_t ahead = j + kIndexPrefetchDistance;
-        index.prefetch(KeyProbe{keys[scratch.order[ahead]], scratch.hashes[ahead]});
+        index.prefetch(
+            KeyProbe{keys[scratch.order[ahead]], scratch.hashes[ahead]});
       }
       auto it = index.find(KeyProbe{keys[scratch.order[j]], scratch.hashes[j]},
                            scratch.hashes[j]);
@@ -675,7 +680,8 @@ class MemoryTable final : public Table {
       }
       auto [it, inserted] =
           scratch.repeated_slot.try_emplace(id, scratch.repeated_slot.size());
-      if (inserted) scratch.repeated_sums.resize(scratch.repeated_sums.size() + dim_, 0.0f);
+      if (inserted)
+        scratch.repeated_sums.resize(scratch.repeated_sums.size() + dim_, 0.0f);
       float* sum = scratch.repeated_sums.data() + it->second * dim_;
       for (int32_t d = 0; d < dim_; ++d) sum[d] += grad[d];
     }

@@ -83,8 +83,9 @@ Batches MakeBatches(int count, int size, uint64_t seed,
 
 // Runs `work(thread, batch)` for every batch of every thread, `threads` at
 // once; returns keys per second over the wall time.
-double RowsPerSecond(int threads, const std::vector<Batches>& per_thread,
-                     const std::function<void(int, const std::vector<uint64_t>&)>& work) {
+double RowsPerSecond(
+    int threads, const std::vector<Batches>& per_thread,
+    const std::function<void(int, const std::vector<uint64_t>&)>& work) {
   uint64_t keys = 0;
   for (int t = 0; t < threads; ++t) {
     for (const auto& b : per_thread[t]) keys += b.size();
@@ -97,7 +98,8 @@ double RowsPerSecond(int threads, const std::vector<Batches>& per_thread,
     });
   }
   for (auto& th : pool) th.join();
-  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const double seconds =
+      std::chrono::duration<double>(Clock::now() - start).count();
   return keys / seconds;
 }
 
@@ -115,7 +117,8 @@ struct BareStore {
   void Gather(const std::vector<uint64_t>& keys, float* out) const {
     for (size_t i = 0; i < keys.size(); ++i) {
       const auto it = index.find(keys[i]);
-      std::memcpy(out + i * dim, rows.get() + static_cast<size_t>(it->second) * dim,
+      std::memcpy(out + i * dim,
+                  rows.get() + static_cast<size_t>(it->second) * dim,
                   sizeof(float) * dim);
     }
   }
@@ -133,10 +136,11 @@ int Run() {
   const int rounds = absl::GetFlag(FLAGS_rounds);
   const int max_threads = absl::GetFlag(FLAGS_max_threads);
 
-  std::printf("embedps table benchmark: %llu rows, dim %d, Adagrad, %d-key batches, "
-              "%d batches/thread, median of %d rounds, %u hardware threads\n",
-              static_cast<unsigned long long>(rows), dim, batch, batches, rounds,
-              std::thread::hardware_concurrency());
+  std::printf(
+      "embedps table benchmark: %llu rows, dim %d, Adagrad, %d-key batches, "
+      "%d batches/thread, median of %d rounds, %u hardware threads\n",
+      static_cast<unsigned long long>(rows), dim, batch, batches, rounds,
+      std::thread::hardware_concurrency());
 
   TableSpec spec;
   spec.name = "benchmark";
@@ -165,8 +169,8 @@ int Run() {
       if (!table->Pull(keys, absl::MakeSpan(values)).ok()) return 1;
       for (uint64_t r = begin; r < end; ++r) {
         bare.index.emplace(keys[r - begin], static_cast<uint32_t>(r));
-        std::memcpy(bare.rows.get() + r * dim, values.data() + (r - begin) * dim,
-                    sizeof(float) * dim);
+        std::memcpy(bare.rows.get() + r * dim,
+                    values.data() + (r - begin) * dim, sizeof(float) * dim);
       }
     }
   }
@@ -179,18 +183,23 @@ int Run() {
     std::vector<Batches> per_thread;
   };
   std::vector<Distribution> distributions(2);
-  distributions[0].name = absl::StrFormat("zipf(%.2f)", absl::GetFlag(FLAGS_zipf_s));
+  distributions[0].name =
+      absl::StrFormat("zipf(%.2f)", absl::GetFlag(FLAGS_zipf_s));
   distributions[1].name = "uniform";
   std::uniform_int_distribution<uint64_t> uniform(0, rows - 1);
   for (int t = 0; t < max_threads; ++t) {
     distributions[0].per_thread.push_back(
-        MakeBatches(batches, batch, 100 + t, [&](std::mt19937_64& rng) { return zipf(rng); }));
+        MakeBatches(batches, batch, 100 + t,
+                    [&](std::mt19937_64& rng) { return zipf(rng); }));
     distributions[1].per_thread.push_back(
-        MakeBatches(batches, batch, 200 + t, [&](std::mt19937_64& rng) { return uniform(rng); }));
+        MakeBatches(batches, batch, 200 + t,
+                    [&](std::mt19937_64& rng) { return uniform(rng); }));
   }
 
-  std::vector<std::vector<float>> out(max_threads, std::vector<float>(size_t{1} * batch * dim));
-  std::vector<std::vector<float>> grads(max_threads, std::vector<float>(size_t{1} * batch * dim));
+  std::vector<std::vector<float>> out(
+      max_threads, std::vector<float>(size_t{1} * batch * dim));
+  std::vector<std::vector<float>> grads(
+      max_threads, std::vector<float>(size_t{1} * batch * dim));
   for (int t = 0; t < max_threads; ++t) {
     std::mt19937 rng(t);
     std::normal_distribution<float> normal(0, 1e-3f);
@@ -198,42 +207,54 @@ int Run() {
   }
 
   std::printf("\n%-12s %7s %16s %16s %16s %10s %10s\n", "keys", "threads",
-              "bare gather/s", "Pull rows/s", "Push rows/s", "Pull/bare", "Push/bare");
+              "bare gather/s", "Pull rows/s", "Push rows/s", "Pull/bare",
+              "Push/bare");
   for (const Distribution& d : distributions) {
     for (int threads = 1; threads <= max_threads; ++threads) {
       std::vector<double> bare_rate, pull_rate, push_rate;
       for (int round = 0; round < rounds; ++round) {
-        bare_rate.push_back(RowsPerSecond(threads, d.per_thread,
-                                          [&](int t, const std::vector<uint64_t>& keys) {
-                                            bare.Gather(keys, out[t].data());
-                                          }));
-        pull_rate.push_back(RowsPerSecond(
-            threads, d.per_thread, [&](int t, const std::vector<uint64_t>& keys) {
-              if (!table->Pull(keys, absl::MakeSpan(out[t])).ok()) std::abort();
-            }));
-        push_rate.push_back(RowsPerSecond(
-            threads, d.per_thread, [&](int t, const std::vector<uint64_t>& keys) {
-              if (!table->Push(keys, grads[t]).ok()) std::abort();
-            }));
+        bare_rate.push_back(
+            RowsPerSecond(threads, d.per_thread,
+                          [&](int t, const std::vector<uint64_t>& keys) {
+                            bare.Gather(keys, out[t].data());
+                          }));
+        pull_rate.push_back(
+            RowsPerSecond(threads, d.per_thread,
+                          [&](int t, const std::vector<uint64_t>& keys) {
+                            if (!table->Pull(keys, absl::MakeSpan(out[t])).ok())
+                              std::abort();
+                          }));
+        push_rate.push_back(
+            RowsPerSecond(threads, d.per_thread,
+                          [&](int t, const std::vector<uint64_t>& keys) {
+                            if (!table->Push(keys, grads[t]).ok()) std::abort();
+                          }));
       }
-      const double b = Median(bare_rate), pl = Median(pull_rate), ps = Median(push_rate);
-      std::printf("%-12s %7d %14.2f M %14.2f M %14.2f M %9.2fx %9.2fx\n", d.name.c_str(),
-                  threads, b / 1e6, pl / 1e6, ps / 1e6, pl / b, ps / b);
+      const double b = Median(bare_rate), pl = Median(pull_rate),
+                   ps = Median(push_rate);
+      std::printf("%-12s %7d %14.2f M %14.2f M %14.2f M %9.2fx %9.2fx\n",
+                  d.name.c_str(), threads, b / 1e6, pl / 1e6, ps / 1e6, pl / b,
+                  ps / b);
     }
   }
 
   const TableStats stats = table->Stats();
   const double table_overhead =
-      static_cast<double>(stats.resident_bytes - stats.payload_bytes) / stats.rows;
+      static_cast<double>(stats.resident_bytes - stats.payload_bytes) /
+      stats.rows;
   const double bare_overhead =
-      static_cast<double>(bare.bytes()) / bare.index.size() - sizeof(float) * dim;
-  std::printf("\nresident bytes per row beyond the vector and optimizer state:\n");
+      static_cast<double>(bare.bytes()) / bare.index.size() -
+      sizeof(float) * dim;
+  std::printf(
+      "\nresident bytes per row beyond the vector and optimizer state:\n");
   std::printf("  table %.1f B (resident %.2f GB, payload %.2f GB, %llu rows)\n",
-              table_overhead, stats.resident_bytes / 1e9, stats.payload_bytes / 1e9,
+              table_overhead, stats.resident_bytes / 1e9,
+              stats.payload_bytes / 1e9,
               static_cast<unsigned long long>(stats.rows));
-  std::printf("  bare flat_hash_map store %.1f B (beyond its vectors; it holds no "
-              "optimizer state)\n",
-              bare_overhead);
+  std::printf(
+      "  bare flat_hash_map store %.1f B (beyond its vectors; it holds no "
+      "optimizer state)\n",
+      bare_overhead);
   return 0;
 }
 

@@ -47,7 +47,8 @@ Batch MakeBatch(int thread, int batch) {
   Batch b;
   b.keys.resize(kBatchSize);
   b.grads.resize(kBatchSize * kDim);
-  for (auto& k : b.keys) k = static_cast<uint64_t>(key(rng)) * 0x9E3779B97F4A7C15ull;
+  for (auto& k : b.keys)
+    k = static_cast<uint64_t>(key(rng)) * 0x9E3779B97F4A7C15ull;
   for (auto& g : b.grads) {
     g = std::ldexp(1.0f, -exponent(rng)) * (negative(rng) ? -1.0f : 1.0f);
   }

@@ -13,8 +13,7 @@ constexpr size_t kMaxNameBytes = 128;
 
 bool IsNameChar(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-         (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.' ||
-         c == '/';
+         (c >= '0' && c <= '9') || c == '_' || c == '-' || c == '.' || c == '/';
 }
 
 absl::Status Invalid(absl::string_view field, absl::string_view why) {
@@ -46,8 +45,9 @@ absl::Status ValidateInitializer(const InitializerSpec& init) {
         return Invalid("initializer.mean", "must be finite");
       }
       if (!IsFinite(init.stddev) || !(init.stddev > 0)) {
-        return Invalid("initializer.stddev",
-                       absl::StrCat("must be finite and > 0, got ", init.stddev));
+        return Invalid(
+            "initializer.stddev",
+            absl::StrCat("must be finite and > 0, got ", init.stddev));
       }
       return absl::OkStatus();
   }
@@ -73,7 +73,8 @@ absl::Status ValidateOptimizer(const OptimizerSpec& opt) {
     case OptimizerSpec::Kind::kAdagrad:
     case OptimizerSpec::Kind::kRowWiseAdagrad: {
       RETURN_IF_ERROR(positive("optimizer.learning_rate", opt.learning_rate));
-      RETURN_IF_ERROR(non_negative("optimizer.initial_accumulator", opt.initial_accumulator));
+      RETURN_IF_ERROR(non_negative("optimizer.initial_accumulator",
+                                   opt.initial_accumulator));
       RETURN_IF_ERROR(positive("optimizer.epsilon", opt.epsilon));
       return absl::OkStatus();
     }
@@ -112,20 +113,23 @@ absl::Status ValidateAdmission(const AdmissionSpec& adm) {
       return absl::OkStatus();
     case AdmissionSpec::Kind::kCount:
       if (adm.min_count < 1 || adm.min_count > 255) {
-        return Invalid("admission.min_count",
-                       absl::StrCat("must be in [1, 255], got ", adm.min_count));
+        return Invalid(
+            "admission.min_count",
+            absl::StrCat("must be in [1, 255], got ", adm.min_count));
       }
-      if (adm.sketch_counters < 1024 || adm.sketch_counters > (uint64_t{1} << 34)) {
-        return Invalid("admission.sketch_counters",
-                       absl::StrCat("must be in [1024, 2^34], got ",
-                                    adm.sketch_counters));
+      if (adm.sketch_counters < 1024 ||
+          adm.sketch_counters > (uint64_t{1} << 34)) {
+        return Invalid(
+            "admission.sketch_counters",
+            absl::StrCat("must be in [1024, 2^34], got ", adm.sketch_counters));
       }
       return absl::OkStatus();
     case AdmissionSpec::Kind::kProbability:
       if (!std::isfinite(adm.probability) || !(adm.probability > 0) ||
           adm.probability > 1) {
-        return Invalid("admission.probability",
-                       absl::StrCat("must be in (0, 1], got ", adm.probability));
+        return Invalid(
+            "admission.probability",
+            absl::StrCat("must be in (0, 1], got ", adm.probability));
       }
       return absl::OkStatus();
   }
@@ -149,8 +153,8 @@ absl::Status ValidateTableSpec(const TableSpec& spec) {
     }
   }
   if (spec.dim < 1 || spec.dim > kMaxDim) {
-    return Invalid("dim", absl::StrCat("must be in [1, ", kMaxDim, "], got ",
-                                       spec.dim));
+    return Invalid(
+        "dim", absl::StrCat("must be in [1, ", kMaxDim, "], got ", spec.dim));
   }
   if (spec.num_stripes < 1 || spec.num_stripes > 4096 ||
       (spec.num_stripes & (spec.num_stripes - 1)) != 0) {
@@ -166,8 +170,8 @@ absl::Status ValidateTableSpec(const TableSpec& spec) {
     return Invalid("eviction.ttl_unit", "is not a known unit");
   }
   if (spec.eviction.ttl > 0xFFFFFFF0u) {
-    return Invalid("eviction.ttl",
-                   absl::StrCat("must be below 2^32 - 16, got ", spec.eviction.ttl));
+    return Invalid("eviction.ttl", absl::StrCat("must be below 2^32 - 16, got ",
+                                                spec.eviction.ttl));
   }
   return absl::OkStatus();
 }
@@ -190,21 +194,30 @@ int32_t OptimizerStateFloats(const OptimizerSpec& spec, int32_t dim) {
 
 const char* InitializerKindName(InitializerSpec::Kind kind) {
   switch (kind) {
-    case InitializerSpec::Kind::kZeros: return "zeros";
-    case InitializerSpec::Kind::kConstant: return "constant";
-    case InitializerSpec::Kind::kUniform: return "uniform";
-    case InitializerSpec::Kind::kNormal: return "normal";
+    case InitializerSpec::Kind::kZeros:
+      return "zeros";
+    case InitializerSpec::Kind::kConstant:
+      return "constant";
+    case InitializerSpec::Kind::kUniform:
+      return "uniform";
+    case InitializerSpec::Kind::kNormal:
+      return "normal";
   }
   return "unknown";
 }
 
 const char* OptimizerKindName(OptimizerSpec::Kind kind) {
   switch (kind) {
-    case OptimizerSpec::Kind::kSgd: return "sgd";
-    case OptimizerSpec::Kind::kAdagrad: return "adagrad";
-    case OptimizerSpec::Kind::kRowWiseAdagrad: return "rowwise_adagrad";
-    case OptimizerSpec::Kind::kAdam: return "adam";
-    case OptimizerSpec::Kind::kFtrl: return "ftrl";
+    case OptimizerSpec::Kind::kSgd:
+      return "sgd";
+    case OptimizerSpec::Kind::kAdagrad:
+      return "adagrad";
+    case OptimizerSpec::Kind::kRowWiseAdagrad:
+      return "rowwise_adagrad";
+    case OptimizerSpec::Kind::kAdam:
+      return "adam";
+    case OptimizerSpec::Kind::kFtrl:
+      return "ftrl";
   }
   return "unknown";
 }

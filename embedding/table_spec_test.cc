@@ -45,8 +45,12 @@ TEST(TableSpecTest, EachBadFieldIsNamed) {
       {"'num_stripes'", [](TableSpec& s) { s.num_stripes = 0; }},
       {"'num_stripes'", [](TableSpec& s) { s.num_stripes = 48; }},
       {"'initializer.low/high'",
-       [](TableSpec& s) { s.initializer.low = 1; s.initializer.high = 1; }},
-      {"'initializer.low/high'", [=](TableSpec& s) { s.initializer.high = nan; }},
+       [](TableSpec& s) {
+         s.initializer.low = 1;
+         s.initializer.high = 1;
+       }},
+      {"'initializer.low/high'",
+       [=](TableSpec& s) { s.initializer.high = nan; }},
       {"'initializer.stddev'",
        [](TableSpec& s) {
          s.initializer.kind = InitializerSpec::Kind::kNormal;
@@ -62,8 +66,10 @@ TEST(TableSpecTest, EachBadFieldIsNamed) {
          s.initializer.kind = InitializerSpec::Kind::kConstant;
          s.initializer.value = nan;
        }},
-      {"'optimizer.learning_rate'", [](TableSpec& s) { s.optimizer.learning_rate = 0; }},
-      {"'optimizer.learning_rate'", [=](TableSpec& s) { s.optimizer.learning_rate = nan; }},
+      {"'optimizer.learning_rate'",
+       [](TableSpec& s) { s.optimizer.learning_rate = 0; }},
+      {"'optimizer.learning_rate'",
+       [=](TableSpec& s) { s.optimizer.learning_rate = nan; }},
       {"'optimizer.epsilon'", [](TableSpec& s) { s.optimizer.epsilon = -1; }},
       {"'optimizer.initial_accumulator'",
        [](TableSpec& s) { s.optimizer.initial_accumulator = -0.1f; }},
@@ -118,17 +124,20 @@ TEST(TableSpecTest, EachBadFieldIsNamed) {
          s.admission.kind = AdmissionSpec::Kind::kProbability;
          s.admission.probability = 1.5;
        }},
-      {"'eviction.ttl'", [](TableSpec& s) { s.eviction.ttl = uint64_t{1} << 40; }},
+      {"'eviction.ttl'",
+       [](TableSpec& s) { s.eviction.ttl = uint64_t{1} << 40; }},
   };
   for (const BadCase& c : cases) {
     TableSpec spec = ValidSpec();
     c.mutate(spec);
-    EXPECT_THAT(ValidateTableSpec(spec),
-                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.field)))
+    EXPECT_THAT(
+        ValidateTableSpec(spec),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.field)))
         << "case " << c.field;
     // The table factory refuses the same spec with the same message.
-    EXPECT_THAT(Table::Create(spec),
-                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.field)));
+    EXPECT_THAT(
+        Table::Create(spec),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(c.field)));
   }
 }
 

@@ -84,7 +84,8 @@ TEST(TableTest, PushAppliesSgdExactly) {
   for (int d = 0; d < kDim; ++d) grad[d] = 0.25f * d;
   ASSERT_OK(table->Push({{12}}, grad));
   const std::vector<float> after = PullOne(*table, 12);
-  for (int d = 0; d < kDim; ++d) EXPECT_EQ(after[d], before[d] - 0.5f * grad[d]);
+  for (int d = 0; d < kDim; ++d)
+    EXPECT_EQ(after[d], before[d] - 0.5f * grad[d]);
 }
 
 // Adagrad distinguishes "one update with the summed gradient" from "two
@@ -98,7 +99,8 @@ TEST(TableTest, DuplicateKeysInOnePushAreSummedAndAppliedOnce) {
 
   const std::vector<uint64_t> dup_keys = {5, 6, 5, 5};
   std::vector<float> dup_grads(dup_keys.size() * kDim);
-  for (size_t i = 0; i < dup_grads.size(); ++i) dup_grads[i] = 0.01f * (i % 7 + 1);
+  for (size_t i = 0; i < dup_grads.size(); ++i)
+    dup_grads[i] = 0.01f * (i % 7 + 1);
   ASSERT_OK(with_duplicates->Push(dup_keys, dup_grads));
 
   std::vector<float> summed(2 * kDim, 0.0f);
@@ -223,8 +225,9 @@ TEST(TableTest, BadInputIsRefusedAndChangesNothing) {
                        HasSubstr("not a multiple of dim")));
   bool found[1];
   std::vector<float> values(2 * kDim);
-  EXPECT_THAT(table->Lookup(keys, absl::MakeSpan(values), absl::MakeSpan(found)),
-              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("found flags")));
+  EXPECT_THAT(
+      table->Lookup(keys, absl::MakeSpan(values), absl::MakeSpan(found)),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("found flags")));
 
   // NaN or Inf anywhere refuses the whole Push: key 1's valid gradient is
   // not applied either.
@@ -233,9 +236,10 @@ TEST(TableTest, BadInputIsRefusedAndChangesNothing) {
                     -std::numeric_limits<float>::infinity()}) {
     std::vector<float> grads(2 * kDim, 1.0f);
     grads[kDim + 3] = bad;
-    EXPECT_THAT(table->Push(keys, grads),
-                StatusIs(absl::StatusCode::kInvalidArgument,
-                         HasSubstr("gradient of key 2 (batch position 1, element 3)")));
+    EXPECT_THAT(
+        table->Push(keys, grads),
+        StatusIs(absl::StatusCode::kInvalidArgument,
+                 HasSubstr("gradient of key 2 (batch position 1, element 3)")));
   }
   EXPECT_EQ(PullOne(*table, 1), before);
   const TableStats stats = table->Stats();
@@ -259,18 +263,22 @@ TEST(TableTest, TtlInStepsEvictsUntouchedRows) {
   ASSERT_OK(table->Pull({{1, 2}}, absl::MakeSpan(v), AccessContext{100}));
   std::vector<float> g(kDim, 1.0f);
   ASSERT_OK(table->Push({{2}}, g, AccessContext{105}));  // a push touches too
-  ASSERT_OK(table->Pull({{3}}, absl::MakeSpan(v).subspan(0, kDim), AccessContext{110}));
+  ASSERT_OK(table->Pull({{3}}, absl::MakeSpan(v).subspan(0, kDim),
+                        AccessContext{110}));
   EXPECT_EQ(table->SweepExpired(), 0u);  // 110-100 is not > 10
-  ASSERT_OK(table->Pull({{3}}, absl::MakeSpan(v).subspan(0, kDim), AccessContext{111}));
+  ASSERT_OK(table->Pull({{3}}, absl::MakeSpan(v).subspan(0, kDim),
+                        AccessContext{111}));
   EXPECT_EQ(table->SweepExpired(), 1u);  // key 1
   bool found[3];
   std::vector<float> lv(3 * kDim);
-  ASSERT_OK_AND_ASSIGN(uint64_t hits, table->Lookup({{1, 2, 3}}, absl::MakeSpan(lv),
-                                                    absl::MakeSpan(found)));
+  ASSERT_OK_AND_ASSIGN(
+      uint64_t hits,
+      table->Lookup({{1, 2, 3}}, absl::MakeSpan(lv), absl::MakeSpan(found)));
   EXPECT_EQ(hits, 2u);
   EXPECT_FALSE(found[0]);
   EXPECT_EQ(table->Stats().evicted, 1u);
-  ASSERT_OK(table->Pull({{3}}, absl::MakeSpan(v).subspan(0, kDim), AccessContext{200}));
+  ASSERT_OK(table->Pull({{3}}, absl::MakeSpan(v).subspan(0, kDim),
+                        AccessContext{200}));
   EXPECT_EQ(table->SweepExpired(), 1u);  // key 2 (touched at 105)
   EXPECT_EQ(table->Stats().rows, 1u);
 }
@@ -332,7 +340,8 @@ TEST(TableTest, SweepRunsAlongsidePulls) {
   sweeping.store(false);
   puller.join();
   EXPECT_EQ(table->Stats().rows, live.size());
-  std::printf("pulls completed during the sweep: %d\n", pulls_during_sweep.load());
+  std::printf("pulls completed during the sweep: %d\n",
+              pulls_during_sweep.load());
 }
 
 TEST(TableTest, MemoryIsAccountedAndOverBudgetIsVisible) {

@@ -12,8 +12,9 @@ namespace embedps::dense {
 namespace {
 
 absl::Status CudaError(cudaError_t error, const char* what) {
-  const std::string message = absl::StrCat(what, ": ", cudaGetErrorName(error),
-                                           " (", cudaGetErrorString(error), ")");
+  const std::string message =
+      absl::StrCat(what, ": ", cudaGetErrorName(error), " (",
+                   cudaGetErrorString(error), ")");
   if (error == cudaErrorNoDevice || error == cudaErrorInsufficientDriver ||
       error == cudaErrorInvalidDevice) {
     return absl::FailedPreconditionError(message);
@@ -72,14 +73,17 @@ absl::Status CheckCudaDevice(int ordinal) {
       (error = cudaMalloc(&dy.ptr, bytes)) != cudaSuccess) {
     return CudaError(error, "cudaMalloc");
   }
-  if ((error = cudaMemcpy(dx.ptr, x.data(), bytes, cudaMemcpyHostToDevice)) != cudaSuccess ||
-      (error = cudaMemcpy(dy.ptr, y.data(), bytes, cudaMemcpyHostToDevice)) != cudaSuccess) {
+  if ((error = cudaMemcpy(dx.ptr, x.data(), bytes, cudaMemcpyHostToDevice)) !=
+          cudaSuccess ||
+      (error = cudaMemcpy(dy.ptr, y.data(), bytes, cudaMemcpyHostToDevice)) !=
+          cudaSuccess) {
     return CudaError(error, "cudaMemcpy to device");
   }
   error = static_cast<cudaError_t>(cuda::LaunchSaxpy(kN, 2.0f, dx.ptr, dy.ptr));
   if (error != cudaSuccess) return CudaError(error, "saxpy kernel launch");
   std::vector<float> result(kN);
-  if ((error = cudaMemcpy(result.data(), dy.ptr, bytes, cudaMemcpyDeviceToHost)) != cudaSuccess) {
+  if ((error = cudaMemcpy(result.data(), dy.ptr, bytes,
+                          cudaMemcpyDeviceToHost)) != cudaSuccess) {
     return CudaError(error, "cudaMemcpy from device");
   }
   for (int i = 0; i < kN; ++i) {

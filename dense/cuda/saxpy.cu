@@ -1,5 +1,7 @@
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "dense/cuda/saxpy.cuh"
 
 namespace embedps::dense::cuda {
@@ -18,7 +20,8 @@ __global__ void Saxpy(int n, float a, const float* __restrict__ x,
 int LaunchSaxpy(int n, float a, const float* x, float* y) {
   constexpr int kThreads = 256;
   const int blocks = (n + kThreads - 1) / kThreads;
-  Saxpy<<<blocks < 1024 ? (blocks > 0 ? blocks : 1) : 1024, kThreads>>>(n, a, x, y);
+  const int grid = std::min(std::max(blocks, 1), 1024);
+  Saxpy<<<grid, kThreads>>>(n, a, x, y);
   return static_cast<int>(cudaGetLastError());
 }
 

@@ -44,9 +44,13 @@ struct HugePageAllocator {
   }
 
   template <typename U>
-  bool operator==(const HugePageAllocator<U>&) const { return true; }
+  bool operator==(const HugePageAllocator<U>&) const {
+    return true;
+  }
   template <typename U>
-  bool operator!=(const HugePageAllocator<U>&) const { return false; }
+  bool operator!=(const HugePageAllocator<U>&) const {
+    return false;
+  }
 };
 
 }  // namespace embedps::embedding_internal

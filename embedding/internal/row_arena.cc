@@ -22,13 +22,13 @@ RowArena::~RowArena() {
 
 absl::Status RowArena::Reserve(uint64_t rows) {
   if (rows <= capacity_) return absl::OkStatus();
-  uint64_t new_capacity =
-      std::max<uint64_t>(capacity_ == 0 ? kInitialBytes / row_bytes_ : capacity_ * 2, 8);
+  uint64_t new_capacity = std::max<uint64_t>(
+      capacity_ == 0 ? kInitialBytes / row_bytes_ : capacity_ * 2, 8);
   while (new_capacity < rows) new_capacity *= 2;
   if (new_capacity > (uint64_t{1} << 48) / row_bytes_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "cannot reserve ", new_capacity, " rows of ", row_bytes_,
-        " bytes: beyond the address space"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot reserve ", new_capacity, " rows of ", row_bytes_,
+                     " bytes: beyond the address space"));
   }
   const size_t new_bytes = new_capacity * row_bytes_;
   void* region =

@@ -34,8 +34,9 @@ TEST(RowArenaTest, GrowingKeepsEveryRow) {
 TEST(RowArenaTest, ImpossibleReservationIsAnErrorNotACrash) {
   RowArena arena(1 << 20);
   ASSERT_OK(arena.Reserve(4));
-  EXPECT_THAT(arena.Reserve(uint64_t{1} << 40),
-              ::embedps::testing::StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(
+      arena.Reserve(uint64_t{1} << 40),
+      ::embedps::testing::StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_GE(arena.capacity(), 4u);  // unchanged and usable
   std::memset(arena.row(3), 1, 1 << 20);
 }
