@@ -95,8 +95,11 @@ std::vector<Case> Cases() {
   o = {};
   o.kind = OptimizerSpec::Kind::kAdagrad;
   o.learning_rate = 0.1f;
+  // Hyper-parameters large enough that every term of the formula moves the
+  // result well beyond the tolerance (a tiny epsilon would hide where it
+  // sits in the formula).
   o.initial_accumulator = 0.1f;
-  o.epsilon = 1e-6f;
+  o.epsilon = 0.1f;
   cases.push_back({"adagrad", o});
   o.kind = OptimizerSpec::Kind::kRowWiseAdagrad;
   cases.push_back({"rowwise_adagrad", o});
@@ -104,8 +107,8 @@ std::vector<Case> Cases() {
   o.kind = OptimizerSpec::Kind::kAdam;
   o.learning_rate = 0.01f;
   o.beta1 = 0.9f;
-  o.beta2 = 0.999f;
-  o.epsilon = 1e-8f;
+  o.beta2 = 0.99f;
+  o.epsilon = 0.01f;
   cases.push_back({"adam", o});
   o = {};
   o.kind = OptimizerSpec::Kind::kFtrl;
