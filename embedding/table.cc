@@ -438,10 +438,17 @@ class MemoryTable final : public Table {
   // INVALID_ARGUMENT naming the first NaN or infinite gradient.
   absl::Status CheckFinite(absl::Span<const uint64_t> keys,
                            absl::Span<const float> grads) const {
-    // x·0 is 0 for finite x and NaN otherwise; the sum vectorises.
-    float probe = 0.0f;
-    for (float g : grads) probe += g * 0.0f;
-    if (probe == 0.0f) return absl::OkStatus();
+    // A float is NaN or infinite iff its exponent bits are all ones; adding
+    // one to such an exponent carries into the sign bit. OR-ing integers
+    // vectorises (a float sum would run serially without -ffast-math).
+    uint32_t carry = 0;
+    const size_t n = grads.size();
+    for (size_t i = 0; i < n; ++i) {
+      uint32_t bits;
+      std::memcpy(&bits, &grads[i], sizeof(bits));
+      carry |= (bits & 0x7f800000u) + 0x00800000u;
+    }
+    if ((carry & 0x80000000u) == 0) return absl::OkStatus();
     for (size_t i = 0; i < grads.size(); ++i) {
       if (!std::isfinite(grads[i])) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -546,7 +553,6 @@ class MemoryTable final : public Table {
     for (uint32_t j = begin; j < prefetch_end; ++j) {
       index.prefetch(KeyProbe{keys[scratch.order[j]], scratch.hashes[j]});
     }
-    const size_t row_bytes = static_cast<size_t>(row_floats_) * sizeof(float);
     for (uint32_t j = begin; j < end; ++j) {
       if (j + kIndexPrefetchDistance < end) {
         const uint32_t ahead = j + kIndexPrefetchDistance;
@@ -560,15 +566,20 @@ class MemoryTable final : public Table {
         continue;
       }
       scratch.rows[j] = *it;
-      const char* row = reinterpret_cast<const char*>(stripe.Row(*it));
-      // The header line is in cache (the key compare read it); fetch the
-      // rest of the row for the pass that uses it.
-      for (size_t offset = 64; offset < row_bytes; offset += 64) {
-        if (for_write) {
-          PrefetchWrite(row + offset);
-        } else {
-          PrefetchRead(row + offset);
-        }
+      PrefetchRow(stripe, *it, for_write);
+    }
+  }
+
+  // Prefetches the row's cache lines after the first: the key compare that
+  // found the row has just read the header line.
+  void PrefetchRow(const Stripe& stripe, RowId id, bool for_write) const {
+    const char* row = reinterpret_cast<const char*>(stripe.Row(id));
+    const size_t row_bytes = static_cast<size_t>(row_floats_) * sizeof(float);
+    for (size_t offset = 64; offset < row_bytes; offset += 64) {
+      if (for_write) {
+        PrefetchWrite(row + offset);
+      } else {
+        PrefetchRead(row + offset);
       }
     }
   }
@@ -590,12 +601,39 @@ class MemoryTable final : public Table {
                          absl::Span<float> values, BatchScratch& scratch,
                          uint32_t begin, uint32_t end, uint32_t touch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-    FindRows(stripe, keys, scratch, begin, end, /*for_write=*/false);
+    // One pass, three stages in flight: the index slots of key j+16 are
+    // prefetched, key j+8 is looked up and its row prefetched, and row j is
+    // copied out.
+    const auto probe_at = [&](uint32_t j) {
+      return KeyProbe{keys[scratch.order[j]], scratch.hashes[j]};
+    };
+    const auto find_and_prefetch =
+        [&](uint32_t j) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          const KeyProbe probe = probe_at(j);
+          auto it = stripe.index().find(probe, probe.hash);
+          scratch.rows[j] = it == stripe.index().end() ? kNoRow : *it;
+          if (scratch.rows[j] != kNoRow)
+            PrefetchRow(stripe, scratch.rows[j], false);
+          // Batch order is not stripe order: the output rows are written at
+          // scattered positions, so fetch their lines for writing too.
+          const char* out = reinterpret_cast<const char*>(
+              values.data() + static_cast<size_t>(scratch.order[j]) * dim_);
+          for (size_t offset = 0; offset < sizeof(float) * dim_; offset += 64) {
+            PrefetchWrite(out + offset);
+          }
+        };
+    const uint32_t lookup_lead = static_cast<uint32_t>(kRowPrefetchDistance);
+    const uint32_t index_lead = static_cast<uint32_t>(kIndexPrefetchDistance);
+    for (uint32_t j = begin; j < std::min(end, begin + index_lead); ++j) {
+      stripe.index().prefetch(probe_at(j));
+    }
+    for (uint32_t j = begin; j < std::min(end, begin + lookup_lead); ++j) {
+      find_and_prefetch(j);
+    }
     for (uint32_t j = begin; j < end; ++j) {
-      if (j + kRowPrefetchDistance < end &&
-          scratch.rows[j + kRowPrefetchDistance] != kNoRow) {
-        PrefetchWrite(stripe.Row(scratch.rows[j + kRowPrefetchDistance]));
-      }
+      if (j + index_lead < end)
+        stripe.index().prefetch(probe_at(j + index_lead));
+      if (j + lookup_lead < end) find_and_prefetch(j + lookup_lead);
       const uint32_t pos = scratch.order[j];
       float* out = values.data() + static_cast<size_t>(pos) * dim_;
       RowId id = scratch.rows[j];

@@ -27,8 +27,10 @@ bazel-bin/embedding/table_benchmark --rows=2000000 --batches=10 --rounds=3 "$@" 
 echo
 echo "== summary"
 awk '
-  / zipf| uniform/ && $2 == 1 { printf "  %-11s 1 thread : Pull %s M rows/s (%s the bare hash-map gather), Push(Adagrad) %s M rows/s (%s)\n", $1, $5, $9, $7, $10 }
-  / zipf| uniform/ && $2 == 2 { printf "  %-11s 2 threads: Pull %s M rows/s (%s), Push(Adagrad) %s M rows/s (%s)\n", $1, $5, $9, $7, $10 }
+  /^(zipf|uniform)/ {
+    printf "  %-11s %d thread%s: Pull %s M rows/s (%s a bare hash-map gather), Push with Adagrad %s M rows/s (%s)\n",
+           $1, $2, ($2 == 1 ? " " : "s"), $5, $9, $7, $10
+  }
   /^  table/ { sub(/^  table /, ""); print "  memory per row beyond vector and optimizer state: " $0 }
 ' "$out"
 rm -f "$out"
