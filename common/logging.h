@@ -16,6 +16,16 @@
 #include "absl/strings/string_view.h"
 #include "spdlog/spdlog.h"
 
+// Lets log lines format absl::string_view (Debian's abseil has its own).
+template <>
+struct fmt::formatter<absl::string_view> : fmt::formatter<fmt::string_view> {
+  template <typename FormatContext>
+  auto format(absl::string_view s, FormatContext& ctx) const {
+    return fmt::formatter<fmt::string_view>::format(
+        fmt::string_view(s.data(), s.size()), ctx);
+  }
+};
+
 namespace embedps {
 
 // Returns the logger named `component`, creating it on first use. Never null.

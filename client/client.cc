@@ -1,0 +1,308 @@
+#include "client/client.h"
+
+#include <algorithm>
+#include <cstring>
+#include <future>
+#include <random>
+#include <thread>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "common/float16.h"
+#include "common/grpc_status.h"
+#include "common/key_hash.h"
+#include "grpcpp/grpcpp.h"
+
+namespace embedps::client {
+namespace {
+
+bool Retryable(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+}
+
+// A batch's distinct keys, and where each caller position finds its row.
+struct Dedup {
+  std::vector<uint64_t> keys;      // distinct, in order of first occurrence
+  std::vector<uint32_t> position;  // caller position i -> index into keys
+};
+
+Dedup Deduplicate(absl::Span<const uint64_t> keys) {
+  Dedup d;
+  d.position.resize(keys.size());
+  absl::flat_hash_map<uint64_t, uint32_t> index;
+  index.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto [it, inserted] = index.try_emplace(keys[i], d.keys.size());
+    if (inserted) d.keys.push_back(keys[i]);
+    d.position[i] = it->second;
+  }
+  return d;
+}
+
+// One RPC's share of a batch: indices into the distinct keys.
+struct Part {
+  int32_t shard;
+  std::vector<uint32_t> rows;
+};
+
+std::vector<Part> SplitByShard(const std::vector<uint64_t>& keys,
+                               int32_t shards, size_t max_keys) {
+  std::vector<std::vector<uint32_t>> by_shard(shards);
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    by_shard[ShardOfKey(keys[i], shards)].push_back(i);
+  }
+  std::vector<Part> parts;
+  for (int32_t s = 0; s < shards; ++s) {
+    for (size_t begin = 0; begin < by_shard[s].size(); begin += max_keys) {
+      const size_t end = std::min(by_shard[s].size(), begin + max_keys);
+      parts.push_back({s, std::vector<uint32_t>(by_shard[s].begin() + begin,
+                                                by_shard[s].begin() + end)});
+    }
+  }
+  return parts;
+}
+
+std::string PackKeys(const std::vector<uint64_t>& keys,
+                     const std::vector<uint32_t>& rows) {
+  std::string bytes(rows.size() * sizeof(uint64_t), '\0');
+  char* out = bytes.data();
+  for (uint32_t r : rows) {
+    std::memcpy(out, &keys[r], sizeof(uint64_t));
+    out += sizeof(uint64_t);
+  }
+  return bytes;
+}
+
+// Runs every part's work in parallel (the last on this thread) and returns
+// the first error.
+absl::Status RunParts(size_t count,
+                      const std::function<absl::Status(size_t)>& work) {
+  if (count == 0) return absl::OkStatus();
+  std::vector<std::future<absl::Status>> pending;
+  for (size_t p = 0; p + 1 < count; ++p) {
+    pending.push_back(std::async(std::launch::async, work, p));
+  }
+  absl::Status status = work(count - 1);
+  for (auto& f : pending) status.Update(f.get());
+  return status;
+}
+
+}  // namespace
+
+struct Client::Impl {
+  ClientOptions options;
+  std::vector<std::unique_ptr<proto::EmbeddingService::Stub>> stubs;
+  uint64_t client_id = 0;
+  std::atomic<uint64_t> next_sequence{1};
+
+  // Calls `rpc(context)` until it succeeds, fails with a non-retryable code,
+  // or the retry deadline passes.
+  template <typename Rpc>
+  absl::Status Call(int32_t shard, absl::string_view method, Rpc&& rpc) {
+    const absl::Time give_up = absl::Now() + options.retry_deadline;
+    absl::Duration backoff = options.initial_backoff;
+    for (int attempt = 1;; ++attempt) {
+      grpc::ClientContext context;
+      context.set_deadline(
+          absl::ToChronoTime(absl::Now() + options.rpc_timeout));
+      const grpc::Status status = rpc(&context);
+      if (status.ok()) return absl::OkStatus();
+      const absl::Status error = FromGrpcStatus(status);
+      if (!Retryable(status) || absl::Now() + backoff > give_up) {
+        return absl::Status(
+            error.code(),
+            absl::StrCat(method, " on shard ", shard, " (",
+                         options.servers[shard], ") failed after ", attempt,
+                         " attempt(s): ", error.message()));
+      }
+      absl::SleepFor(backoff);
+      backoff = std::min(backoff * 2, options.max_backoff);
+    }
+  }
+};
+
+Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Client::~Client() = default;
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
+  if (options.servers.empty()) {
+    return absl::InvalidArgumentError(
+        "ClientOptions.servers is empty: name every shard");
+  }
+  if (options.max_keys_per_request == 0) {
+    return absl::InvalidArgumentError(
+        "ClientOptions.max_keys_per_request must be > 0");
+  }
+  auto impl = std::make_unique<Impl>();
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  args.SetMaxSendMessageSize(options.max_message_bytes);
+  for (const std::string& server : options.servers) {
+    impl->stubs.push_back(
+        proto::EmbeddingService::NewStub(grpc::CreateCustomChannel(
+            server, grpc::InsecureChannelCredentials(), args)));
+  }
+  impl->client_id = std::random_device{}() * uint64_t{0x100000001} ^
+                    static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  impl->options = std::move(options);
+  return std::unique_ptr<Client>(new Client(std::move(impl)));
+}
+
+int32_t Client::num_shards() const {
+  return static_cast<int32_t>(impl_->stubs.size());
+}
+uint64_t Client::client_id() const { return impl_->client_id; }
+
+absl::StatusOr<TableHandle> Client::CreateTable(
+    const proto::TableConfig& config) {
+  TableHandle handle;
+  handle.name = config.name();
+  handle.dim = config.dim();
+  handle.shard_table_ids.resize(num_shards());
+  proto::CreateTableRequest request;
+  *request.mutable_config() = config;
+  const absl::Status status = RunParts(num_shards(), [&](size_t shard) {
+    proto::CreateTableResponse response;
+    absl::Status s = impl_->Call(static_cast<int32_t>(shard), "CreateTable",
+                                 [&](grpc::ClientContext* context) {
+                                   return impl_->stubs[shard]->CreateTable(
+                                       context, request, &response);
+                                 });
+    handle.shard_table_ids[shard] = response.table_id();
+    return s;
+  });
+  if (!status.ok()) return status;
+  return handle;
+}
+
+absl::Status Client::Pull(const TableHandle& table,
+                          absl::Span<const uint64_t> keys,
+                          absl::Span<float> values, uint64_t step) {
+  const size_t dim = table.dim;
+  if (values.size() != keys.size() * dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Pull of table '", table.name, "': ", keys.size(), " keys need ",
+        keys.size() * dim, " values (dim ", dim, "), got ", values.size()));
+  }
+  if (table.shard_table_ids.size() != static_cast<size_t>(num_shards())) {
+    return absl::InvalidArgumentError("TableHandle is not from this client");
+  }
+  if (keys.empty()) return absl::OkStatus();
+  const Dedup dedup = Deduplicate(keys);
+  const std::vector<Part> parts = SplitByShard(
+      dedup.keys, num_shards(), impl_->options.max_keys_per_request);
+  std::vector<float> rows(dedup.keys.size() * dim);
+  const proto::ValueType wire = impl_->options.wire_type;
+  const absl::Status status =
+      RunParts(parts.size(), [&](size_t p) -> absl::Status {
+        const Part& part = parts[p];
+        proto::PullRequest request;
+        request.set_table_id(table.shard_table_ids[part.shard]);
+        request.set_keys(PackKeys(dedup.keys, part.rows));
+        request.set_value_type(wire);
+        request.set_step(step);
+        proto::PullResponse response;
+        absl::Status s =
+            impl_->Call(part.shard, "Pull", [&](grpc::ClientContext* context) {
+              return impl_->stubs[part.shard]->Pull(context, request,
+                                                    &response);
+            });
+        if (!s.ok()) return s;
+        const size_t value_bytes = wire == proto::FLOAT16 ? 2 : 4;
+        if (response.values().size() != part.rows.size() * dim * value_bytes) {
+          return absl::InternalError(absl::StrCat(
+              "shard ", part.shard, " answered ", response.values().size(),
+              " bytes for ", part.rows.size(), " rows of dim ", dim));
+        }
+        const char* data = response.values().data();
+        for (size_t k = 0; k < part.rows.size(); ++k) {
+          float* out = rows.data() + static_cast<size_t>(part.rows[k]) * dim;
+          if (wire == proto::FLOAT16) {
+            std::vector<uint16_t> halves(dim);
+            std::memcpy(halves.data(), data + k * dim * 2, dim * 2);
+            HalvesToFloats(halves, out);
+          } else {
+            std::memcpy(out, data + k * dim * 4, dim * 4);
+          }
+        }
+        return absl::OkStatus();
+      });
+  if (!status.ok()) return status;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    std::memcpy(values.data() + i * dim,
+                rows.data() + static_cast<size_t>(dedup.position[i]) * dim,
+                dim * sizeof(float));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Client::Push(const TableHandle& table,
+                          absl::Span<const uint64_t> keys,
+                          absl::Span<const float> grads, uint64_t step) {
+  const size_t dim = table.dim;
+  if (grads.size() != keys.size() * dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Push of table '", table.name, "': ", keys.size(), " keys need ",
+        keys.size() * dim, " gradients (dim ", dim, "), got ", grads.size()));
+  }
+  if (table.shard_table_ids.size() != static_cast<size_t>(num_shards())) {
+    return absl::InvalidArgumentError("TableHandle is not from this client");
+  }
+  if (keys.empty()) return absl::OkStatus();
+  const Dedup dedup = Deduplicate(keys);
+  // Duplicate keys' gradients summed in batch order.
+  std::vector<float> summed(dedup.keys.size() * dim, 0.0f);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    float* sum = summed.data() + static_cast<size_t>(dedup.position[i]) * dim;
+    const float* g = grads.data() + i * dim;
+    for (size_t d = 0; d < dim; ++d) sum[d] += g[d];
+  }
+  const std::vector<Part> parts = SplitByShard(
+      dedup.keys, num_shards(), impl_->options.max_keys_per_request);
+  const proto::ValueType wire = impl_->options.wire_type;
+  return RunParts(parts.size(), [&](size_t p) -> absl::Status {
+    const Part& part = parts[p];
+    proto::PushRequest request;
+    request.set_table_id(table.shard_table_ids[part.shard]);
+    request.set_keys(PackKeys(dedup.keys, part.rows));
+    request.set_value_type(wire);
+    request.set_step(step);
+    request.set_client_id(impl_->client_id);
+    request.set_sequence(impl_->next_sequence.fetch_add(1));
+    std::string* bytes = request.mutable_gradients();
+    const size_t value_bytes = wire == proto::FLOAT16 ? 2 : 4;
+    bytes->resize(part.rows.size() * dim * value_bytes);
+    for (size_t k = 0; k < part.rows.size(); ++k) {
+      const float* g = summed.data() + static_cast<size_t>(part.rows[k]) * dim;
+      if (wire == proto::FLOAT16) {
+        std::vector<uint16_t> halves(dim);
+        FloatsToHalves(absl::MakeConstSpan(g, dim), halves.data());
+        std::memcpy(bytes->data() + k * dim * 2, halves.data(), dim * 2);
+      } else {
+        std::memcpy(bytes->data() + k * dim * 4, g, dim * 4);
+      }
+    }
+    proto::PushResponse response;
+    return impl_->Call(part.shard, "Push", [&](grpc::ClientContext* context) {
+      return impl_->stubs[part.shard]->Push(context, request, &response);
+    });
+  });
+}
+
+absl::StatusOr<std::vector<proto::StatsResponse>> Client::Stats() {
+  std::vector<proto::StatsResponse> responses(num_shards());
+  const absl::Status status = RunParts(num_shards(), [&](size_t shard) {
+    proto::StatsRequest request;
+    return impl_->Call(static_cast<int32_t>(shard), "Stats",
+                       [&](grpc::ClientContext* context) {
+                         return impl_->stubs[shard]->Stats(context, request,
+                                                           &responses[shard]);
+                       });
+  });
+  if (!status.ok()) return status;
+  return responses;
+}
+
+}  // namespace embedps::client

@@ -1,0 +1,97 @@
+// Client: the C++ library a training program uses to talk to the shards.
+//
+// A Pull or Push takes the caller's keys in any order with any duplicates:
+// the client deduplicates them (summing the gradients of duplicate keys on
+// Push), groups them by shard (JumpConsistentHash of Mix64), sends every
+// shard its part in parallel (chunked above `max_keys_per_request`),
+// retries UNAVAILABLE and DEADLINE_EXCEEDED with exponential backoff until
+// `retry_deadline`, and scatters the rows back into the caller's order.
+//
+// Thread safety: a Client is thread-safe; several training threads may
+// share one. A TableHandle is an immutable value.
+#ifndef EMBEDPS_CLIENT_CLIENT_H_
+#define EMBEDPS_CLIENT_CLIENT_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "proto/embedps.grpc.pb.h"
+
+namespace embedps::client {
+
+struct ClientOptions {
+  // "host:port" of every shard, in shard order (index = shard index).
+  std::vector<std::string> servers;
+  // Deadline of one RPC attempt. Default: 30 s.
+  absl::Duration rpc_timeout = absl::Seconds(30);
+  // How long a call keeps retrying UNAVAILABLE / DEADLINE_EXCEEDED.
+  // Default: 60 s.
+  absl::Duration retry_deadline = absl::Seconds(60);
+  // First backoff between attempts; doubles up to max_backoff.
+  // Default: 50 ms and 2 s.
+  absl::Duration initial_backoff = absl::Milliseconds(50);
+  absl::Duration max_backoff = absl::Seconds(2);
+  // Keys per RPC; bigger batches are split. Default: 256 Ki.
+  size_t max_keys_per_request = size_t{256} << 10;
+  // Encoding of values and gradients on the wire. Default: FLOAT32.
+  proto::ValueType wire_type = proto::FLOAT32;
+  // Largest gRPC message, in bytes. Default: 1 GiB.
+  int max_message_bytes = 1 << 30;
+};
+
+// A table as this client addresses it: its id on each shard.
+struct TableHandle {
+  std::string name;
+  int32_t dim = 0;
+  std::vector<uint32_t> shard_table_ids;
+};
+
+class Client {
+ public:
+  // Opens a channel to every server. INVALID_ARGUMENT for an empty list.
+  // Channels connect lazily: an unreachable server shows up as UNAVAILABLE
+  // on the first call that needs it.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
+
+  ~Client();
+
+  int32_t num_shards() const;
+
+  // Creates the table on every shard (idempotent: an existing table with the
+  // same spec is fine) and returns its handle.
+  absl::StatusOr<TableHandle> CreateTable(const proto::TableConfig& config);
+
+  // Writes the row of every key into `values` (keys.size() × dim floats).
+  // INVALID_ARGUMENT if the size does not match; otherwise the first error
+  // of any shard, after retries.
+  absl::Status Pull(const TableHandle& table, absl::Span<const uint64_t> keys,
+                    absl::Span<float> values, uint64_t step = 0);
+
+  // Sends the gradients (keys.size() × dim floats); duplicate keys' rows
+  // are summed before sending. Each RPC carries this client's id and a
+  // fresh sequence number, so a retried RPC is not applied twice by
+  // servers that deduplicate.
+  absl::Status Push(const TableHandle& table, absl::Span<const uint64_t> keys,
+                    absl::Span<const float> grads, uint64_t step = 0);
+
+  // Stats of every shard, in shard order.
+  absl::StatusOr<std::vector<proto::StatsResponse>> Stats();
+
+  uint64_t client_id() const;
+
+ private:
+  struct Impl;
+  explicit Client(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace embedps::client
+
+#endif  // EMBEDPS_CLIENT_CLIENT_H_

@@ -1,0 +1,27 @@
+// Conversion between absl::Status and grpc::Status, done once at the
+// server's and the client's edge. abseil and gRPC share the code numbering.
+#ifndef EMBEDPS_COMMON_GRPC_STATUS_H_
+#define EMBEDPS_COMMON_GRPC_STATUS_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "grpcpp/support/status.h"
+
+namespace embedps {
+
+inline grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+inline absl::Status FromGrpcStatus(const grpc::Status& status) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+}  // namespace embedps
+
+#endif  // EMBEDPS_COMMON_GRPC_STATUS_H_

@@ -1,0 +1,274 @@
+#include "server/embedding_service.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/types/span.h"
+#include "common/float16.h"
+#include "common/grpc_status.h"
+#include "common/key_hash.h"
+#include "common/status_macros.h"
+#include "server/table_config.h"
+
+namespace embedps::server {
+namespace {
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "the wire is little-endian and decoded by memcpy");
+
+size_t ValueBytes(proto::ValueType type) {
+  return type == proto::FLOAT16 ? sizeof(uint16_t) : sizeof(float);
+}
+
+const char* ValueTypeName(proto::ValueType type) {
+  return type == proto::FLOAT16 ? "float16" : "float32";
+}
+
+}  // namespace
+
+const char* RejectionName(Rejection reason) {
+  switch (reason) {
+    case Rejection::kUnknownTable:
+      return "unknown_table";
+    case Rejection::kEmptyRequest:
+      return "empty_request";
+    case Rejection::kMalformedKeys:
+      return "malformed_keys";
+    case Rejection::kSizeMismatch:
+      return "size_mismatch";
+    case Rejection::kNonFinite:
+      return "non_finite_gradient";
+    case Rejection::kOverLimit:
+      return "over_limit";
+    case Rejection::kWrongShard:
+      return "wrong_shard";
+    case Rejection::kBadValueType:
+      return "bad_value_type";
+    case Rejection::kInvalidSpec:
+      return "invalid_spec";
+    case Rejection::kSpecConflict:
+      return "spec_conflict";
+    case Rejection::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+EmbeddingServiceImpl::EmbeddingServiceImpl(ShardOptions options,
+                                           TableRegistry* registry)
+    : options_(options), registry_(registry) {}
+
+grpc::Status EmbeddingServiceImpl::Reject(Rejection reason,
+                                          const absl::Status& status) {
+  rejected_[static_cast<size_t>(reason)].fetch_add(1,
+                                                   std::memory_order_relaxed);
+  return ToGrpcStatus(status);
+}
+
+namespace {
+
+// Shared checks of Pull and Push: the keys are whole uint64s, there are
+// some but not too many, and each belongs to this shard. On failure
+// `*rejection` says why.
+absl::StatusOr<std::vector<uint64_t>> DecodeKeys(const std::string& bytes,
+                                                 const ShardOptions& options,
+                                                 Rejection* rejection) {
+  if (bytes.size() % sizeof(uint64_t) != 0) {
+    *rejection = Rejection::kMalformedKeys;
+    return absl::InvalidArgumentError(absl::StrCat(
+        "keys must be packed little-endian uint64 (8 bytes each); got ",
+        bytes.size(), " bytes, not a multiple of 8"));
+  }
+  const size_t n = bytes.size() / sizeof(uint64_t);
+  if (n == 0) {
+    *rejection = Rejection::kEmptyRequest;
+    return absl::InvalidArgumentError("empty request: no keys");
+  }
+  if (n > options.max_keys_per_request) {
+    *rejection = Rejection::kOverLimit;
+    return absl::ResourceExhaustedError(
+        absl::StrCat(n, " keys in one request; this server takes at most ",
+                     options.max_keys_per_request,
+                     " (--max_keys_per_request): split the batch"));
+  }
+  std::vector<uint64_t> keys(n);
+  std::memcpy(keys.data(), bytes.data(), bytes.size());
+  if (options.num_shards > 1) {
+    for (uint64_t key : keys) {
+      const int32_t shard = ShardOfKey(key, options.num_shards);
+      if (shard != options.shard_index) {
+        *rejection = Rejection::kWrongShard;
+        return absl::FailedPreconditionError(absl::StrCat(
+            "key ", key, " belongs to shard ", shard, " of ",
+            options.num_shards, ", but this is shard ", options.shard_index,
+            ": the client's shard list or count is wrong"));
+      }
+    }
+  }
+  return keys;
+}
+
+}  // namespace
+
+grpc::Status EmbeddingServiceImpl::CreateTable(
+    grpc::ServerContext*, const proto::CreateTableRequest* request,
+    proto::CreateTableResponse* response) {
+  absl::StatusOr<embedding::TableSpec> spec = SpecFromConfig(request->config());
+  if (!spec.ok()) return Reject(Rejection::kInvalidSpec, spec.status());
+  absl::StatusOr<TableRegistry::CreateResult> result = registry_->Create(*spec);
+  if (!result.ok()) {
+    return Reject(
+        result.status().code() == absl::StatusCode::kFailedPrecondition
+            ? Rejection::kSpecConflict
+            : Rejection::kInvalidSpec,
+        result.status());
+  }
+  response->set_table_id(result->table_id);
+  response->set_created(result->created);
+  return grpc::Status::OK;
+}
+
+grpc::Status EmbeddingServiceImpl::ListTables(
+    grpc::ServerContext*, const proto::ListTablesRequest*,
+    proto::ListTablesResponse* response) {
+  for (const TableRegistry::Entry& entry : registry_->List()) {
+    proto::ListTablesResponse::Entry* out = response->add_table();
+    out->set_table_id(entry.table_id);
+    *out->mutable_config() = ConfigFromSpec(entry.table->spec());
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status EmbeddingServiceImpl::Pull(grpc::ServerContext*,
+                                        const proto::PullRequest* request,
+                                        proto::PullResponse* response) {
+  absl::StatusOr<embedding::Table*> table =
+      registry_->Find(request->table_id());
+  if (!table.ok()) return Reject(Rejection::kUnknownTable, table.status());
+  if (!proto::ValueType_IsValid(request->value_type())) {
+    return Reject(Rejection::kBadValueType,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "unknown value_type ", request->value_type())));
+  }
+  Rejection rejection;
+  absl::StatusOr<std::vector<uint64_t>> keys =
+      DecodeKeys(request->keys(), options_, &rejection);
+  if (!keys.ok()) return Reject(rejection, keys.status());
+
+  const size_t dim = (*table)->spec().dim;
+  const size_t floats = keys->size() * dim;
+  const embedding::AccessContext context{request->step()};
+  std::string* values = response->mutable_values();
+  if (request->value_type() == proto::FLOAT32) {
+    // Pull straight into the response (std::string storage is aligned for
+    // float: heap buffers by malloc, short ones inside the object).
+    values->resize(floats * sizeof(float));
+    return ToGrpcStatus((*table)->Pull(
+        *keys, absl::MakeSpan(reinterpret_cast<float*>(values->data()), floats),
+        context));
+  }
+  std::vector<float> pulled(floats);
+  absl::Status status = (*table)->Pull(*keys, absl::MakeSpan(pulled), context);
+  if (!status.ok()) return ToGrpcStatus(status);
+  values->resize(floats * sizeof(uint16_t));
+  FloatsToHalves(pulled, reinterpret_cast<uint16_t*>(values->data()));
+  return grpc::Status::OK;
+}
+
+grpc::Status EmbeddingServiceImpl::Push(grpc::ServerContext*,
+                                        const proto::PushRequest* request,
+                                        proto::PushResponse*) {
+  absl::StatusOr<embedding::Table*> table =
+      registry_->Find(request->table_id());
+  if (!table.ok()) return Reject(Rejection::kUnknownTable, table.status());
+  if (!proto::ValueType_IsValid(request->value_type())) {
+    return Reject(Rejection::kBadValueType,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      "unknown value_type ", request->value_type())));
+  }
+  Rejection rejection;
+  absl::StatusOr<std::vector<uint64_t>> keys =
+      DecodeKeys(request->keys(), options_, &rejection);
+  if (!keys.ok()) return Reject(rejection, keys.status());
+
+  const size_t dim = (*table)->spec().dim;
+  const size_t floats = keys->size() * dim;
+  const size_t want_bytes = floats * ValueBytes(request->value_type());
+  const std::string& bytes = request->gradients();
+  if (bytes.size() != want_bytes) {
+    return Reject(Rejection::kSizeMismatch,
+                  absl::InvalidArgumentError(absl::StrCat(
+                      keys->size(), " keys of table '", (*table)->spec().name,
+                      "' (dim ", dim, ") need ", want_bytes, " bytes of ",
+                      ValueTypeName(request->value_type()), " gradients, got ",
+                      bytes.size())));
+  }
+  std::vector<float> grads(floats);
+  if (request->value_type() == proto::FLOAT32) {
+    std::memcpy(grads.data(), bytes.data(), bytes.size());
+  } else {
+    std::vector<uint16_t> halves(floats);
+    std::memcpy(halves.data(), bytes.data(), bytes.size());
+    HalvesToFloats(halves, grads.data());
+  }
+  const absl::Status status =
+      (*table)->Push(*keys, grads, embedding::AccessContext{request->step()});
+  if (!status.ok()) {
+    // Sizes were checked above: the engine refuses only NaN/Inf gradients
+    // (INVALID_ARGUMENT) or runs out of memory.
+    return Reject(status.code() == absl::StatusCode::kInvalidArgument
+                      ? Rejection::kNonFinite
+                      : Rejection::kOverLimit,
+                  status);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status EmbeddingServiceImpl::Stats(grpc::ServerContext*,
+                                         const proto::StatsRequest* request,
+                                         proto::StatsResponse* response) {
+  response->set_shard_index(options_.shard_index);
+  response->set_num_shards(options_.num_shards);
+  std::vector<TableRegistry::Entry> entries;
+  if (request->table_id().empty()) {
+    entries = registry_->List();
+  } else {
+    for (uint32_t id : request->table_id()) {
+      absl::StatusOr<embedding::Table*> table = registry_->Find(id);
+      if (!table.ok()) return Reject(Rejection::kUnknownTable, table.status());
+      entries.push_back({id, *table});
+    }
+  }
+  for (const TableRegistry::Entry& entry : entries) {
+    const embedding::TableStats s = entry.table->Stats();
+    proto::TableStatsProto* out = response->add_table();
+    out->set_table_id(entry.table_id);
+    out->set_name(entry.table->spec().name);
+    out->set_rows(s.rows);
+    out->set_resident_bytes(s.resident_bytes);
+    out->set_payload_bytes(s.payload_bytes);
+    out->set_memory_budget_bytes(s.memory_budget_bytes);
+    out->set_over_budget(s.over_budget);
+    out->set_admitted(s.admitted);
+    out->set_admission_rejected(s.admission_rejected);
+    out->set_pushes_dropped(s.pushes_dropped);
+    out->set_evicted(s.evicted);
+    out->set_erased(s.erased);
+    out->set_pulled_keys(s.pulled_keys);
+    out->set_pushed_keys(s.pushed_keys);
+    out->set_looked_up_keys(s.looked_up_keys);
+    out->set_pull_requests(s.pull_requests);
+    out->set_push_requests(s.push_requests);
+    out->set_lookup_requests(s.lookup_requests);
+  }
+  for (size_t r = 0; r < rejected_.size(); ++r) {
+    (*response->mutable_rejected_requests())[RejectionName(
+        static_cast<Rejection>(r))] =
+        rejected_[r].load(std::memory_order_relaxed);
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace embedps::server

@@ -1,0 +1,78 @@
+// EmbeddingService: the gRPC face of one parameter-server shard.
+//
+// Translates requests into spans over the engine's tables and back; every
+// malformed request is refused with a precise status before any table is
+// touched, so a client cannot corrupt a table or crash the server.
+//
+// Thread safety: gRPC calls the handlers from many threads at once; the
+// registry and tables are thread-safe and the counters are atomic.
+#ifndef EMBEDPS_SERVER_EMBEDDING_SERVICE_H_
+#define EMBEDPS_SERVER_EMBEDDING_SERVICE_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+
+#include "proto/embedps.grpc.pb.h"
+#include "server/table_registry.h"
+
+namespace embedps::server {
+
+struct ShardOptions {
+  // This server's shard and the number of shards; a key is this shard's
+  // iff ShardOfKey(key, num_shards) == shard_index. Default: 0 of 1.
+  int32_t shard_index = 0;
+  int32_t num_shards = 1;
+  // Keys one Pull or Push may carry. Default: 4 Mi.
+  uint64_t max_keys_per_request = uint64_t{4} << 20;
+};
+
+// Why a request was refused (counted per reason, reported by Stats).
+enum class Rejection {
+  kUnknownTable,
+  kEmptyRequest,
+  kMalformedKeys,
+  kSizeMismatch,
+  kNonFinite,
+  kOverLimit,
+  kWrongShard,
+  kBadValueType,
+  kInvalidSpec,
+  kSpecConflict,
+  kCount,  // number of reasons
+};
+const char* RejectionName(Rejection reason);
+
+class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
+ public:
+  // `registry` must outlive the service.
+  EmbeddingServiceImpl(ShardOptions options, TableRegistry* registry);
+
+  grpc::Status CreateTable(grpc::ServerContext* context,
+                           const proto::CreateTableRequest* request,
+                           proto::CreateTableResponse* response) override;
+  grpc::Status ListTables(grpc::ServerContext* context,
+                          const proto::ListTablesRequest* request,
+                          proto::ListTablesResponse* response) override;
+  grpc::Status Pull(grpc::ServerContext* context,
+                    const proto::PullRequest* request,
+                    proto::PullResponse* response) override;
+  grpc::Status Push(grpc::ServerContext* context,
+                    const proto::PushRequest* request,
+                    proto::PushResponse* response) override;
+  grpc::Status Stats(grpc::ServerContext* context,
+                     const proto::StatsRequest* request,
+                     proto::StatsResponse* response) override;
+
+ private:
+  grpc::Status Reject(Rejection reason, const absl::Status& status);
+
+  const ShardOptions options_;
+  TableRegistry* const registry_;
+  std::array<std::atomic<uint64_t>, static_cast<size_t>(Rejection::kCount)>
+      rejected_{};
+};
+
+}  // namespace embedps::server
+
+#endif  // EMBEDPS_SERVER_EMBEDDING_SERVICE_H_

@@ -1,0 +1,176 @@
+// ps_server: one shard of the embedps parameter server.
+//
+//   ps_server --port=50051 --shard_index=0 --num_shards=2 --tables=tables.txtpb
+//
+// Serves EmbeddingService, gRPC health checking and server reflection
+// (grpcurl can list and call everything). SIGTERM or SIGINT: stop taking
+// calls, finish those in flight (up to --shutdown_grace), exit 0.
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "common/logging.h"
+#include "google/protobuf/text_format.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "server/embedding_service.h"
+#include "server/table_config.h"
+#include "server/table_registry.h"
+
+ABSL_FLAG(std::string, host, "0.0.0.0",
+          "address to listen on (127.0.0.1 for loopback only)");
+ABSL_FLAG(int32_t, port, 50051,
+          "port to listen on; 0 picks a free one (printed, and written to "
+          "--port_file)");
+ABSL_FLAG(std::string, port_file, "",
+          "if set, the chosen port is written here once the server listens "
+          "(for scripts and tests that start servers with --port=0)");
+ABSL_FLAG(int32_t, shard_index, 0, "this server's shard, in [0, num_shards)");
+ABSL_FLAG(int32_t, num_shards, 1,
+          "number of shards; a key belongs to shard "
+          "JumpConsistentHash(Mix64(key), num_shards)");
+ABSL_FLAG(int32_t, num_workers, 1,
+          "number of training workers (used by the synchronous modes)");
+ABSL_FLAG(std::string, tables, "",
+          "text-format embedps.proto.TableConfigList of tables to create at "
+          "start (tables can also be created over RPC)");
+ABSL_FLAG(uint64_t, max_keys_per_request, uint64_t{4} << 20,
+          "most keys one Pull or Push may carry (RESOURCE_EXHAUSTED above)");
+ABSL_FLAG(int32_t, max_message_bytes, 1 << 30,
+          "largest gRPC message accepted or sent, in bytes");
+ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
+          "on SIGTERM, how long in-flight calls may take to finish");
+ABSL_FLAG(std::string, log_level, "info",
+          "trace, debug, info, warn, error or off");
+
+namespace embedps::server {
+namespace {
+
+absl::Status LoadTables(const std::string& path, TableRegistry& registry) {
+  std::ifstream file(path);
+  if (!file) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read --tables file '", path, "'"));
+  }
+  std::stringstream text;
+  text << file.rdbuf();
+  proto::TableConfigList list;
+  if (!google::protobuf::TextFormat::ParseFromString(text.str(), &list)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tables file '", path,
+        "' is not a text-format embedps.proto.TableConfigList (the parse "
+        "error is logged above)"));
+  }
+  for (const proto::TableConfig& config : list.table()) {
+    absl::StatusOr<embedding::TableSpec> spec = SpecFromConfig(config);
+    if (!spec.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tables file '", path, "', table '", config.name(),
+                       "': ", spec.status().message()));
+    }
+    absl::StatusOr<TableRegistry::CreateResult> created =
+        registry.Create(*spec);
+    if (!created.ok()) return created.status();
+  }
+  return absl::OkStatus();
+}
+
+int Run() {
+  const auto log = Logger("server");
+  if (absl::Status s = SetLogLevel(absl::GetFlag(FLAGS_log_level)); !s.ok()) {
+    log->error("{}", s.message());
+    return 2;
+  }
+  ShardOptions options;
+  options.shard_index = absl::GetFlag(FLAGS_shard_index);
+  options.num_shards = absl::GetFlag(FLAGS_num_shards);
+  options.max_keys_per_request = absl::GetFlag(FLAGS_max_keys_per_request);
+  if (options.num_shards < 1 || options.shard_index < 0 ||
+      options.shard_index >= options.num_shards) {
+    log->error("--shard_index={} must be in [0, --num_shards={})",
+               options.shard_index, options.num_shards);
+    return 2;
+  }
+
+  TableRegistry registry;
+  if (const std::string path = absl::GetFlag(FLAGS_tables); !path.empty()) {
+    if (absl::Status s = LoadTables(path, registry); !s.ok()) {
+      log->error("{}", s.message());
+      return 2;
+    }
+  }
+
+  // Signals are taken by one thread with sigwait, so no handler runs in an
+  // arbitrary gRPC thread. Block them before any thread starts.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  EmbeddingServiceImpl service(options, &registry);
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int bound_port = 0;
+  const std::string address =
+      absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
+                           &bound_port);
+  builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || bound_port == 0) {
+    log->error("cannot listen on {} (in use, or not an address of this host)",
+               address);
+    return 1;
+  }
+  log->info("shard {} of {} listening on port {} with {} table(s)",
+            options.shard_index, options.num_shards, bound_port,
+            registry.List().size());
+  std::printf("port %d\n", bound_port);
+  std::fflush(stdout);
+  if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
+    // Write then rename, so a reader never sees a half-written file.
+    const std::string tmp = path + ".tmp";
+    std::ofstream(tmp) << bound_port << "\n";
+    std::rename(tmp.c_str(), path.c_str());
+  }
+
+  std::thread stopper([&] {
+    int signal = 0;
+    sigwait(&stop_signals, &signal);
+    log->info("signal {}: finishing in-flight calls, then exiting", signal);
+    server->Shutdown(
+        std::chrono::system_clock::now() +
+        absl::ToChronoSeconds(absl::GetFlag(FLAGS_shutdown_grace)));
+  });
+  server->Wait();
+  stopper.join();
+  log->info("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace embedps::server
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "One shard of the embedps parameter server.\n"
+      "  ps_server --port=50051 --shard_index=0 --num_shards=2 "
+      "--tables=tables.txtpb");
+  absl::ParseCommandLine(argc, argv);
+  return embedps::server::Run();
+}

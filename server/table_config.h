@@ -1,0 +1,28 @@
+// Translation between the wire's TableConfig and the engine's TableSpec.
+//
+// Unset optional fields take TableSpec's defaults, so a config names only
+// what it changes. Thread safety: pure functions.
+#ifndef EMBEDPS_SERVER_TABLE_CONFIG_H_
+#define EMBEDPS_SERVER_TABLE_CONFIG_H_
+
+#include "absl/status/statusor.h"
+#include "embedding/table_spec.h"
+#include "proto/embedps.pb.h"
+
+namespace embedps::server {
+
+// The spec `config` describes, validated (INVALID_ARGUMENT naming the
+// field, or an enum value this server does not know).
+absl::StatusOr<embedding::TableSpec> SpecFromConfig(
+    const proto::TableConfig& config);
+
+// The config that SpecFromConfig turns back into `spec`, with every field
+// set explicitly.
+proto::TableConfig ConfigFromSpec(const embedding::TableSpec& spec);
+
+// True if the two specs describe the same table (every field equal).
+bool SameSpec(const embedding::TableSpec& a, const embedding::TableSpec& b);
+
+}  // namespace embedps::server
+
+#endif  // EMBEDPS_SERVER_TABLE_CONFIG_H_

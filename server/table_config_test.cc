@@ -1,0 +1,93 @@
+#include "server/table_config.h"
+
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "google/protobuf/text_format.h"
+#include "gtest/gtest.h"
+#include "server/table_registry.h"
+
+namespace embedps::server {
+namespace {
+
+using ::embedps::testing::StatusIs;
+using ::testing::HasSubstr;
+
+proto::TableConfig Parse(const std::string& text) {
+  proto::TableConfig config;
+  EXPECT_TRUE(google::protobuf::TextFormat::ParseFromString(text, &config));
+  return config;
+}
+
+TEST(TableConfigTest, UnsetFieldsTakeTheSpecDefaults) {
+  ASSERT_OK_AND_ASSIGN(embedding::TableSpec spec,
+                       SpecFromConfig(Parse("name: 'users' dim: 8")));
+  const embedding::TableSpec defaults;
+  EXPECT_EQ(spec.name, "users");
+  EXPECT_EQ(spec.dim, 8);
+  EXPECT_EQ(spec.optimizer.kind, defaults.optimizer.kind);
+  EXPECT_EQ(spec.optimizer.learning_rate, defaults.optimizer.learning_rate);
+  EXPECT_EQ(spec.initializer.high, defaults.initializer.high);
+  EXPECT_EQ(spec.num_stripes, defaults.num_stripes);
+}
+
+TEST(TableConfigTest, RoundTripsEveryField) {
+  const proto::TableConfig config = Parse(R"pb(
+    name: "items"
+    dim: 32
+    seed: 9
+    memory_budget_bytes: 1000000
+    num_stripes: 16
+    initializer { kind: NORMAL mean: 0.5 stddev: 0.2 truncated: true }
+    optimizer {
+      kind: FTRL
+      ftrl_alpha: 0.1
+      ftrl_beta: 2
+      ftrl_l1: 0.01
+      ftrl_l2: 0.02
+    }
+    admission { kind: COUNT min_count: 3 sketch_counters: 65536 }
+    eviction { ttl: 100 ttl_unit: SECONDS }
+  )pb");
+  ASSERT_OK_AND_ASSIGN(embedding::TableSpec spec, SpecFromConfig(config));
+  EXPECT_EQ(spec.optimizer.ftrl_l2, 0.02f);
+  EXPECT_EQ(spec.admission.min_count, 3u);
+  EXPECT_EQ(spec.eviction.ttl_unit, embedding::EvictionSpec::TtlUnit::kSeconds);
+  ASSERT_OK_AND_ASSIGN(embedding::TableSpec again,
+                       SpecFromConfig(ConfigFromSpec(spec)));
+  EXPECT_TRUE(SameSpec(spec, again));
+}
+
+TEST(TableConfigTest, BadConfigsNameTheField) {
+  EXPECT_THAT(SpecFromConfig(Parse("name: 'x' dim: 0")),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("'dim'")));
+  proto::TableConfig config = Parse("name: 'x' dim: 4");
+  config.mutable_optimizer()->set_kind(
+      static_cast<proto::OptimizerConfig::Kind>(99));
+  EXPECT_THAT(SpecFromConfig(config),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("optimizer.kind")));
+}
+
+TEST(TableRegistryTest, CreateIsIdempotentAndRefusesAnotherSpec) {
+  TableRegistry registry;
+  ASSERT_OK_AND_ASSIGN(embedding::TableSpec a,
+                       SpecFromConfig(Parse("name: 'a' dim: 4")));
+  ASSERT_OK_AND_ASSIGN(embedding::TableSpec b,
+                       SpecFromConfig(Parse("name: 'b' dim: 4")));
+  ASSERT_OK_AND_ASSIGN(auto first, registry.Create(a));
+  EXPECT_TRUE(first.created);
+  ASSERT_OK_AND_ASSIGN(auto second, registry.Create(b));
+  EXPECT_NE(first.table_id, second.table_id);
+  ASSERT_OK_AND_ASSIGN(auto again, registry.Create(a));
+  EXPECT_FALSE(again.created);
+  EXPECT_EQ(again.table_id, first.table_id);
+  a.dim = 8;
+  EXPECT_THAT(registry.Create(a),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("different spec")));
+  EXPECT_THAT(registry.Find(7), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(registry.List().size(), 2u);
+}
+
+}  // namespace
+}  // namespace embedps::server

@@ -1,0 +1,328 @@
+// Real ps_server processes on 127.0.0.1, driven through the client and a
+// raw stub: routing, dedup and ordering, float16, bad input, shutdown.
+#include <cmath>
+#include <condition_variable>
+#include <limits>
+#include <memory>
+#include <mutex>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "client/client.h"
+#include "common/key_hash.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/embedps.grpc.pb.h"
+#include "tests/server_process.h"
+
+namespace embedps {
+namespace {
+
+using ::embedps::testing::ServerProcess;
+using ::embedps::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr char kServer[] = "server/ps_server";
+constexpr int kDim = 8;
+
+proto::TableConfig SgdTable(const std::string& name) {
+  proto::TableConfig config;
+  config.set_name(name);
+  config.set_dim(kDim);
+  config.mutable_initializer()->set_kind(proto::InitializerConfig::ZEROS);
+  config.mutable_optimizer()->set_kind(proto::OptimizerConfig::SGD);
+  config.mutable_optimizer()->set_learning_rate(1.0f);
+  return config;
+}
+
+class ClusterTest : public ::testing::Test {
+ protected:
+  void StartShards(int n, std::vector<std::string> extra = {}) {
+    for (int i = 0; i < n; ++i) {
+      std::vector<std::string> args = {absl::StrCat("--shard_index=", i),
+                                       absl::StrCat("--num_shards=", n)};
+      args.insert(args.end(), extra.begin(), extra.end());
+      ASSERT_OK_AND_ASSIGN(auto server, ServerProcess::Start(kServer, args));
+      addresses_.push_back(server->address());
+      servers_.push_back(std::move(server));
+    }
+  }
+
+  std::unique_ptr<client::Client> Connect(
+      proto::ValueType wire = proto::FLOAT32) {
+    client::ClientOptions options;
+    options.servers = addresses_;
+    options.wire_type = wire;
+    options.retry_deadline = absl::Seconds(5);
+    auto client = client::Client::Connect(options);
+    EXPECT_OK(client);
+    return std::move(client).value();
+  }
+
+  std::vector<std::unique_ptr<ServerProcess>> servers_;
+  std::vector<std::string> addresses_;
+};
+
+TEST_F(ClusterTest, EachKeyLandsOnExactlyOneShardAndUpdatesRoundTrip) {
+  StartShards(3);
+  auto client = Connect();
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
+                       client->CreateTable(SgdTable("ids")));
+
+  constexpr int kKeys = 3000;
+  std::vector<uint64_t> keys(kKeys);
+  std::mt19937_64 rng(1);
+  for (auto& k : keys) k = rng();
+  std::vector<float> grads(kKeys * kDim);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.25f * (i % 13) - 1.0f;
+  ASSERT_OK(client->Push(table, keys, grads));
+
+  std::vector<float> values(kKeys * kDim);
+  ASSERT_OK(client->Pull(table, keys, absl::MakeSpan(values)));
+  for (size_t i = 0; i < values.size(); ++i)
+    ASSERT_EQ(values[i], -grads[i]) << i;
+
+  std::vector<int> want_rows(3, 0);
+  for (uint64_t k : keys) ++want_rows[ShardOfKey(k, 3)];
+  ASSERT_OK_AND_ASSIGN(auto stats, client->Stats());
+  ASSERT_EQ(stats.size(), 3u);
+  uint64_t total = 0;
+  for (int s = 0; s < 3; ++s) {
+    EXPECT_EQ(stats[s].shard_index(), s);
+    ASSERT_EQ(stats[s].table_size(), 1);
+    EXPECT_EQ(stats[s].table(0).rows(), static_cast<uint64_t>(want_rows[s]))
+        << s;
+    total += stats[s].table(0).rows();
+  }
+  EXPECT_EQ(total, static_cast<uint64_t>(kKeys));
+}
+
+TEST_F(ClusterTest, DuplicatesAndOrderArePreserved) {
+  StartShards(2);
+  auto client = Connect();
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
+                       client->CreateTable(SgdTable("dup")));
+  const std::vector<uint64_t> keys = {5, 9, 5, 1, 9, 5};
+  std::vector<float> grads(keys.size() * kDim, 1.0f);
+  ASSERT_OK(
+      client->Push(table, keys, grads));  // key 5: -3, key 9: -2, key 1: -1
+  const std::vector<uint64_t> order = {1, 5, 9, 1, 77};
+  std::vector<float> values(order.size() * kDim);
+  ASSERT_OK(client->Pull(table, order, absl::MakeSpan(values)));
+  const std::vector<float> want = {-1, -3, -2, -1, 0};
+  for (size_t k = 0; k < order.size(); ++k) {
+    for (int d = 0; d < kDim; ++d)
+      EXPECT_EQ(values[k * kDim + d], want[k]) << k;
+  }
+  // The handle is idempotent: creating again gives the same table.
+  ASSERT_OK_AND_ASSIGN(client::TableHandle again,
+                       client->CreateTable(SgdTable("dup")));
+  EXPECT_EQ(again.shard_table_ids, table.shard_table_ids);
+}
+
+TEST_F(ClusterTest, Float16OnTheWire) {
+  StartShards(2);
+  auto client = Connect(proto::FLOAT16);
+  proto::TableConfig config = SgdTable("half");
+  config.mutable_initializer()->set_kind(proto::InitializerConfig::UNIFORM);
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table, client->CreateTable(config));
+  auto exact = Connect(proto::FLOAT32);
+  std::vector<uint64_t> keys(500);
+  for (int i = 0; i < 500; ++i) keys[i] = i * 31 + 7;
+  std::vector<float> half_values(keys.size() * kDim),
+      float_values(keys.size() * kDim);
+  ASSERT_OK(client->Pull(table, keys, absl::MakeSpan(half_values)));
+  ASSERT_OK(exact->Pull(table, keys, absl::MakeSpan(float_values)));
+  for (size_t i = 0; i < half_values.size(); ++i) {
+    // Values in [-0.01, 0.01): half precision keeps ~11 significant bits.
+    EXPECT_NEAR(half_values[i], float_values[i], 1e-5) << i;
+  }
+}
+
+// Sends malformed requests straight to one shard and checks the code, the
+// message and that the table did not change.
+TEST_F(ClusterTest, BadInputIsRefusedAndChangesNothing) {
+  StartShards(2, {"--max_keys_per_request=100"});
+  auto client = Connect();
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
+                       client->CreateTable(SgdTable("strict")));
+  // Find keys that belong to shard 0 and one that belongs to shard 1.
+  std::vector<uint64_t> mine;
+  uint64_t foreign = 0;
+  for (uint64_t k = 1; mine.size() < 4 || foreign == 0; ++k) {
+    if (ShardOfKey(k, 2) == 0) {
+      if (mine.size() < 4) mine.push_back(k);
+    } else if (foreign == 0) {
+      foreign = k;
+    }
+  }
+  std::vector<float> ones(mine.size() * kDim, 1.0f);
+  ASSERT_OK(client->Push(table, mine, ones));
+
+  auto stub = proto::EmbeddingService::NewStub(
+      grpc::CreateChannel(addresses_[0], grpc::InsecureChannelCredentials()));
+  const uint32_t id = table.shard_table_ids[0];
+  const auto pack = [](const std::vector<uint64_t>& keys) {
+    return std::string(reinterpret_cast<const char*>(keys.data()),
+                       keys.size() * 8);
+  };
+  const auto floats = [](const std::vector<float>& v) {
+    return std::string(reinterpret_cast<const char*>(v.data()), v.size() * 4);
+  };
+  struct Case {
+    std::string name;
+    proto::PushRequest push;
+    grpc::StatusCode code;
+    std::string message;
+  };
+  std::vector<Case> cases;
+  proto::PushRequest base;
+  base.set_table_id(id);
+  base.set_keys(pack(mine));
+  base.set_gradients(floats(ones));
+  {
+    Case c{"unknown table", base, grpc::StatusCode::NOT_FOUND,
+           "no table with id 42"};
+    c.push.set_table_id(42);
+    cases.push_back(c);
+  }
+  {
+    Case c{"keys not whole uint64s", base, grpc::StatusCode::INVALID_ARGUMENT,
+           "not a multiple of 8"};
+    c.push.set_keys(pack(mine).substr(0, 13));
+    cases.push_back(c);
+  }
+  {
+    Case c{"empty", base, grpc::StatusCode::INVALID_ARGUMENT, "empty request"};
+    c.push.clear_keys();
+    c.push.clear_gradients();
+    cases.push_back(c);
+  }
+  {
+    Case c{"dim mismatch", base, grpc::StatusCode::INVALID_ARGUMENT,
+           "need 128 bytes of float32 gradients, got 124"};
+    c.push.set_gradients(floats(ones).substr(0, 124));
+    cases.push_back(c);
+  }
+  {
+    Case c{"NaN gradient", base, grpc::StatusCode::INVALID_ARGUMENT, "is nan"};
+    std::vector<float> bad = ones;
+    bad[5] = std::numeric_limits<float>::quiet_NaN();
+    c.push.set_gradients(floats(bad));
+    cases.push_back(c);
+  }
+  {
+    Case c{"Inf gradient", base, grpc::StatusCode::INVALID_ARGUMENT, "is inf"};
+    std::vector<float> bad = ones;
+    bad[30] = std::numeric_limits<float>::infinity();
+    c.push.set_gradients(floats(bad));
+    cases.push_back(c);
+  }
+  {
+    Case c{"over the key limit", base, grpc::StatusCode::RESOURCE_EXHAUSTED,
+           "at most 100"};
+    std::vector<uint64_t> many(101, mine[0]);
+    c.push.set_keys(pack(many));
+    c.push.set_gradients(floats(std::vector<float>(101 * kDim, 1.0f)));
+    cases.push_back(c);
+  }
+  {
+    Case c{"key of another shard", base, grpc::StatusCode::FAILED_PRECONDITION,
+           "belongs to shard 1 of 2, but this is shard 0"};
+    std::vector<uint64_t> mixed = mine;
+    mixed[2] = foreign;
+    c.push.set_keys(pack(mixed));
+    cases.push_back(c);
+  }
+  {
+    Case c{"unknown value type", base, grpc::StatusCode::INVALID_ARGUMENT,
+           "unknown value_type"};
+    c.push.set_value_type(static_cast<proto::ValueType>(7));
+    cases.push_back(c);
+  }
+  for (const Case& c : cases) {
+    grpc::ClientContext context;
+    proto::PushResponse response;
+    const grpc::Status status = stub->Push(&context, c.push, &response);
+    EXPECT_EQ(status.error_code(), c.code)
+        << c.name << ": " << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(c.message)) << c.name;
+  }
+  // Pull shares the key checks; one case of each kind that differs.
+  {
+    grpc::ClientContext context;
+    proto::PullRequest pull;
+    pull.set_table_id(id);
+    pull.set_keys(std::string(7, 'x'));
+    proto::PullResponse response;
+    EXPECT_EQ(stub->Pull(&context, pull, &response).error_code(),
+              grpc::StatusCode::INVALID_ARGUMENT);
+  }
+  // A different spec under the same name.
+  {
+    proto::TableConfig other = SgdTable("strict");
+    other.set_dim(kDim * 2);
+    EXPECT_THAT(client->CreateTable(other),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         HasSubstr("different spec")));
+  }
+  // Nothing changed: the rows still hold exactly the one good push.
+  std::vector<float> values(mine.size() * kDim);
+  ASSERT_OK(client->Pull(table, mine, absl::MakeSpan(values)));
+  for (float v : values) EXPECT_EQ(v, -1.0f);
+  ASSERT_OK_AND_ASSIGN(auto stats, client->Stats());
+  EXPECT_EQ(stats[0].table(0).rows(), mine.size());
+  EXPECT_EQ(stats[0].table(0).push_requests(), 1u);
+  EXPECT_EQ(stats[0].rejected_requests().at("wrong_shard"), 1u);
+  EXPECT_EQ(stats[0].rejected_requests().at("non_finite_gradient"), 2u);
+}
+
+TEST_F(ClusterTest, HealthServiceAnswersServing) {
+  StartShards(1);
+  auto channel =
+      grpc::CreateChannel(addresses_[0], grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::ClientContext context;
+  // grpc.health.v1.HealthCheckRequest{service: ""} serialises to nothing;
+  // the response HealthCheckResponse{status: SERVING} is bytes 08 01.
+  grpc::Slice empty;
+  grpc::ByteBuffer request(&empty, 1);
+  grpc::ByteBuffer response;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  grpc::Status status;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
+                 &request, &response, [&](grpc::Status s) {
+                   std::lock_guard<std::mutex> lock(mu);
+                   status = s;
+                   done = true;
+                   cv.notify_one();
+                 });
+  std::unique_lock<std::mutex> lock(mu);
+  cv.wait(lock, [&] { return done; });
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& s : slices) bytes += std::string(s.begin(), s.end());
+  EXPECT_EQ(bytes, std::string("\x08\x01", 2));
+}
+
+TEST_F(ClusterTest, SigtermStopsGracefullyAndClientsSeeUnavailable) {
+  StartShards(1);
+  auto client = Connect();
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
+                       client->CreateTable(SgdTable("t")));
+  EXPECT_EQ(servers_[0]->Stop(), 0);
+  std::vector<float> values(kDim);
+  EXPECT_THAT(client->Pull(table, {{1}}, absl::MakeSpan(values)),
+              StatusIs(absl::StatusCode::kUnavailable, HasSubstr("shard 0")));
+}
+
+}  // namespace
+}  // namespace embedps

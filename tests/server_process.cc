@@ -1,0 +1,70 @@
+#include "tests/server_process.h"
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+
+namespace embedps::testing {
+
+absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
+    const std::string& binary, const std::vector<std::string>& args) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  static int counter = 0;
+  const std::string port_file = absl::StrCat(
+      tmp != nullptr ? tmp : "/tmp", "/port_", getpid(), "_", ++counter);
+  std::vector<std::string> argv = {binary, "--host=127.0.0.1", "--port=0",
+                                   "--port_file=" + port_file,
+                                   "--log_level=warn"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  const pid_t pid = fork();
+  if (pid < 0) return absl::InternalError("fork failed");
+  if (pid == 0) {
+    std::vector<char*> c_argv;
+    for (std::string& a : argv) c_argv.push_back(a.data());
+    c_argv.push_back(nullptr);
+    execv(binary.c_str(), c_argv.data());
+    _exit(127);
+  }
+  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < give_up) {
+    std::ifstream file(port_file);
+    int port = 0;
+    if (file >> port && port > 0) {
+      return std::unique_ptr<ServerProcess>(
+          new ServerProcess(pid, absl::StrCat("127.0.0.1:", port)));
+    }
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) {
+      return absl::InternalError(
+          absl::StrCat(binary, " exited early with status ", status));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return absl::DeadlineExceededError(
+      absl::StrCat(binary, " did not start in 30 s"));
+}
+
+int ServerProcess::Stop() {
+  if (pid_ <= 0) return -1;
+  kill(pid_, SIGTERM);
+  int status = 0;
+  waitpid(pid_, &status, 0);
+  pid_ = -1;
+  if (WIFEXITED(status)) return WEXITSTATUS(status);
+  return 128 + WTERMSIG(status);
+}
+
+ServerProcess::~ServerProcess() {
+  if (pid_ > 0) Stop();
+}
+
+}  // namespace embedps::testing

@@ -1,0 +1,44 @@
+// Test helper: runs a real ps_server binary as a child process.
+//
+// The server listens on 127.0.0.1 with --port=0; Start waits until it has
+// written its port file. Stop (and the destructor) sends SIGTERM and reaps
+// it; a server that outlives its test is never left behind.
+#ifndef EMBEDPS_TESTS_SERVER_PROCESS_H_
+#define EMBEDPS_TESTS_SERVER_PROCESS_H_
+
+#include <sys/types.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace embedps::testing {
+
+class ServerProcess {
+ public:
+  // Starts `binary` (a path relative to the test's runfiles, e.g.
+  // "server/ps_server") with `args` plus --host, --port=0 and --port_file.
+  static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
+      const std::string& binary, const std::vector<std::string>& args);
+
+  ~ServerProcess();
+
+  // "127.0.0.1:PORT".
+  const std::string& address() const { return address_; }
+  pid_t pid() const { return pid_; }
+
+  // SIGTERM, then waits; returns the exit code (or 128 + signal).
+  int Stop();
+
+ private:
+  ServerProcess(pid_t pid, std::string address)
+      : pid_(pid), address_(std::move(address)) {}
+  pid_t pid_;
+  std::string address_;
+};
+
+}  // namespace embedps::testing
+
+#endif  // EMBEDPS_TESTS_SERVER_PROCESS_H_
