@@ -1,6 +1,7 @@
 #include "server/embedding_service.h"
 
 #include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -205,6 +206,12 @@ grpc::Status EmbeddingServiceImpl::Push(grpc::ServerContext*,
                       ValueTypeName(request->value_type()), " gradients, got ",
                       bytes.size())));
   }
+  // Exactly once: a retry of an applied Push gets the first outcome.
+  const PushDeduplicator::Decision decision =
+      deduplicator_.Begin(request->client_id(), request->sequence());
+  if (decision.kind == PushDeduplicator::Decision::kDone) {
+    return ToGrpcStatus(decision.status);
+  }
   std::vector<float> grads(floats);
   if (request->value_type() == proto::FLOAT32) {
     std::memcpy(grads.data(), bytes.data(), bytes.size());
@@ -215,6 +222,7 @@ grpc::Status EmbeddingServiceImpl::Push(grpc::ServerContext*,
   }
   const absl::Status status =
       (*table)->Push(*keys, grads, embedding::AccessContext{request->step()});
+  deduplicator_.Finish(request->client_id(), request->sequence(), status);
   if (!status.ok()) {
     // Sizes were checked above: the engine refuses only NaN/Inf gradients
     // (INVALID_ARGUMENT) or runs out of memory.
@@ -222,6 +230,14 @@ grpc::Status EmbeddingServiceImpl::Push(grpc::ServerContext*,
                       ? Rejection::kNonFinite
                       : Rejection::kOverLimit,
                   status);
+  }
+  if (options_.TEST_drop_push_response_probability > 0) {
+    thread_local std::mt19937_64 rng(std::random_device{}());
+    if (std::uniform_real_distribution<double>(0, 1)(rng) <
+        options_.TEST_drop_push_response_probability) {
+      return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                          "TEST: push applied, response dropped on purpose");
+    }
   }
   return grpc::Status::OK;
 }
@@ -263,6 +279,7 @@ grpc::Status EmbeddingServiceImpl::Stats(grpc::ServerContext*,
     out->set_push_requests(s.push_requests);
     out->set_lookup_requests(s.lookup_requests);
   }
+  response->set_duplicate_pushes(deduplicator_.duplicates());
   for (size_t r = 0; r < rejected_.size(); ++r) {
     (*response->mutable_rejected_requests())[RejectionName(
         static_cast<Rejection>(r))] =

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "proto/embedps.grpc.pb.h"
+#include "server/push_deduplicator.h"
 #include "server/table_registry.h"
 
 namespace embedps::server {
@@ -25,6 +26,10 @@ struct ShardOptions {
   int32_t num_shards = 1;
   // Keys one Pull or Push may carry. Default: 4 Mi.
   uint64_t max_keys_per_request = uint64_t{4} << 20;
+  // Test only: after applying a Push, answer UNAVAILABLE with this
+  // probability, as if the response were lost (the client retries; the
+  // retry must not be applied again). Default: 0.
+  double TEST_drop_push_response_probability = 0.0;
 };
 
 // Why a request was refused (counted per reason, reported by Stats).
@@ -69,6 +74,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
 
   const ShardOptions options_;
   TableRegistry* const registry_;
+  PushDeduplicator deduplicator_;
   std::array<std::atomic<uint64_t>, static_cast<size_t>(Rejection::kCount)>
       rejected_{};
 };

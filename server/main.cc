@@ -51,6 +51,9 @@ ABSL_FLAG(int32_t, max_message_bytes, 1 << 30,
           "largest gRPC message accepted or sent, in bytes");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
           "on SIGTERM, how long in-flight calls may take to finish");
+ABSL_FLAG(double, TEST_drop_push_response_probability, 0.0,
+          "test only: answer UNAVAILABLE to this fraction of applied pushes, "
+          "as if the response were lost");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off");
 
@@ -96,6 +99,8 @@ int Run() {
   options.shard_index = absl::GetFlag(FLAGS_shard_index);
   options.num_shards = absl::GetFlag(FLAGS_num_shards);
   options.max_keys_per_request = absl::GetFlag(FLAGS_max_keys_per_request);
+  options.TEST_drop_push_response_probability =
+      absl::GetFlag(FLAGS_TEST_drop_push_response_probability);
   if (options.num_shards < 1 || options.shard_index < 0 ||
       options.shard_index >= options.num_shards) {
     log->error("--shard_index={} must be in [0, --num_shards={})",

@@ -281,6 +281,33 @@ TEST_F(ClusterTest, BadInputIsRefusedAndChangesNothing) {
   EXPECT_EQ(stats[0].rejected_requests().at("non_finite_gradient"), 2u);
 }
 
+// Responses to a third of the pushes are dropped after the push was
+// applied; the client retries each; every update must land exactly once.
+TEST_F(ClusterTest, RetriedPushesAreAppliedExactlyOnce) {
+  StartShards(1, {"--TEST_drop_push_response_probability=0.3"});
+  client::ClientOptions options;
+  options.servers = addresses_;
+  options.initial_backoff = absl::Microseconds(200);
+  options.max_backoff = absl::Milliseconds(2);
+  ASSERT_OK_AND_ASSIGN(auto client, client::Client::Connect(options));
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
+                       client->CreateTable(SgdTable("once")));
+  constexpr int kPushes = 10000;
+  const std::vector<uint64_t> keys = {11, 12, 13};
+  const std::vector<float> grads(keys.size() * kDim, 1.0f);
+  for (int i = 0; i < kPushes; ++i) ASSERT_OK(client->Push(table, keys, grads));
+  std::vector<float> values(keys.size() * kDim);
+  ASSERT_OK(client->Pull(table, keys, absl::MakeSpan(values)));
+  for (float v : values) ASSERT_EQ(v, -static_cast<float>(kPushes));
+  ASSERT_OK_AND_ASSIGN(auto stats, client->Stats());
+  EXPECT_EQ(stats[0].table(0).push_requests(), static_cast<uint64_t>(kPushes));
+  // About 30% of 10k pushes were retried at least once.
+  EXPECT_GT(stats[0].duplicate_pushes(), 2000u);
+  std::printf("pushes %d, retries acknowledged without reapplying: %llu\n",
+              kPushes,
+              static_cast<unsigned long long>(stats[0].duplicate_pushes()));
+}
+
 TEST_F(ClusterTest, HealthServiceAnswersServing) {
   StartShards(1);
   auto channel =

@@ -1,0 +1,66 @@
+// Exactly-once Push: remembers which (client id, sequence number) pairs
+// this server has applied, so that a Push retried after a lost response is
+// acknowledged without being applied twice.
+//
+// A Push first calls Begin. The first attempt of a (client, sequence) gets
+// kApply: it applies the Push and then calls Finish with the outcome. A
+// later attempt gets kDone with that outcome, waiting first if the first
+// attempt is still in flight. Each client's most recent `window` finished
+// sequence numbers are remembered; a retry older than that (thousands of
+// pushes later) would be applied again. Sequence 0 means "no
+// deduplication" (a client that does not number its pushes).
+//
+// Thread safety: thread-safe.
+#ifndef EMBEDPS_SERVER_PUSH_DEDUPLICATOR_H_
+#define EMBEDPS_SERVER_PUSH_DEDUPLICATOR_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+
+namespace embedps::server {
+
+class PushDeduplicator {
+ public:
+  // Default: remember 65536 finished pushes per client.
+  explicit PushDeduplicator(size_t window = 65536) : window_(window) {}
+
+  struct Decision {
+    enum Kind { kApply, kDone } kind;
+    // kDone: the outcome of the attempt that applied it.
+    absl::Status status;
+  };
+  Decision Begin(uint64_t client_id, uint64_t sequence);
+
+  // REQUIRES: Begin returned kApply for this pair.
+  void Finish(uint64_t client_id, uint64_t sequence,
+              const absl::Status& status);
+
+  // Pushes acknowledged without applying them again.
+  uint64_t duplicates() const;
+
+ private:
+  struct Attempt {
+    bool done = false;
+    absl::Status status;
+  };
+  struct ClientLog {
+    absl::flat_hash_map<uint64_t, std::shared_ptr<Attempt>> attempts;
+    std::deque<uint64_t> finished;  // in finishing order, for eviction
+  };
+
+  const size_t window_;
+  mutable std::mutex mu_;
+  std::condition_variable finished_cv_;
+  absl::flat_hash_map<uint64_t, ClientLog> clients_;  // guarded by mu_
+  uint64_t duplicates_ = 0;                           // guarded by mu_
+};
+
+}  // namespace embedps::server
+
+#endif  // EMBEDPS_SERVER_PUSH_DEDUPLICATOR_H_
