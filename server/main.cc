@@ -24,6 +24,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "server/coordination_service.h"
 #include "server/embedding_service.h"
 #include "server/table_config.h"
 #include "server/table_registry.h"
@@ -125,6 +126,8 @@ int Run() {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   EmbeddingServiceImpl service(options, &registry);
+  // Every shard answers Coordination; by convention workers use shard 0's.
+  CoordinationServiceImpl coordination;
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -136,6 +139,7 @@ int Run() {
   builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
   builder.RegisterService(&service);
+  builder.RegisterService(&coordination);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || bound_port == 0) {
     log->error("cannot listen on {} (in use, or not an address of this host)",

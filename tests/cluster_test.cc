@@ -1,5 +1,6 @@
 // Real ps_server processes on 127.0.0.1, driven through the client and a
 // raw stub: routing, dedup and ordering, float16, bad input, shutdown.
+#include <atomic>
 #include <cmath>
 #include <condition_variable>
 #include <limits>
@@ -7,9 +8,11 @@
 #include <mutex>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "client/client.h"
+#include "client/coordination_client.h"
 #include "common/key_hash.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
@@ -306,6 +309,44 @@ TEST_F(ClusterTest, RetriedPushesAreAppliedExactlyOnce) {
   std::printf("pushes %d, retries acknowledged without reapplying: %llu\n",
               kPushes,
               static_cast<unsigned long long>(stats[0].duplicate_pushes()));
+}
+
+TEST_F(ClusterTest, CoordinationBarrierWaitAndTimeouts) {
+  StartShards(2);
+  // Three workers, each with its own client, meet at a barrier twice and
+  // exchange their ranks through the store.
+  std::vector<std::thread> workers;
+  std::atomic<int> through{0};
+  for (int rank = 0; rank < 3; ++rank) {
+    workers.emplace_back([&, rank] {
+      auto store = client::CoordinationClient::Create(addresses_[0]);
+      ASSERT_OK(store->Set(absl::StrCat("addr/", rank),
+                           absl::StrCat("worker-", rank)));
+      ASSERT_OK_AND_ASSIGN(uint64_t g1,
+                           store->Barrier("start", 3, absl::Seconds(20)));
+      EXPECT_EQ(g1, 1u);
+      ASSERT_OK_AND_ASSIGN(auto all, store->Wait({"addr/0", "addr/1", "addr/2"},
+                                                 absl::Seconds(20)));
+      EXPECT_EQ(all[2], "worker-2");
+      ASSERT_OK_AND_ASSIGN(uint64_t g2,
+                           store->Barrier("start", 3, absl::Seconds(20)));
+      EXPECT_EQ(g2, 2u);
+      through.fetch_add(1);
+    });
+  }
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(through.load(), 3);
+
+  auto store = client::CoordinationClient::Create(addresses_[0]);
+  EXPECT_THAT(store->Wait({"addr/0", "never"}, absl::Milliseconds(200)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("missing: never")));
+  EXPECT_THAT(
+      store->Barrier("lonely", 2, absl::Milliseconds(200)),
+      StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("1 of 2")));
+  EXPECT_THAT(store->Get("never"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store->Set("", "x"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
 }
 
 TEST_F(ClusterTest, HealthServiceAnswersServing) {

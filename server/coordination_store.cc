@@ -1,0 +1,119 @@
+#include "server/coordination_store.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace embedps::server {
+namespace {
+
+absl::Status CheckKey(const std::string& key) {
+  if (key.empty())
+    return absl::InvalidArgumentError("coordination key is empty");
+  if (key.size() > CoordinationStore::kMaxKeyBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("coordination key of ", key.size(), " bytes; at most ",
+                     CoordinationStore::kMaxKeyBytes));
+  }
+  return absl::OkStatus();
+}
+
+std::chrono::system_clock::time_point Deadline(absl::Duration timeout) {
+  return absl::ToChronoTime(absl::Now() + timeout);
+}
+
+}  // namespace
+
+absl::Status CoordinationStore::Set(const std::string& key, std::string value) {
+  if (absl::Status s = CheckKey(key); !s.ok()) return s;
+  if (value.size() > kMaxValueBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("value for '", key, "' is ", value.size(),
+                     " bytes; at most ", kMaxValueBytes));
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    values_[key] = std::move(value);
+  }
+  changed_.notify_all();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> CoordinationStore::Get(
+    const std::string& key) const {
+  if (absl::Status s = CheckKey(key); !s.ok()) return s;
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = values_.find(key);
+  if (it == values_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("coordination key '", key, "' is not set"));
+  }
+  return it->second;
+}
+
+absl::StatusOr<std::vector<std::string>> CoordinationStore::Wait(
+    absl::Span<const std::string> keys, absl::Duration timeout) const {
+  for (const std::string& key : keys) {
+    if (absl::Status s = CheckKey(key); !s.ok()) return s;
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto all_set = [&] {
+    for (const std::string& key : keys) {
+      if (!values_.contains(key)) return false;
+    }
+    return true;
+  };
+  if (!changed_.wait_until(lock, Deadline(timeout), all_set)) {
+    std::vector<std::string> missing;
+    for (const std::string& key : keys) {
+      if (!values_.contains(key)) missing.push_back(key);
+    }
+    return absl::DeadlineExceededError(
+        absl::StrCat("waited ", absl::FormatDuration(timeout),
+                     " for coordination keys; still missing: ",
+                     absl::StrJoin(missing, ", ")));
+  }
+  std::vector<std::string> values;
+  for (const std::string& key : keys) values.push_back(values_.at(key));
+  return values;
+}
+
+absl::StatusOr<uint64_t> CoordinationStore::Barrier(const std::string& name,
+                                                    uint32_t participants,
+                                                    absl::Duration timeout) {
+  if (absl::Status s = CheckKey(name); !s.ok()) return s;
+  if (participants == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("barrier '", name, "' needs at least one participant"));
+  }
+  std::unique_lock<std::mutex> lock(mu_);
+  BarrierState& state = barriers_[name];
+  if (state.arrived > 0 && state.participants != participants) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("barrier '", name, "' is waiting for ", state.participants,
+                     " participants; this caller says ", participants));
+  }
+  state.participants = participants;
+  const uint64_t generation = state.generation;
+  if (++state.arrived == participants) {
+    state.arrived = 0;
+    ++state.generation;
+    lock.unlock();
+    changed_.notify_all();
+    return generation + 1;
+  }
+  if (!changed_.wait_until(lock, Deadline(timeout), [&] {
+        return barriers_[name].generation != generation;
+      })) {
+    BarrierState& now = barriers_[name];
+    const uint32_t arrived = now.arrived;
+    --now.arrived;  // withdraw, so that a retry starts from a clean count
+    return absl::DeadlineExceededError(absl::StrCat(
+        "barrier '", name, "': ", arrived, " of ", participants,
+        " participants arrived within ", absl::FormatDuration(timeout)));
+  }
+  return generation + 1;
+}
+
+}  // namespace embedps::server

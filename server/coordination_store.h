@@ -1,0 +1,62 @@
+// CoordinationStore: key-value rendezvous and named barriers, the state
+// behind the Coordination service. Values are opaque bytes.
+//
+// Thread safety: thread-safe; Wait and Barrier block the calling thread
+// (at most until their timeout).
+#ifndef EMBEDPS_SERVER_COORDINATION_STORE_H_
+#define EMBEDPS_SERVER_COORDINATION_STORE_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+
+namespace embedps::server {
+
+class CoordinationStore {
+ public:
+  // Largest key and value accepted (INVALID_ARGUMENT above).
+  static constexpr size_t kMaxKeyBytes = 1024;
+  static constexpr size_t kMaxValueBytes = 4 << 20;
+
+  absl::Status Set(const std::string& key, std::string value);
+
+  // NOT_FOUND if `key` was never set.
+  absl::StatusOr<std::string> Get(const std::string& key) const;
+
+  // The values of `keys`, once all are set; DEADLINE_EXCEEDED after
+  // `timeout`, naming the keys still missing.
+  absl::StatusOr<std::vector<std::string>> Wait(
+      absl::Span<const std::string> keys, absl::Duration timeout) const;
+
+  // Returns when `participants` callers have arrived at barrier `name`
+  // (then the barrier resets for its next use) with its generation.
+  // INVALID_ARGUMENT if participants is 0 or differs from the count of
+  // callers already waiting; DEADLINE_EXCEEDED after `timeout` (the caller
+  // is withdrawn).
+  absl::StatusOr<uint64_t> Barrier(const std::string& name,
+                                   uint32_t participants,
+                                   absl::Duration timeout);
+
+ private:
+  struct BarrierState {
+    uint32_t participants = 0;
+    uint32_t arrived = 0;
+    uint64_t generation = 0;
+  };
+
+  mutable std::mutex mu_;
+  mutable std::condition_variable changed_;
+  absl::flat_hash_map<std::string, std::string> values_;     // guarded by mu_
+  absl::flat_hash_map<std::string, BarrierState> barriers_;  // guarded by mu_
+};
+
+}  // namespace embedps::server
+
+#endif  // EMBEDPS_SERVER_COORDINATION_STORE_H_
