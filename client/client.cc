@@ -17,9 +17,13 @@
 namespace embedps::client {
 namespace {
 
-bool Retryable(const grpc::Status& status) {
+// UNAVAILABLE, and DEADLINE_EXCEEDED when it was this attempt's own
+// deadline that passed (a server that answers DEADLINE_EXCEEDED early, e.g.
+// a SYNC Pull that gave up waiting for other workers, has decided).
+bool Retryable(const grpc::Status& status, absl::Time attempt_deadline) {
   return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-         status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED;
+         (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+          absl::Now() >= attempt_deadline - absl::Milliseconds(5));
 }
 
 // A batch's distinct keys, and where each caller position finds its row.
@@ -45,7 +49,30 @@ Dedup Deduplicate(absl::Span<const uint64_t> keys) {
 struct Part {
   int32_t shard;
   std::vector<uint32_t> rows;
+  // Push to SYNC/SSP tables: nonzero on the shard's last part.
+  uint32_t parts_in_step = 0;
 };
+
+// Marks the last part of each shard with the shard's part count, adding an
+// empty closing part for shards that have no keys in this step.
+void CloseStepOnEveryShard(int32_t shards, std::vector<Part>& parts) {
+  std::vector<uint32_t> count(shards, 0);
+  for (const Part& p : parts) ++count[p.shard];
+  for (int32_t s = 0; s < shards; ++s) {
+    if (count[s] == 0) {
+      parts.push_back({s, {}, 0});
+      count[s] = 1;
+    }
+  }
+  std::vector<bool> closed(shards, false);
+  for (size_t i = parts.size(); i-- > 0;) {
+    Part& p = parts[i];
+    if (!closed[p.shard]) {
+      p.parts_in_step = count[p.shard];
+      closed[p.shard] = true;
+    }
+  }
+}
 
 std::vector<Part> SplitByShard(const std::vector<uint64_t>& keys,
                                int32_t shards, size_t max_keys) {
@@ -57,8 +84,10 @@ std::vector<Part> SplitByShard(const std::vector<uint64_t>& keys,
   for (int32_t s = 0; s < shards; ++s) {
     for (size_t begin = 0; begin < by_shard[s].size(); begin += max_keys) {
       const size_t end = std::min(by_shard[s].size(), begin + max_keys);
-      parts.push_back({s, std::vector<uint32_t>(by_shard[s].begin() + begin,
-                                                by_shard[s].begin() + end)});
+      parts.push_back({s,
+                       std::vector<uint32_t>(by_shard[s].begin() + begin,
+                                             by_shard[s].begin() + end),
+                       0});
     }
   }
   return parts;
@@ -99,18 +128,22 @@ struct Client::Impl {
 
   // Calls `rpc(context)` until it succeeds, fails with a non-retryable code,
   // or the retry deadline passes.
+  // `extra_time`: how long the server may legitimately hold the call
+  // (a SYNC Pull waiting for other workers).
   template <typename Rpc>
-  absl::Status Call(int32_t shard, absl::string_view method, Rpc&& rpc) {
+  absl::Status Call(int32_t shard, absl::string_view method, Rpc&& rpc,
+                    absl::Duration extra_time = absl::ZeroDuration()) {
     const absl::Time give_up = absl::Now() + options.retry_deadline;
     absl::Duration backoff = options.initial_backoff;
     for (int attempt = 1;; ++attempt) {
       grpc::ClientContext context;
-      context.set_deadline(
-          absl::ToChronoTime(absl::Now() + options.rpc_timeout));
+      const absl::Time deadline =
+          absl::Now() + options.rpc_timeout + extra_time;
+      context.set_deadline(absl::ToChronoTime(deadline));
       const grpc::Status status = rpc(&context);
       if (status.ok()) return absl::OkStatus();
       const absl::Status error = FromGrpcStatus(status);
-      if (!Retryable(status) || absl::Now() + backoff > give_up) {
+      if (!Retryable(status, deadline) || absl::Now() + backoff > give_up) {
         return absl::Status(
             error.code(),
             absl::StrCat(method, " on shard ", shard, " (",
@@ -161,6 +194,12 @@ absl::StatusOr<TableHandle> Client::CreateTable(
   handle.name = config.name();
   handle.dim = config.dim();
   handle.shard_table_ids.resize(num_shards());
+  handle.mode = config.consistency().mode();
+  handle.step_timeout =
+      handle.mode == proto::ConsistencyConfig::ASYNC ? absl::ZeroDuration()
+      : config.consistency().timeout_ms() == 0
+          ? absl::Seconds(60)
+          : absl::Milliseconds(config.consistency().timeout_ms());
   proto::CreateTableRequest request;
   *request.mutable_config() = config;
   const absl::Status status = RunParts(num_shards(), [&](size_t shard) {
@@ -204,11 +243,13 @@ absl::Status Client::Pull(const TableHandle& table,
         request.set_value_type(wire);
         request.set_step(step);
         proto::PullResponse response;
-        absl::Status s =
-            impl_->Call(part.shard, "Pull", [&](grpc::ClientContext* context) {
+        absl::Status s = impl_->Call(
+            part.shard, "Pull",
+            [&](grpc::ClientContext* context) {
               return impl_->stubs[part.shard]->Pull(context, request,
                                                     &response);
-            });
+            },
+            table.step_timeout);
         if (!s.ok()) return s;
         const size_t value_bytes = wire == proto::FLOAT16 ? 2 : 4;
         if (response.values().size() != part.rows.size() * dim * value_bytes) {
@@ -250,7 +291,9 @@ absl::Status Client::Push(const TableHandle& table,
   if (table.shard_table_ids.size() != static_cast<size_t>(num_shards())) {
     return absl::InvalidArgumentError("TableHandle is not from this client");
   }
-  if (keys.empty()) return absl::OkStatus();
+  if (keys.empty() && table.mode == proto::ConsistencyConfig::ASYNC) {
+    return absl::OkStatus();
+  }
   const Dedup dedup = Deduplicate(keys);
   // Duplicate keys' gradients summed in batch order.
   std::vector<float> summed(dedup.keys.size() * dim, 0.0f);
@@ -259,8 +302,11 @@ absl::Status Client::Push(const TableHandle& table,
     const float* g = grads.data() + i * dim;
     for (size_t d = 0; d < dim; ++d) sum[d] += g[d];
   }
-  const std::vector<Part> parts = SplitByShard(
-      dedup.keys, num_shards(), impl_->options.max_keys_per_request);
+  std::vector<Part> parts = SplitByShard(dedup.keys, num_shards(),
+                                         impl_->options.max_keys_per_request);
+  if (table.mode != proto::ConsistencyConfig::ASYNC) {
+    CloseStepOnEveryShard(num_shards(), parts);
+  }
   const proto::ValueType wire = impl_->options.wire_type;
   return RunParts(parts.size(), [&](size_t p) -> absl::Status {
     const Part& part = parts[p];
@@ -271,6 +317,8 @@ absl::Status Client::Push(const TableHandle& table,
     request.set_step(step);
     request.set_client_id(impl_->client_id);
     request.set_sequence(impl_->next_sequence.fetch_add(1));
+    request.set_parts_in_step(part.parts_in_step);
+    request.set_parts_in_step(part.parts_in_step);
     std::string* bytes = request.mutable_gradients();
     const size_t value_bytes = wire == proto::FLOAT16 ? 2 : 4;
     bytes->resize(part.rows.size() * dim * value_bytes);

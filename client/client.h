@@ -51,6 +51,11 @@ struct TableHandle {
   std::string name;
   int32_t dim = 0;
   std::vector<uint32_t> shard_table_ids;
+  // How pushes combine; SYNC and SSP Pushes close the caller's step on
+  // every shard, and their Pulls may wait up to `step_timeout` for other
+  // workers.
+  proto::ConsistencyConfig::Mode mode = proto::ConsistencyConfig::ASYNC;
+  absl::Duration step_timeout = absl::ZeroDuration();
 };
 
 class Client {
@@ -76,8 +81,10 @@ class Client {
 
   // Sends the gradients (keys.size() × dim floats); duplicate keys' rows
   // are summed before sending. Each RPC carries this client's id and a
-  // fresh sequence number, so a retried RPC is not applied twice by
-  // servers that deduplicate.
+  // fresh sequence number, so a retried RPC is not applied twice. For SYNC
+  // and SSP tables this call is the caller's whole step `step`: every
+  // shard is told the step is complete (shards without keys get an empty
+  // closing push).
   absl::Status Push(const TableHandle& table, absl::Span<const uint64_t> keys,
                     absl::Span<const float> grads, uint64_t step = 0);
 

@@ -51,6 +51,8 @@ const char* RejectionName(Rejection reason) {
       return "invalid_spec";
     case Rejection::kSpecConflict:
       return "spec_conflict";
+    case Rejection::kLateStep:
+      return "late_step";
     case Rejection::kCount:
       break;
   }
@@ -71,10 +73,11 @@ grpc::Status EmbeddingServiceImpl::Reject(Rejection reason,
 namespace {
 
 // Shared checks of Pull and Push: the keys are whole uint64s, there are
-// some but not too many, and each belongs to this shard. On failure
-// `*rejection` says why.
+// some (unless `allow_empty`) but not too many, and each belongs to this
+// shard. On failure `*rejection` says why.
 absl::StatusOr<std::vector<uint64_t>> DecodeKeys(const std::string& bytes,
                                                  const ShardOptions& options,
+                                                 bool allow_empty,
                                                  Rejection* rejection) {
   if (bytes.size() % sizeof(uint64_t) != 0) {
     *rejection = Rejection::kMalformedKeys;
@@ -83,7 +86,7 @@ absl::StatusOr<std::vector<uint64_t>> DecodeKeys(const std::string& bytes,
         bytes.size(), " bytes, not a multiple of 8"));
   }
   const size_t n = bytes.size() / sizeof(uint64_t);
-  if (n == 0) {
+  if (n == 0 && !allow_empty) {
     *rejection = Rejection::kEmptyRequest;
     return absl::InvalidArgumentError("empty request: no keys");
   }
@@ -95,7 +98,7 @@ absl::StatusOr<std::vector<uint64_t>> DecodeKeys(const std::string& bytes,
                      " (--max_keys_per_request): split the batch"));
   }
   std::vector<uint64_t> keys(n);
-  std::memcpy(keys.data(), bytes.data(), bytes.size());
+  if (n > 0) std::memcpy(keys.data(), bytes.data(), bytes.size());
   if (options.num_shards > 1) {
     for (uint64_t key : keys) {
       const int32_t shard = ShardOfKey(key, options.num_shards);
@@ -111,14 +114,18 @@ absl::StatusOr<std::vector<uint64_t>> DecodeKeys(const std::string& bytes,
   return keys;
 }
 
+absl::Status UnknownValueType(int type) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown value_type ", type, " (FLOAT32 = 0, FLOAT16 = 1)"));
+}
+
 }  // namespace
 
 grpc::Status EmbeddingServiceImpl::CreateTable(
     grpc::ServerContext*, const proto::CreateTableRequest* request,
     proto::CreateTableResponse* response) {
-  absl::StatusOr<embedding::TableSpec> spec = SpecFromConfig(request->config());
-  if (!spec.ok()) return Reject(Rejection::kInvalidSpec, spec.status());
-  absl::StatusOr<TableRegistry::CreateResult> result = registry_->Create(*spec);
+  absl::StatusOr<TableRegistry::CreateResult> result =
+      registry_->Create(request->config());
   if (!result.ok()) {
     return Reject(
         result.status().code() == absl::StatusCode::kFailedPrecondition
@@ -137,7 +144,7 @@ grpc::Status EmbeddingServiceImpl::ListTables(
   for (const TableRegistry::Entry& entry : registry_->List()) {
     proto::ListTablesResponse::Entry* out = response->add_table();
     out->set_table_id(entry.table_id);
-    *out->mutable_config() = ConfigFromSpec(entry.table->spec());
+    *out->mutable_config() = *entry.config;
   }
   return grpc::Status::OK;
 }
@@ -145,20 +152,25 @@ grpc::Status EmbeddingServiceImpl::ListTables(
 grpc::Status EmbeddingServiceImpl::Pull(grpc::ServerContext*,
                                         const proto::PullRequest* request,
                                         proto::PullResponse* response) {
-  absl::StatusOr<embedding::Table*> table =
+  absl::StatusOr<TableRegistry::Entry> entry =
       registry_->Find(request->table_id());
-  if (!table.ok()) return Reject(Rejection::kUnknownTable, table.status());
+  if (!entry.ok()) return Reject(Rejection::kUnknownTable, entry.status());
+  embedding::Table* const table = entry->table;
   if (!proto::ValueType_IsValid(request->value_type())) {
     return Reject(Rejection::kBadValueType,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      "unknown value_type ", request->value_type())));
+                  UnknownValueType(request->value_type()));
   }
   Rejection rejection;
   absl::StatusOr<std::vector<uint64_t>> keys =
-      DecodeKeys(request->keys(), options_, &rejection);
+      DecodeKeys(request->keys(), options_, /*allow_empty=*/false, &rejection);
   if (!keys.ok()) return Reject(rejection, keys.status());
+  if (entry->synchronizer != nullptr) {
+    const absl::Status ready =
+        entry->synchronizer->AwaitPullable(request->step());
+    if (!ready.ok()) return ToGrpcStatus(ready);
+  }
 
-  const size_t dim = (*table)->spec().dim;
+  const size_t dim = table->spec().dim;
   const size_t floats = keys->size() * dim;
   const embedding::AccessContext context{request->step()};
   std::string* values = response->mutable_values();
@@ -166,12 +178,13 @@ grpc::Status EmbeddingServiceImpl::Pull(grpc::ServerContext*,
     // Pull straight into the response (std::string storage is aligned for
     // float: heap buffers by malloc, short ones inside the object).
     values->resize(floats * sizeof(float));
-    return ToGrpcStatus((*table)->Pull(
+    return ToGrpcStatus(table->Pull(
         *keys, absl::MakeSpan(reinterpret_cast<float*>(values->data()), floats),
         context));
   }
   std::vector<float> pulled(floats);
-  absl::Status status = (*table)->Pull(*keys, absl::MakeSpan(pulled), context);
+  const absl::Status status =
+      table->Pull(*keys, absl::MakeSpan(pulled), context);
   if (!status.ok()) return ToGrpcStatus(status);
   values->resize(floats * sizeof(uint16_t));
   FloatsToHalves(pulled, reinterpret_cast<uint16_t*>(values->data()));
@@ -181,27 +194,30 @@ grpc::Status EmbeddingServiceImpl::Pull(grpc::ServerContext*,
 grpc::Status EmbeddingServiceImpl::Push(grpc::ServerContext*,
                                         const proto::PushRequest* request,
                                         proto::PushResponse*) {
-  absl::StatusOr<embedding::Table*> table =
+  absl::StatusOr<TableRegistry::Entry> entry =
       registry_->Find(request->table_id());
-  if (!table.ok()) return Reject(Rejection::kUnknownTable, table.status());
+  if (!entry.ok()) return Reject(Rejection::kUnknownTable, entry.status());
+  embedding::Table* const table = entry->table;
   if (!proto::ValueType_IsValid(request->value_type())) {
     return Reject(Rejection::kBadValueType,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      "unknown value_type ", request->value_type())));
+                  UnknownValueType(request->value_type()));
   }
+  // In SYNC and SSP a part that only closes a step may carry no keys.
+  const bool closes_step =
+      entry->synchronizer != nullptr && request->parts_in_step() > 0;
   Rejection rejection;
   absl::StatusOr<std::vector<uint64_t>> keys =
-      DecodeKeys(request->keys(), options_, &rejection);
+      DecodeKeys(request->keys(), options_, closes_step, &rejection);
   if (!keys.ok()) return Reject(rejection, keys.status());
 
-  const size_t dim = (*table)->spec().dim;
+  const size_t dim = table->spec().dim;
   const size_t floats = keys->size() * dim;
   const size_t want_bytes = floats * ValueBytes(request->value_type());
   const std::string& bytes = request->gradients();
   if (bytes.size() != want_bytes) {
     return Reject(Rejection::kSizeMismatch,
                   absl::InvalidArgumentError(absl::StrCat(
-                      keys->size(), " keys of table '", (*table)->spec().name,
+                      keys->size(), " keys of table '", table->spec().name,
                       "' (dim ", dim, ") need ", want_bytes, " bytes of ",
                       ValueTypeName(request->value_type()), " gradients, got ",
                       bytes.size())));
@@ -214,22 +230,30 @@ grpc::Status EmbeddingServiceImpl::Push(grpc::ServerContext*,
   }
   std::vector<float> grads(floats);
   if (request->value_type() == proto::FLOAT32) {
-    std::memcpy(grads.data(), bytes.data(), bytes.size());
+    if (floats > 0) std::memcpy(grads.data(), bytes.data(), bytes.size());
   } else {
     std::vector<uint16_t> halves(floats);
-    std::memcpy(halves.data(), bytes.data(), bytes.size());
+    if (floats > 0) std::memcpy(halves.data(), bytes.data(), bytes.size());
     HalvesToFloats(halves, grads.data());
   }
   const absl::Status status =
-      (*table)->Push(*keys, grads, embedding::AccessContext{request->step()});
+      entry->synchronizer != nullptr
+          ? entry->synchronizer->Push(request->client_id(), request->step(),
+                                      request->parts_in_step(), *keys, grads)
+          : table->Push(*keys, grads,
+                        embedding::AccessContext{request->step()});
   deduplicator_.Finish(request->client_id(), request->sequence(), status);
   if (!status.ok()) {
-    // Sizes were checked above: the engine refuses only NaN/Inf gradients
-    // (INVALID_ARGUMENT) or runs out of memory.
-    return Reject(status.code() == absl::StatusCode::kInvalidArgument
-                      ? Rejection::kNonFinite
-                      : Rejection::kOverLimit,
-                  status);
+    // Sizes were checked above: what remains is NaN/Inf gradients
+    // (INVALID_ARGUMENT), a SYNC step pushed after it was applied
+    // (FAILED_PRECONDITION), or no memory.
+    const Rejection reason =
+        status.code() == absl::StatusCode::kInvalidArgument
+            ? Rejection::kNonFinite
+        : status.code() == absl::StatusCode::kFailedPrecondition
+            ? Rejection::kLateStep
+            : Rejection::kOverLimit;
+    return Reject(reason, status);
   }
   if (options_.TEST_drop_push_response_probability > 0) {
     thread_local std::mt19937_64 rng(std::random_device{}());
@@ -252,9 +276,9 @@ grpc::Status EmbeddingServiceImpl::Stats(grpc::ServerContext*,
     entries = registry_->List();
   } else {
     for (uint32_t id : request->table_id()) {
-      absl::StatusOr<embedding::Table*> table = registry_->Find(id);
-      if (!table.ok()) return Reject(Rejection::kUnknownTable, table.status());
-      entries.push_back({id, *table});
+      absl::StatusOr<TableRegistry::Entry> entry = registry_->Find(id);
+      if (!entry.ok()) return Reject(Rejection::kUnknownTable, entry.status());
+      entries.push_back(*entry);
     }
   }
   for (const TableRegistry::Entry& entry : entries) {

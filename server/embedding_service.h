@@ -44,6 +44,7 @@ enum class Rejection {
   kBadValueType,
   kInvalidSpec,
   kSpecConflict,
+  kLateStep,
   kCount,  // number of reasons
 };
 const char* RejectionName(Rejection reason);

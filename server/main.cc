@@ -77,15 +77,14 @@ absl::Status LoadTables(const std::string& path, TableRegistry& registry) {
         "error is logged above)"));
   }
   for (const proto::TableConfig& config : list.table()) {
-    absl::StatusOr<embedding::TableSpec> spec = SpecFromConfig(config);
-    if (!spec.ok()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--tables file '", path, "', table '", config.name(),
-                       "': ", spec.status().message()));
-    }
     absl::StatusOr<TableRegistry::CreateResult> created =
-        registry.Create(*spec);
-    if (!created.ok()) return created.status();
+        registry.Create(config);
+    if (!created.ok()) {
+      return absl::Status(
+          created.status().code(),
+          absl::StrCat("--tables file '", path, "', table '", config.name(),
+                       "': ", created.status().message()));
+    }
   }
   return absl::OkStatus();
 }
@@ -109,7 +108,11 @@ int Run() {
     return 2;
   }
 
-  TableRegistry registry;
+  if (absl::GetFlag(FLAGS_num_workers) < 1) {
+    log->error("--num_workers must be at least 1");
+    return 2;
+  }
+  TableRegistry registry(absl::GetFlag(FLAGS_num_workers));
   if (const std::string path = absl::GetFlag(FLAGS_tables); !path.empty()) {
     if (absl::Status s = LoadTables(path, registry); !s.ok()) {
       log->error("{}", s.message());

@@ -70,23 +70,34 @@ TEST(TableConfigTest, BadConfigsNameTheField) {
 
 TEST(TableRegistryTest, CreateIsIdempotentAndRefusesAnotherSpec) {
   TableRegistry registry;
-  ASSERT_OK_AND_ASSIGN(embedding::TableSpec a,
-                       SpecFromConfig(Parse("name: 'a' dim: 4")));
-  ASSERT_OK_AND_ASSIGN(embedding::TableSpec b,
-                       SpecFromConfig(Parse("name: 'b' dim: 4")));
-  ASSERT_OK_AND_ASSIGN(auto first, registry.Create(a));
+  ASSERT_OK_AND_ASSIGN(auto first, registry.Create(Parse("name: 'a' dim: 4")));
   EXPECT_TRUE(first.created);
-  ASSERT_OK_AND_ASSIGN(auto second, registry.Create(b));
+  ASSERT_OK_AND_ASSIGN(auto second, registry.Create(Parse("name: 'b' dim: 4")));
   EXPECT_NE(first.table_id, second.table_id);
-  ASSERT_OK_AND_ASSIGN(auto again, registry.Create(a));
+  // Spelling out a default is the same spec.
+  ASSERT_OK_AND_ASSIGN(
+      auto again, registry.Create(Parse("name: 'a' dim: 4 num_stripes: 64")));
   EXPECT_FALSE(again.created);
   EXPECT_EQ(again.table_id, first.table_id);
-  a.dim = 8;
-  EXPECT_THAT(registry.Create(a),
+  EXPECT_THAT(registry.Create(Parse("name: 'a' dim: 8")),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("different spec")));
+  EXPECT_THAT(
+      registry.Create(Parse("name: 'a' dim: 4 consistency { mode: SYNC }")),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               HasSubstr("different spec")));
+  EXPECT_THAT(
+      registry.Create(Parse("name: 'c' dim: 4 consistency { staleness: 2 }")),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("staleness")));
   EXPECT_THAT(registry.Find(7), StatusIs(absl::StatusCode::kNotFound));
-  EXPECT_EQ(registry.List().size(), 2u);
+  ASSERT_EQ(registry.List().size(), 2u);
+  EXPECT_EQ(registry.List()[0].synchronizer, nullptr);
+  ASSERT_OK_AND_ASSIGN(
+      auto sync,
+      registry.Create(Parse("name: 's' dim: 4 consistency { mode: SYNC }")));
+  ASSERT_OK_AND_ASSIGN(auto entry, registry.Find(sync.table_id));
+  EXPECT_NE(entry.synchronizer, nullptr);
+  EXPECT_EQ(entry.config->consistency().timeout_ms(), 60000u);
 }
 
 }  // namespace

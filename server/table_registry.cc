@@ -7,46 +7,86 @@
 #include "server/table_config.h"
 
 namespace embedps::server {
+namespace {
+
+constexpr uint32_t kDefaultStepTimeoutMs = 60000;
+
+absl::Status ValidateConsistency(const proto::ConsistencyConfig& c) {
+  if (!proto::ConsistencyConfig::Mode_IsValid(c.mode())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "table config field 'consistency.mode' has unknown value ", c.mode()));
+  }
+  if (c.mode() != proto::ConsistencyConfig::SSP && c.staleness() != 0) {
+    return absl::InvalidArgumentError(
+        "table config field 'consistency.staleness' is only meaningful with "
+        "mode SSP");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+TableRegistry::Entry TableRegistry::EntryOf(uint32_t id, const Slot& slot) {
+  return Entry{id, slot.table.get(), slot.synchronizer.get(), &slot.config};
+}
 
 absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
-    const embedding::TableSpec& spec) {
+    const proto::TableConfig& config) {
+  ASSIGN_OR_RETURN(const embedding::TableSpec spec, SpecFromConfig(config));
+  RETURN_IF_ERROR(ValidateConsistency(config.consistency()));
+  proto::TableConfig canonical = ConfigFromSpec(spec);
+  *canonical.mutable_consistency() = config.consistency();
+  if (canonical.consistency().timeout_ms() == 0) {
+    canonical.mutable_consistency()->set_timeout_ms(kDefaultStepTimeoutMs);
+  }
+
   MutexLock lock(&mu_);
   if (auto it = id_by_name_.find(spec.name); it != id_by_name_.end()) {
-    const embedding::TableSpec& existing = tables_[it->second]->spec();
-    if (!SameSpec(existing, spec)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "table '", spec.name,
-          "' already exists with a different spec (existing: ",
-          ConfigFromSpec(existing).ShortDebugString(),
-          "; requested: ", ConfigFromSpec(spec).ShortDebugString(), ")"));
+    const proto::TableConfig& existing = slots_[it->second]->config;
+    if (existing.SerializeAsString() != canonical.SerializeAsString()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("table '", spec.name,
+                       "' already exists with a different spec (existing: ",
+                       existing.ShortDebugString(),
+                       "; requested: ", canonical.ShortDebugString(), ")"));
     }
     return CreateResult{it->second, false};
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<embedding::Table> table,
-                   embedding::Table::Create(spec));
-  const uint32_t id = static_cast<uint32_t>(tables_.size());
-  tables_.push_back(std::move(table));
+  auto slot = std::make_unique<Slot>();
+  ASSIGN_OR_RETURN(slot->table, embedding::Table::Create(spec));
+  const proto::ConsistencyConfig& consistency = canonical.consistency();
+  if (consistency.mode() != proto::ConsistencyConfig::ASYNC) {
+    slot->synchronizer = std::make_unique<StepSynchronizer>(
+        consistency.mode() == proto::ConsistencyConfig::SYNC
+            ? StepSynchronizer::Mode::kSync
+            : StepSynchronizer::Mode::kSsp,
+        consistency.staleness(), num_workers_,
+        absl::Milliseconds(consistency.timeout_ms()), slot->table.get());
+  }
+  slot->config = std::move(canonical);
+  const uint32_t id = static_cast<uint32_t>(slots_.size());
+  slots_.push_back(std::move(slot));
   id_by_name_.emplace(spec.name, id);
   return CreateResult{id, true};
 }
 
-absl::StatusOr<embedding::Table*> TableRegistry::Find(uint32_t table_id) const {
+absl::StatusOr<TableRegistry::Entry> TableRegistry::Find(
+    uint32_t table_id) const {
   ReaderMutexLock lock(&mu_);
-  if (table_id >= tables_.size()) {
+  if (table_id >= slots_.size()) {
     return absl::NotFoundError(
         absl::StrCat("no table with id ", table_id, " on this server (ids 0..",
-                     static_cast<int64_t>(tables_.size()) - 1,
+                     static_cast<int64_t>(slots_.size()) - 1,
                      " exist; resolve ids with CreateTable or ListTables)"));
   }
-  return tables_[table_id].get();
+  return EntryOf(table_id, *slots_[table_id]);
 }
 
 std::vector<TableRegistry::Entry> TableRegistry::List() const {
   ReaderMutexLock lock(&mu_);
   std::vector<Entry> entries;
-  for (uint32_t id = 0; id < tables_.size(); ++id) {
-    entries.push_back({id, tables_[id].get()});
-  }
+  for (uint32_t id = 0; id < slots_.size(); ++id)
+    entries.push_back(EntryOf(id, *slots_[id]));
   return entries;
 }
 

@@ -1,7 +1,8 @@
-// The tables one ps_server holds, by name and by numeric id.
+// The tables one ps_server holds, by name and by numeric id, each with its
+// consistency mode.
 //
-// Tables are never removed while the server runs, so a Table* returned by
-// Find stays valid for the registry's lifetime.
+// Tables are never removed while the server runs, so the pointers in an
+// Entry stay valid for the registry's lifetime.
 // Thread safety: all methods are thread-safe.
 #ifndef EMBEDPS_SERVER_TABLE_REGISTRY_H_
 #define EMBEDPS_SERVER_TABLE_REGISTRY_H_
@@ -15,37 +16,55 @@
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
 #include "embedding/table.h"
-#include "embedding/table_spec.h"
+#include "proto/embedps.pb.h"
+#include "server/step_synchronizer.h"
 
 namespace embedps::server {
 
 class TableRegistry {
  public:
+  // `num_workers`: the workers the SYNC and SSP modes wait for.
+  explicit TableRegistry(int32_t num_workers = 1) : num_workers_(num_workers) {}
+
   struct CreateResult {
     uint32_t table_id;
-    // False when a table of the same name and spec already existed.
+    // False when a table of the same name and config already existed.
     bool created;
   };
 
   // Creates the table, or returns the existing one if a table of that name
-  // has the same spec (idempotent). FAILED_PRECONDITION if the name exists
-  // with a different spec; INVALID_ARGUMENT for an invalid spec.
-  absl::StatusOr<CreateResult> Create(const embedding::TableSpec& spec);
-
-  // The table with `table_id`, or NOT_FOUND naming the known ids.
-  absl::StatusOr<embedding::Table*> Find(uint32_t table_id) const;
+  // has the same configuration (idempotent). FAILED_PRECONDITION if the
+  // name exists with a different one; INVALID_ARGUMENT (naming the field)
+  // for an invalid config.
+  absl::StatusOr<CreateResult> Create(const proto::TableConfig& config);
 
   struct Entry {
     uint32_t table_id;
     embedding::Table* table;
+    // Null for ASYNC tables.
+    StepSynchronizer* synchronizer;
+    // Every field explicit.
+    const proto::TableConfig* config;
   };
+
+  // The table with `table_id`, or NOT_FOUND naming the known ids.
+  absl::StatusOr<Entry> Find(uint32_t table_id) const;
+
   // Every table, in id order.
   std::vector<Entry> List() const;
 
  private:
+  struct Slot {
+    proto::TableConfig config;
+    std::unique_ptr<embedding::Table> table;
+    std::unique_ptr<StepSynchronizer> synchronizer;
+  };
+  static Entry EntryOf(uint32_t id, const Slot& slot);
+
+  const int32_t num_workers_;
   mutable Mutex mu_;
   // Index = table id.
-  std::vector<std::unique_ptr<embedding::Table>> tables_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint32_t> id_by_name_ ABSL_GUARDED_BY(mu_);
 };
 

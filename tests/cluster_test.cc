@@ -15,11 +15,13 @@
 #include "client/coordination_client.h"
 #include "common/key_hash.h"
 #include "common/status_matchers.h"
+#include "embedding/table.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/embedps.grpc.pb.h"
+#include "server/table_config.h"
 #include "tests/server_process.h"
 
 namespace embedps {
@@ -347,6 +349,129 @@ TEST_F(ClusterTest, CoordinationBarrierWaitAndTimeouts) {
   EXPECT_THAT(store->Get("never"), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(store->Set("", "x"),
               StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+proto::TableConfig SteppedTable(const std::string& name,
+                                proto::ConsistencyConfig::Mode mode,
+                                uint32_t staleness = 0,
+                                uint32_t timeout_ms = 0) {
+  proto::TableConfig config;
+  config.set_name(name);
+  config.set_dim(kDim);
+  config.mutable_optimizer()->set_kind(proto::OptimizerConfig::ADAGRAD);
+  config.mutable_optimizer()->set_learning_rate(0.5f);
+  config.mutable_consistency()->set_mode(mode);
+  config.mutable_consistency()->set_staleness(staleness);
+  config.mutable_consistency()->set_timeout_ms(timeout_ms);
+  return config;
+}
+
+// SYNC: two workers push step 0; a Pull for step 1 waits for both, and the
+// table shows one Adagrad update with the summed gradient (not two).
+TEST_F(ClusterTest, SyncModeAppliesEachStepOnceWithTheSummedGradient) {
+  StartShards(2, {"--num_workers=2"});
+  const proto::TableConfig config =
+      SteppedTable("bsp", proto::ConsistencyConfig::SYNC);
+  auto worker_a = Connect();
+  auto worker_b = Connect();
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
+                       worker_a->CreateTable(config));
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table_b,
+                       worker_b->CreateTable(config));
+
+  std::vector<uint64_t> keys(200);
+  for (int i = 0; i < 200; ++i) keys[i] = 1000 + i;
+  std::vector<float> initial(keys.size() * kDim);
+  ASSERT_OK(worker_a->Pull(table, keys, absl::MakeSpan(initial), /*step=*/0));
+  std::vector<float> ga(keys.size() * kDim), gb(keys.size() * kDim);
+  for (size_t i = 0; i < ga.size(); ++i) {
+    ga[i] = 0.01f * (i % 17) - 0.05f;
+    gb[i] = 0.02f * (i % 5) + 0.01f;
+  }
+  ASSERT_OK(worker_a->Push(table, keys, ga, /*step=*/0));
+
+  // Worker A's Pull for step 1 must wait for worker B's step 0.
+  std::atomic<bool> pulled{false};
+  std::vector<float> after_a(keys.size() * kDim);
+  std::thread waiter([&] {
+    ASSERT_OK(worker_a->Pull(table, keys, absl::MakeSpan(after_a), /*step=*/1));
+    pulled.store(true);
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_FALSE(pulled.load())
+      << "a SYNC Pull did not wait for the other worker";
+  ASSERT_OK(worker_b->Push(table_b, keys, gb, /*step=*/0));
+  waiter.join();
+  EXPECT_TRUE(pulled.load());
+
+  // The expected rows: one update with ga + gb, from the same initial rows.
+  ASSERT_OK_AND_ASSIGN(embedding::TableSpec spec,
+                       server::SpecFromConfig(config));
+  ASSERT_OK_AND_ASSIGN(auto reference, embedding::Table::Create(spec));
+  std::vector<float> scratch(keys.size() * kDim);
+  ASSERT_OK(reference->Pull(keys, absl::MakeSpan(scratch)));
+  EXPECT_EQ(scratch, initial);
+  std::vector<float> sum(ga.size());
+  for (size_t i = 0; i < sum.size(); ++i) sum[i] = ga[i] + gb[i];
+  ASSERT_OK(reference->Push(keys, sum));
+  std::vector<float> want(keys.size() * kDim);
+  ASSERT_OK(reference->Pull(keys, absl::MakeSpan(want)));
+  EXPECT_EQ(after_a, want);
+  std::vector<float> after_b(keys.size() * kDim);
+  ASSERT_OK(worker_b->Pull(table_b, keys, absl::MakeSpan(after_b), /*step=*/1));
+  EXPECT_EQ(after_b, want);
+}
+
+TEST_F(ClusterTest, SyncModeTimesOutClearlyWhenAWorkerIsMissing) {
+  StartShards(2, {"--num_workers=2"});
+  auto worker = Connect();
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
+                       worker->CreateTable(SteppedTable(
+                           "bsp_timeout", proto::ConsistencyConfig::SYNC, 0,
+                           /*timeout_ms=*/300)));
+  const std::vector<uint64_t> keys = {1, 2, 3};
+  std::vector<float> values(keys.size() * kDim);
+  ASSERT_OK(worker->Pull(table, keys, absl::MakeSpan(values), 0));
+  ASSERT_OK(
+      worker->Push(table, keys, std::vector<float>(values.size(), 0.1f), 0));
+  const absl::Time start = absl::Now();
+  EXPECT_THAT(worker->Pull(table, keys, absl::MakeSpan(values), 1),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("1 of 2 workers have pushed it")));
+  // Answered after the table's timeout, without client-side retries.
+  EXPECT_LT(absl::Now() - start, absl::Seconds(3));
+}
+
+// SSP with staleness 1: a worker may be one step ahead of the slowest.
+TEST_F(ClusterTest, SspModeBoundsHowFarAWorkerRunsAhead) {
+  StartShards(1, {"--num_workers=2"});
+  const proto::TableConfig config =
+      SteppedTable("ssp", proto::ConsistencyConfig::SSP, /*staleness=*/1);
+  auto fast = Connect();
+  auto slow = Connect();
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table, fast->CreateTable(config));
+  ASSERT_OK_AND_ASSIGN(client::TableHandle slow_table,
+                       slow->CreateTable(config));
+  const std::vector<uint64_t> keys = {4, 5};
+  std::vector<float> values(keys.size() * kDim);
+  const std::vector<float> grads(values.size(), 0.1f);
+  for (uint64_t step = 0; step < 2; ++step) {
+    ASSERT_OK(fast->Pull(table, keys, absl::MakeSpan(values), step));
+    ASSERT_OK(fast->Push(table, keys, grads, step));
+  }
+  // Step 2 needs every worker past step 0; the slow one has done nothing.
+  std::atomic<bool> pulled{false};
+  std::thread waiter([&] {
+    std::vector<float> out(values.size());
+    ASSERT_OK(fast->Pull(table, keys, absl::MakeSpan(out), 2));
+    pulled.store(true);
+  });
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_FALSE(pulled.load()) << "SSP let a worker run 2 steps ahead";
+  ASSERT_OK(
+      slow->Push(slow_table, {}, {}, 0));  // the slow worker's empty step 0
+  waiter.join();
+  EXPECT_TRUE(pulled.load());
 }
 
 TEST_F(ClusterTest, HealthServiceAnswersServing) {

@@ -1,0 +1,148 @@
+#include "server/step_synchronizer.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+
+namespace embedps::server {
+
+StepSynchronizer::StepSynchronizer(Mode mode, uint32_t staleness,
+                                   int32_t num_workers, absl::Duration timeout,
+                                   embedding::Table* table)
+    : mode_(mode),
+      staleness_(staleness),
+      num_workers_(num_workers),
+      timeout_(timeout),
+      table_(table),
+      dim_(table->spec().dim) {}
+
+bool StepSynchronizer::CountPart(WorkerProgress& progress,
+                                 uint32_t parts_in_step) {
+  ++progress.parts_received;
+  if (parts_in_step > 0) progress.parts_expected = parts_in_step;
+  return progress.parts_expected > 0 &&
+         progress.parts_received == progress.parts_expected;
+}
+
+int32_t StepSynchronizer::WorkersPast(uint64_t step) const {
+  int32_t past = 0;
+  for (const auto& [client, through] : ssp_completed_through_) {
+    if (through > step) ++past;
+  }
+  return past;
+}
+
+absl::Status StepSynchronizer::AwaitPullable(uint64_t step) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto deadline = absl::ToChronoTime(absl::Now() + timeout_);
+  if (mode_ == Mode::kSync) {
+    if (!started_) {
+      started_ = true;
+      next_step_ = step;
+    }
+    if (!progressed_.wait_until(lock, deadline,
+                                [&] { return next_step_ >= step; })) {
+      const auto it = pending_.find(next_step_);
+      const int32_t done =
+          it == pending_.end() ? 0 : it->second.completed_workers;
+      return absl::DeadlineExceededError(absl::StrCat(
+          "Pull for step ", step, " of table '", table_->spec().name,
+          "' waited ", absl::FormatDuration(timeout_), " for step ", next_step_,
+          " to be applied; ", done, " of ", num_workers_,
+          " workers have pushed it (a worker is slow, stuck or gone)"));
+    }
+    return absl::OkStatus();
+  }
+  if (step <= staleness_) return absl::OkStatus();
+  const uint64_t must_be_done = step - staleness_ - 1;
+  if (!progressed_.wait_until(lock, deadline, [&] {
+        return WorkersPast(must_be_done) >= num_workers_;
+      })) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("Pull for step ", step, " of table '", table_->spec().name,
+                     "' (staleness ", staleness_, ") waited ",
+                     absl::FormatDuration(timeout_),
+                     " for every worker to finish step ", must_be_done, "; ",
+                     WorkersPast(must_be_done), " of ", num_workers_, " have"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StepSynchronizer::Push(uint64_t client_id, uint64_t step,
+                                    uint32_t parts_in_step,
+                                    absl::Span<const uint64_t> keys,
+                                    absl::Span<const float> grads) {
+  if (mode_ == Mode::kSsp) {
+    if (!keys.empty()) {
+      const absl::Status status = table_->Push(keys, grads, {step});
+      if (!status.ok()) return status;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto& parts = ssp_parts_[client_id];
+      if (CountPart(parts[step], parts_in_step)) {
+        parts.erase(step);
+        uint64_t& through = ssp_completed_through_[client_id];
+        through = std::max(through, step + 1);
+      }
+    }
+    progressed_.notify_all();
+    return absl::OkStatus();
+  }
+
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!started_) {
+    started_ = true;
+    next_step_ = step;
+  }
+  if (step < next_step_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "push for step ", step, " of table '", table_->spec().name,
+        "' arrived after that step was applied (the table is at step ",
+        next_step_, ")"));
+  }
+  // Refuse NaN/Inf before buffering, so that a bad part cannot poison the
+  // step's sum (the table would refuse the whole sum later).
+  for (float g : grads) {
+    if (!std::isfinite(g)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Push of table '", table_->spec().name, "' for step ", step,
+          ": a gradient is ", g, "; the whole push is refused"));
+    }
+  }
+  PendingStep& pending = pending_[step];
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto [it, inserted] =
+        pending.slot_of_key.try_emplace(keys[i], pending.keys.size());
+    if (inserted) {
+      pending.keys.push_back(keys[i]);
+      pending.sums.insert(pending.sums.end(), grads.begin() + i * dim_,
+                          grads.begin() + (i + 1) * dim_);
+    } else {
+      float* sum = pending.sums.data() + static_cast<size_t>(it->second) * dim_;
+      for (int32_t d = 0; d < dim_; ++d) sum[d] += grads[i * dim_ + d];
+    }
+  }
+  if (CountPart(pending.workers[client_id], parts_in_step))
+    ++pending.completed_workers;
+  return ApplyCompletedSteps();
+}
+
+absl::Status StepSynchronizer::ApplyCompletedSteps() {
+  bool applied = false;
+  absl::Status status;
+  while (true) {
+    auto it = pending_.find(next_step_);
+    if (it == pending_.end() || it->second.completed_workers < num_workers_)
+      break;
+    status.Update(table_->Push(it->second.keys, it->second.sums, {next_step_}));
+    pending_.erase(it);
+    ++next_step_;
+    applied = true;
+  }
+  if (applied) progressed_.notify_all();
+  return status;
+}
+
+}  // namespace embedps::server
