@@ -7,6 +7,7 @@
 
 #include "proto/embedps.grpc.pb.h"
 #include "server/coordination_store.h"
+#include "server/rpc_metrics.h"
 
 namespace embedps::server {
 
@@ -15,6 +16,9 @@ class CoordinationServiceImpl final : public proto::Coordination::Service {
   // Timeouts of 0 mean this; longer ones are capped at kMaxTimeout.
   static constexpr absl::Duration kDefaultTimeout = absl::Seconds(60);
   static constexpr absl::Duration kMaxTimeout = absl::Hours(1);
+
+  // `metrics` must outlive the service; every call is recorded there.
+  explicit CoordinationServiceImpl(RpcMetrics* metrics) : metrics_(metrics) {}
 
   grpc::Status Set(grpc::ServerContext* context,
                    const proto::SetRequest* request,
@@ -30,6 +34,7 @@ class CoordinationServiceImpl final : public proto::Coordination::Service {
                        proto::BarrierResponse* response) override;
 
  private:
+  RpcMetrics* const metrics_;
   CoordinationStore store_;
 };
 

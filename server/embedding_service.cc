@@ -60,8 +60,9 @@ const char* RejectionName(Rejection reason) {
 }
 
 EmbeddingServiceImpl::EmbeddingServiceImpl(ShardOptions options,
-                                           TableRegistry* registry)
-    : options_(options), registry_(registry) {}
+                                           TableRegistry* registry,
+                                           RpcMetrics* metrics)
+    : options_(options), registry_(registry), metrics_(metrics) {}
 
 grpc::Status EmbeddingServiceImpl::Reject(Rejection reason,
                                           const absl::Status& status) {
@@ -121,7 +122,7 @@ absl::Status UnknownValueType(int type) {
 
 }  // namespace
 
-grpc::Status EmbeddingServiceImpl::CreateTable(
+grpc::Status EmbeddingServiceImpl::CreateTableImpl(
     grpc::ServerContext*, const proto::CreateTableRequest* request,
     proto::CreateTableResponse* response) {
   absl::StatusOr<TableRegistry::CreateResult> result =
@@ -138,7 +139,7 @@ grpc::Status EmbeddingServiceImpl::CreateTable(
   return grpc::Status::OK;
 }
 
-grpc::Status EmbeddingServiceImpl::ListTables(
+grpc::Status EmbeddingServiceImpl::ListTablesImpl(
     grpc::ServerContext*, const proto::ListTablesRequest*,
     proto::ListTablesResponse* response) {
   for (const TableRegistry::Entry& entry : registry_->List()) {
@@ -149,9 +150,9 @@ grpc::Status EmbeddingServiceImpl::ListTables(
   return grpc::Status::OK;
 }
 
-grpc::Status EmbeddingServiceImpl::Pull(grpc::ServerContext*,
-                                        const proto::PullRequest* request,
-                                        proto::PullResponse* response) {
+grpc::Status EmbeddingServiceImpl::PullImpl(grpc::ServerContext*,
+                                            const proto::PullRequest* request,
+                                            proto::PullResponse* response) {
   absl::StatusOr<TableRegistry::Entry> entry =
       registry_->Find(request->table_id());
   if (!entry.ok()) return Reject(Rejection::kUnknownTable, entry.status());
@@ -191,9 +192,9 @@ grpc::Status EmbeddingServiceImpl::Pull(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status EmbeddingServiceImpl::Push(grpc::ServerContext*,
-                                        const proto::PushRequest* request,
-                                        proto::PushResponse*) {
+grpc::Status EmbeddingServiceImpl::PushImpl(grpc::ServerContext*,
+                                            const proto::PushRequest* request,
+                                            proto::PushResponse*) {
   absl::StatusOr<TableRegistry::Entry> entry =
       registry_->Find(request->table_id());
   if (!entry.ok()) return Reject(Rejection::kUnknownTable, entry.status());
@@ -266,9 +267,9 @@ grpc::Status EmbeddingServiceImpl::Push(grpc::ServerContext*,
   return grpc::Status::OK;
 }
 
-grpc::Status EmbeddingServiceImpl::Stats(grpc::ServerContext*,
-                                         const proto::StatsRequest* request,
-                                         proto::StatsResponse* response) {
+grpc::Status EmbeddingServiceImpl::StatsImpl(grpc::ServerContext*,
+                                             const proto::StatsRequest* request,
+                                             proto::StatsResponse* response) {
   response->set_shard_index(options_.shard_index);
   response->set_num_shards(options_.num_shards);
   std::vector<TableRegistry::Entry> entries;
@@ -304,12 +305,65 @@ grpc::Status EmbeddingServiceImpl::Stats(grpc::ServerContext*,
     out->set_lookup_requests(s.lookup_requests);
   }
   response->set_duplicate_pushes(deduplicator_.duplicates());
+  metrics_->Fill(response);
   for (size_t r = 0; r < rejected_.size(); ++r) {
     (*response->mutable_rejected_requests())[RejectionName(
         static_cast<Rejection>(r))] =
         rejected_[r].load(std::memory_order_relaxed);
   }
   return grpc::Status::OK;
+}
+
+grpc::Status EmbeddingServiceImpl::CreateTable(
+    grpc::ServerContext* context, const proto::CreateTableRequest* request,
+    proto::CreateTableResponse* response) {
+  RpcMetrics::Timer timer(metrics_, RpcMethod::kCreateTable);
+  const grpc::Status status = CreateTableImpl(context, request, response);
+  timer.set_ok(status.ok());
+  return status;
+}
+
+grpc::Status EmbeddingServiceImpl::ListTables(
+    grpc::ServerContext* context, const proto::ListTablesRequest* request,
+    proto::ListTablesResponse* response) {
+  RpcMetrics::Timer timer(metrics_, RpcMethod::kListTables);
+  const grpc::Status status = ListTablesImpl(context, request, response);
+  timer.set_ok(status.ok());
+  return status;
+}
+
+grpc::Status EmbeddingServiceImpl::Pull(grpc::ServerContext* context,
+                                        const proto::PullRequest* request,
+                                        proto::PullResponse* response) {
+  RpcMetrics::Timer timer(metrics_, RpcMethod::kPull);
+  const grpc::Status status = PullImpl(context, request, response);
+  timer.set_ok(status.ok());
+  return status;
+}
+
+grpc::Status EmbeddingServiceImpl::Push(grpc::ServerContext* context,
+                                        const proto::PushRequest* request,
+                                        proto::PushResponse* response) {
+  RpcMetrics::Timer timer(metrics_, RpcMethod::kPush);
+  const grpc::Status status = PushImpl(context, request, response);
+  timer.set_ok(status.ok());
+  return status;
+}
+
+grpc::Status EmbeddingServiceImpl::Stats(grpc::ServerContext* context,
+                                         const proto::StatsRequest* request,
+                                         proto::StatsResponse* response) {
+  RpcMetrics::Timer timer(metrics_, RpcMethod::kStats);
+  const grpc::Status status = StatsImpl(context, request, response);
+  timer.set_ok(status.ok());
+  return status;
+}
+
+proto::StatsResponse EmbeddingServiceImpl::CollectStats() {
+  proto::StatsResponse response;
+  const proto::StatsRequest all_tables;
+  StatsImpl(nullptr, &all_tables, &response);
+  return response;
 }
 
 }  // namespace embedps::server

@@ -15,6 +15,7 @@
 
 #include "proto/embedps.grpc.pb.h"
 #include "server/push_deduplicator.h"
+#include "server/rpc_metrics.h"
 #include "server/table_registry.h"
 
 namespace embedps::server {
@@ -51,8 +52,10 @@ const char* RejectionName(Rejection reason);
 
 class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
  public:
-  // `registry` must outlive the service.
-  EmbeddingServiceImpl(ShardOptions options, TableRegistry* registry);
+  // `registry` and `metrics` must outlive the service; every call is
+  // recorded in `metrics`, and Stats reports them.
+  EmbeddingServiceImpl(ShardOptions options, TableRegistry* registry,
+                       RpcMetrics* metrics);
 
   grpc::Status CreateTable(grpc::ServerContext* context,
                            const proto::CreateTableRequest* request,
@@ -70,11 +73,31 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
                      const proto::StatsRequest* request,
                      proto::StatsResponse* response) override;
 
+  // What Stats answers for every table, without counting as an RPC (for
+  // the metrics page).
+  proto::StatsResponse CollectStats();
+
  private:
+  grpc::Status CreateTableImpl(grpc::ServerContext* context,
+                               const proto::CreateTableRequest* request,
+                               proto::CreateTableResponse* response);
+  grpc::Status ListTablesImpl(grpc::ServerContext* context,
+                              const proto::ListTablesRequest* request,
+                              proto::ListTablesResponse* response);
+  grpc::Status PullImpl(grpc::ServerContext* context,
+                        const proto::PullRequest* request,
+                        proto::PullResponse* response);
+  grpc::Status PushImpl(grpc::ServerContext* context,
+                        const proto::PushRequest* request,
+                        proto::PushResponse* response);
+  grpc::Status StatsImpl(grpc::ServerContext* context,
+                         const proto::StatsRequest* request,
+                         proto::StatsResponse* response);
   grpc::Status Reject(Rejection reason, const absl::Status& status);
 
   const ShardOptions options_;
   TableRegistry* const registry_;
+  RpcMetrics* const metrics_;
   PushDeduplicator deduplicator_;
   std::array<std::atomic<uint64_t>, static_cast<size_t>(Rejection::kCount)>
       rejected_{};

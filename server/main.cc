@@ -24,8 +24,10 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "httplib.h"
 #include "server/coordination_service.h"
 #include "server/embedding_service.h"
+#include "server/rpc_metrics.h"
 #include "server/table_config.h"
 #include "server/table_registry.h"
 
@@ -43,6 +45,9 @@ ABSL_FLAG(int32_t, num_shards, 1,
           "JumpConsistentHash(Mix64(key), num_shards)");
 ABSL_FLAG(int32_t, num_workers, 1,
           "number of training workers (used by the synchronous modes)");
+ABSL_FLAG(int32_t, metrics_port, -1,
+          "port of the Prometheus /metrics page (HTTP); 0 picks a free one "
+          "(printed, and written to --port_file's second line); -1: off");
 ABSL_FLAG(std::string, tables, "",
           "text-format embedps.proto.TableConfigList of tables to create at "
           "start (tables can also be created over RPC)");
@@ -128,9 +133,10 @@ int Run() {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  EmbeddingServiceImpl service(options, &registry);
+  RpcMetrics metrics;
+  EmbeddingServiceImpl service(options, &registry, &metrics);
   // Every shard answers Coordination; by convention workers use shard 0's.
-  CoordinationServiceImpl coordination;
+  CoordinationServiceImpl coordination(&metrics);
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -152,12 +158,39 @@ int Run() {
   log->info("shard {} of {} listening on port {} with {} table(s)",
             options.shard_index, options.num_shards, bound_port,
             registry.List().size());
+  // Prometheus text on /metrics, rendered from the same numbers as Stats.
+  httplib::Server metrics_http;
+  std::thread metrics_thread;
+  int metrics_port = -1;
+  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
+    metrics_http.Get("/metrics",
+                     [&](const httplib::Request&, httplib::Response& res) {
+                       res.set_content(RenderPrometheus(service.CollectStats()),
+                                       "text/plain; version=0.0.4");
+                     });
+    const std::string host = absl::GetFlag(FLAGS_host);
+    metrics_port = absl::GetFlag(FLAGS_metrics_port) == 0
+                       ? metrics_http.bind_to_any_port(host)
+                       : (metrics_http.bind_to_port(
+                              host, absl::GetFlag(FLAGS_metrics_port))
+                              ? absl::GetFlag(FLAGS_metrics_port)
+                              : -1);
+    if (metrics_port < 0) {
+      log->error("cannot listen for metrics on {}:{}", host,
+                 absl::GetFlag(FLAGS_metrics_port));
+      server->Shutdown();
+      return 1;
+    }
+    metrics_thread = std::thread([&] { metrics_http.listen_after_bind(); });
+    log->info("metrics on http://{}:{}/metrics", host, metrics_port);
+  }
   std::printf("port %d\n", bound_port);
+  if (metrics_port >= 0) std::printf("metrics_port %d\n", metrics_port);
   std::fflush(stdout);
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     // Write then rename, so a reader never sees a half-written file.
     const std::string tmp = path + ".tmp";
-    std::ofstream(tmp) << bound_port << "\n";
+    std::ofstream(tmp) << bound_port << "\n" << metrics_port << "\n";
     std::rename(tmp.c_str(), path.c_str());
   }
 
@@ -171,6 +204,10 @@ int Run() {
   });
   server->Wait();
   stopper.join();
+  if (metrics_thread.joinable()) {
+    metrics_http.stop();
+    metrics_thread.join();
+  }
   log->info("stopped");
   return 0;
 }

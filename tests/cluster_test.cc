@@ -20,6 +20,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
 #include "proto/embedps.grpc.pb.h"
 #include "server/table_config.h"
 #include "tests/server_process.h"
@@ -472,6 +473,35 @@ TEST_F(ClusterTest, SspModeBoundsHowFarAWorkerRunsAhead) {
       slow->Push(slow_table, {}, {}, 0));  // the slow worker's empty step 0
   waiter.join();
   EXPECT_TRUE(pulled.load());
+}
+
+TEST_F(ClusterTest, PrometheusMetricsMatchTheStatsRpc) {
+  StartShards(1, {"--metrics_port=0"});
+  ASSERT_GT(servers_[0]->metrics_port(), 0);
+  auto client = Connect();
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
+                       client->CreateTable(SgdTable("seen")));
+  std::vector<float> values(3 * kDim);
+  ASSERT_OK(client->Pull(table, {{1, 2, 3}}, absl::MakeSpan(values)));
+  ASSERT_OK(
+      client->Pull(table, {{4}}, absl::MakeSpan(values).subspan(0, kDim)));
+  httplib::Client http("127.0.0.1", servers_[0]->metrics_port());
+  auto response = http.Get("/metrics");
+  ASSERT_TRUE(response) << "no answer from the metrics port";
+  EXPECT_EQ(response->status, 200);
+  const std::string& text = response->body;
+  EXPECT_THAT(text, HasSubstr("embedps_rpc_calls_total{method=\"Pull\"} 2\n"));
+  EXPECT_THAT(text,
+              HasSubstr("embedps_rpc_calls_total{method=\"CreateTable\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("embedps_table_rows{table=\"seen\"} 4\n"));
+  EXPECT_THAT(text, HasSubstr("embedps_keys_pulled_total{table=\"seen\"} 4\n"));
+  EXPECT_THAT(
+      text,
+      HasSubstr("embedps_rpc_latency_seconds_count{method=\"Pull\"} 2\n"));
+  ASSERT_OK_AND_ASSIGN(auto stats, client->Stats());
+  for (const auto& rpc : stats[0].rpc()) {
+    if (rpc.method() == "Pull") EXPECT_EQ(rpc.calls(), 2u);
+  }
 }
 
 TEST_F(ClusterTest, HealthServiceAnswersServing) {

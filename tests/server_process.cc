@@ -36,9 +36,10 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   while (absl::Now() < give_up) {
     std::ifstream file(port_file);
     int port = 0;
-    if (file >> port && port > 0) {
-      return std::unique_ptr<ServerProcess>(
-          new ServerProcess(pid, absl::StrCat("127.0.0.1:", port)));
+    int metrics_port = -1;
+    if (file >> port >> metrics_port && port > 0) {
+      return std::unique_ptr<ServerProcess>(new ServerProcess(
+          pid, absl::StrCat("127.0.0.1:", port), metrics_port));
     }
     int status = 0;
     if (waitpid(pid, &status, WNOHANG) == pid) {

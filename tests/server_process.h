@@ -28,15 +28,18 @@ class ServerProcess {
   // "127.0.0.1:PORT".
   const std::string& address() const { return address_; }
   pid_t pid() const { return pid_; }
+  // The /metrics port when started with --metrics_port, else -1.
+  int metrics_port() const { return metrics_port_; }
 
   // SIGTERM, then waits; returns the exit code (or 128 + signal).
   int Stop();
 
  private:
-  ServerProcess(pid_t pid, std::string address)
-      : pid_(pid), address_(std::move(address)) {}
+  ServerProcess(pid_t pid, std::string address, int metrics_port)
+      : pid_(pid), address_(std::move(address)), metrics_port_(metrics_port) {}
   pid_t pid_;
   std::string address_;
+  int metrics_port_;
 };
 
 }  // namespace embedps::testing

@@ -1,0 +1,177 @@
+#include "server/rpc_metrics.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace embedps::server {
+
+const char* RpcMethodName(RpcMethod method) {
+  switch (method) {
+    case RpcMethod::kCreateTable:
+      return "CreateTable";
+    case RpcMethod::kListTables:
+      return "ListTables";
+    case RpcMethod::kPull:
+      return "Pull";
+    case RpcMethod::kPush:
+      return "Push";
+    case RpcMethod::kStats:
+      return "Stats";
+    case RpcMethod::kCoordinationSet:
+      return "Coordination.Set";
+    case RpcMethod::kCoordinationGet:
+      return "Coordination.Get";
+    case RpcMethod::kCoordinationWait:
+      return "Coordination.Wait";
+    case RpcMethod::kCoordinationBarrier:
+      return "Coordination.Barrier";
+    case RpcMethod::kCount:
+      break;
+  }
+  return "unknown";
+}
+
+double RpcMetrics::BucketBound(int bucket) {
+  return 50e-6 * std::ldexp(1.0, bucket);
+}
+
+void RpcMetrics::Record(RpcMethod method, bool ok, absl::Duration latency) {
+  PerMethod& m = methods_[static_cast<size_t>(method)];
+  m.calls.fetch_add(1, std::memory_order_relaxed);
+  if (!ok) m.errors.fetch_add(1, std::memory_order_relaxed);
+  m.latency_nanos.fetch_add(
+      static_cast<uint64_t>(absl::ToInt64Nanoseconds(latency)),
+      std::memory_order_relaxed);
+  const double seconds = absl::ToDoubleSeconds(latency);
+  int bucket = 0;
+  while (bucket < kBuckets && seconds > BucketBound(bucket)) ++bucket;
+  m.buckets[bucket].fetch_add(1, std::memory_order_relaxed);
+}
+
+void RpcMetrics::Fill(proto::StatsResponse* stats) const {
+  for (int b = 0; b < kBuckets; ++b)
+    stats->add_latency_bucket_bounds_seconds(BucketBound(b));
+  for (size_t i = 0; i < methods_.size(); ++i) {
+    const PerMethod& m = methods_[i];
+    proto::RpcStats* out = stats->add_rpc();
+    out->set_method(RpcMethodName(static_cast<RpcMethod>(i)));
+    out->set_calls(m.calls.load(std::memory_order_relaxed));
+    out->set_errors(m.errors.load(std::memory_order_relaxed));
+    out->set_latency_seconds_sum(
+        m.latency_nanos.load(std::memory_order_relaxed) * 1e-9);
+    for (const auto& b : m.buckets)
+      out->add_latency_bucket_calls(b.load(std::memory_order_relaxed));
+  }
+}
+
+namespace {
+
+void Metric(std::string& out, absl::string_view name, absl::string_view type,
+            absl::string_view help) {
+  absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ",
+                  type, "\n");
+}
+
+// Label values are table names (validated: [A-Za-z0-9_./-]) and fixed
+// method/reason names, so no escaping is needed.
+std::string Label(absl::string_view key, absl::string_view value) {
+  return absl::StrCat("{", key, "=\"", value, "\"}");
+}
+
+}  // namespace
+
+std::string RenderPrometheus(const proto::StatsResponse& stats) {
+  std::string out;
+  const std::string shard = absl::StrCat(stats.shard_index());
+  Metric(out, "embedps_shard_info", "gauge",
+         "This server's shard index and shard count.");
+  absl::StrAppend(&out, "embedps_shard_info{shard=\"", shard,
+                  "\",num_shards=\"", stats.num_shards(), "\"} 1\n");
+
+  Metric(out, "embedps_rpc_calls_total", "counter", "RPCs handled, by method.");
+  for (const auto& r : stats.rpc()) {
+    absl::StrAppend(&out, "embedps_rpc_calls_total",
+                    Label("method", r.method()), " ", r.calls(), "\n");
+  }
+  Metric(out, "embedps_rpc_errors_total", "counter",
+         "RPCs that ended with a status other than OK, by method.");
+  for (const auto& r : stats.rpc()) {
+    absl::StrAppend(&out, "embedps_rpc_errors_total",
+                    Label("method", r.method()), " ", r.errors(), "\n");
+  }
+  Metric(out, "embedps_rpc_latency_seconds", "histogram",
+         "Time from receiving an RPC to answering it, by method.");
+  for (const auto& r : stats.rpc()) {
+    uint64_t cumulative = 0;
+    for (int b = 0; b < r.latency_bucket_calls_size(); ++b) {
+      cumulative += r.latency_bucket_calls(b);
+      const std::string le =
+          b < stats.latency_bucket_bounds_seconds_size()
+              ? absl::StrFormat("%g", stats.latency_bucket_bounds_seconds(b))
+              : "+Inf";
+      absl::StrAppend(&out, "embedps_rpc_latency_seconds_bucket{method=\"",
+                      r.method(), "\",le=\"", le, "\"} ", cumulative, "\n");
+    }
+    absl::StrAppend(&out, "embedps_rpc_latency_seconds_sum",
+                    Label("method", r.method()), " ",
+                    absl::StrFormat("%.9g", r.latency_seconds_sum()), "\n");
+    absl::StrAppend(&out, "embedps_rpc_latency_seconds_count",
+                    Label("method", r.method()), " ", r.calls(), "\n");
+  }
+
+  struct TableMetric {
+    const char* name;
+    const char* type;
+    const char* help;
+    uint64_t (proto::TableStatsProto::*get)() const;
+  };
+  const TableMetric table_metrics[] = {
+      {"embedps_table_rows", "gauge", "Rows held in memory.",
+       &proto::TableStatsProto::rows},
+      {"embedps_table_resident_bytes", "gauge",
+       "Bytes held: rows, index, free list, admission sketch.",
+       &proto::TableStatsProto::resident_bytes},
+      {"embedps_table_payload_bytes", "gauge",
+       "Bytes of embedding vectors and optimizer state.",
+       &proto::TableStatsProto::payload_bytes},
+      {"embedps_table_memory_budget_bytes", "gauge",
+       "Configured memory budget (0: none).",
+       &proto::TableStatsProto::memory_budget_bytes},
+      {"embedps_keys_pulled_total", "counter", "Keys in Pull requests.",
+       &proto::TableStatsProto::pulled_keys},
+      {"embedps_keys_pushed_total", "counter", "Keys in Push requests.",
+       &proto::TableStatsProto::pushed_keys},
+      {"embedps_rows_admitted_total", "counter",
+       "Rows created for admitted keys.", &proto::TableStatsProto::admitted},
+      {"embedps_admission_rejected_total", "counter",
+       "Pulls of keys without a row that admission did not admit.",
+       &proto::TableStatsProto::admission_rejected},
+      {"embedps_pushes_dropped_total", "counter",
+       "Gradients for keys without a row, dropped.",
+       &proto::TableStatsProto::pushes_dropped},
+      {"embedps_rows_evicted_total", "counter",
+       "Rows removed by the TTL sweep.", &proto::TableStatsProto::evicted},
+  };
+  for (const TableMetric& m : table_metrics) {
+    Metric(out, m.name, m.type, m.help);
+    for (const auto& t : stats.table()) {
+      absl::StrAppend(&out, m.name, Label("table", t.name()), " ", (t.*m.get)(),
+                      "\n");
+    }
+  }
+  Metric(out, "embedps_rejected_requests_total", "counter",
+         "Requests refused for bad input or limits, by reason.");
+  for (const auto& [reason, count] : stats.rejected_requests()) {
+    absl::StrAppend(&out, "embedps_rejected_requests_total",
+                    Label("reason", reason), " ", count, "\n");
+  }
+  Metric(out, "embedps_duplicate_pushes_total", "counter",
+         "Retried pushes acknowledged without applying them again.");
+  absl::StrAppend(&out, "embedps_duplicate_pushes_total ",
+                  stats.duplicate_pushes(), "\n");
+  return out;
+}
+
+}  // namespace embedps::server
