@@ -339,6 +339,24 @@ absl::Status Client::Push(const TableHandle& table,
   });
 }
 
+std::future<absl::Status> Client::PullAsync(const TableHandle& table,
+                                            absl::Span<const uint64_t> keys,
+                                            absl::Span<float> values,
+                                            uint64_t step) {
+  return std::async(std::launch::async, [this, table, keys, values, step] {
+    return Pull(table, keys, values, step);
+  });
+}
+
+std::future<absl::Status> Client::PushAsync(const TableHandle& table,
+                                            absl::Span<const uint64_t> keys,
+                                            absl::Span<const float> grads,
+                                            uint64_t step) {
+  return std::async(std::launch::async, [this, table, keys, grads, step] {
+    return Push(table, keys, grads, step);
+  });
+}
+
 absl::StatusOr<std::vector<proto::StatsResponse>> Client::Stats() {
   std::vector<proto::StatsResponse> responses(num_shards());
   const absl::Status status = RunParts(num_shards(), [&](size_t shard) {

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -87,6 +88,20 @@ class Client {
   // closing push).
   absl::Status Push(const TableHandle& table, absl::Span<const uint64_t> keys,
                     absl::Span<const float> grads, uint64_t step = 0);
+
+  // Asynchronous forms of Pull and Push: start the call and return at once;
+  // the future yields its status. The spans are borrowed: `keys`,
+  // `values` and `grads` must stay alive (and `keys`/`grads` unchanged)
+  // until the future is ready. This lets a worker pull the next batch while
+  // it computes on the current one.
+  std::future<absl::Status> PullAsync(const TableHandle& table,
+                                      absl::Span<const uint64_t> keys,
+                                      absl::Span<float> values,
+                                      uint64_t step = 0);
+  std::future<absl::Status> PushAsync(const TableHandle& table,
+                                      absl::Span<const uint64_t> keys,
+                                      absl::Span<const float> grads,
+                                      uint64_t step = 0);
 
   // Stats of every shard, in shard order.
   absl::StatusOr<std::vector<proto::StatsResponse>> Stats();

@@ -130,6 +130,37 @@ TEST_F(ClusterTest, DuplicatesAndOrderArePreserved) {
   EXPECT_EQ(again.shard_table_ids, table.shard_table_ids);
 }
 
+// Several threads share one client, each overlapping its next Pull with
+// a Push, as a training loop does; every update lands.
+TEST_F(ClusterTest, SharedClientWithAsyncCallsFromManyThreads) {
+  StartShards(2);
+  auto client = Connect();
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
+                       client->CreateTable(SgdTable("shared")));
+  constexpr int kThreads = 4, kSteps = 50;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      // Thread t owns keys t*1000 .. t*1000+99; each step pushes -1 to them.
+      std::vector<uint64_t> keys(100);
+      for (int i = 0; i < 100; ++i) keys[i] = t * 1000 + i;
+      std::vector<float> grads(keys.size() * kDim, 1.0f);
+      std::vector<float> next(keys.size() * kDim);
+      std::future<absl::Status> pull =
+          client->PullAsync(table, keys, absl::MakeSpan(next));
+      for (int step = 0; step < kSteps; ++step) {
+        ASSERT_OK(pull.get());
+        ASSERT_EQ(next[0], -static_cast<float>(step));
+        ASSERT_OK(client->PushAsync(table, keys, grads).get());
+        pull = client->PullAsync(table, keys, absl::MakeSpan(next));
+      }
+      ASSERT_OK(pull.get());
+      EXPECT_EQ(next.back(), -static_cast<float>(kSteps));
+    });
+  }
+  for (auto& thread : threads) thread.join();
+}
+
 TEST_F(ClusterTest, Float16OnTheWire) {
   StartShards(2);
   auto client = Connect(proto::FLOAT16);
@@ -502,6 +533,53 @@ TEST_F(ClusterTest, PrometheusMetricsMatchTheStatsRpc) {
   for (const auto& rpc : stats[0].rpc()) {
     if (rpc.method() == "Pull") EXPECT_EQ(rpc.calls(), 2u);
   }
+}
+
+// Server reflection (what grpcurl uses) lists our services. The reflection
+// protos are not installed by Debian, so the request is written by hand:
+// ServerReflectionRequest{list_services: ""} is field 7, empty: 3a 00.
+TEST_F(ClusterTest, ReflectionListsTheServices) {
+  StartShards(1);
+  auto channel =
+      grpc::CreateChannel(addresses_[0], grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::CompletionQueue cq;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  const auto wait = [&](int want_tag) {
+    void* tag = nullptr;
+    bool ok = false;
+    EXPECT_TRUE(cq.Next(&tag, &ok));
+    EXPECT_EQ(tag, reinterpret_cast<void*>(want_tag));
+    return ok;
+  };
+  auto call = stub.PrepareCall(
+      &context,
+      "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  call->StartCall(reinterpret_cast<void*>(1));
+  ASSERT_TRUE(wait(1));
+  grpc::Slice request_slice(std::string("\x3a\x00", 2));
+  grpc::ByteBuffer request(&request_slice, 1);
+  call->Write(request, reinterpret_cast<void*>(2));
+  ASSERT_TRUE(wait(2));
+  grpc::ByteBuffer response;
+  call->Read(&response, reinterpret_cast<void*>(3));
+  ASSERT_TRUE(wait(3));
+  call->WritesDone(reinterpret_cast<void*>(4));
+  wait(4);
+  grpc::Status status;
+  call->Finish(&status, reinterpret_cast<void*>(5));
+  wait(5);
+  EXPECT_TRUE(status.ok()) << status.error_message();
+  std::vector<grpc::Slice> slices;
+  ASSERT_TRUE(response.Dump(&slices).ok());
+  std::string bytes;
+  for (const auto& slice : slices)
+    bytes += std::string(slice.begin(), slice.end());
+  EXPECT_THAT(bytes, HasSubstr("embedps.proto.EmbeddingService"));
+  EXPECT_THAT(bytes, HasSubstr("embedps.proto.Coordination"));
+  EXPECT_THAT(bytes, HasSubstr("grpc.health.v1.Health"));
 }
 
 TEST_F(ClusterTest, HealthServiceAnswersServing) {
