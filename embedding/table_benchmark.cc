@@ -28,6 +28,7 @@
 #include "absl/strings/str_format.h"
 #include "common/key_hash.h"
 #include "embedding/table.h"
+#include "tools/key_distributions.h"
 
 ABSL_FLAG(uint64_t, rows, 10'000'000, "rows in the table");
 ABSL_FLAG(int32_t, dim, 64, "floats per row");
@@ -42,31 +43,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// The key of the row with rank r: a bijective scramble, so hot ranks are
-// spread over stripes and hash slots like real feature ids.
-uint64_t KeyOfRank(uint64_t rank) { return Mix64(rank ^ 0x5bd1e995ull); }
-
-// Draws ranks in [0, n) with P(r) ∝ 1/(r+1)^s by inverting the CDF.
-class ZipfRanks {
- public:
-  ZipfRanks(uint64_t n, double s) : cdf_(n) {
-    double sum = 0;
-    for (uint64_t r = 0; r < n; ++r) {
-      sum += std::pow(static_cast<double>(r + 1), -s);
-      cdf_[r] = sum;
-    }
-    for (double& c : cdf_) c /= sum;
-  }
-  uint64_t operator()(std::mt19937_64& rng) const {
-    const double u = std::uniform_real_distribution<double>(0, 1)(rng);
-    return std::min<uint64_t>(
-        std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin(),
-        cdf_.size() - 1);
-  }
-
- private:
-  std::vector<double> cdf_;
-};
+using tools::KeyOfRank;
+using tools::ZipfRanks;
 
 using Batches = std::vector<std::vector<uint64_t>>;
 

@@ -1,0 +1,318 @@
+// ps_bench: Pull and Push throughput of real ps_server processes on
+// loopback, next to the raw gRPC ceiling measured in the same run.
+//
+//   bazel build //tools:ps_bench //server:ps_server //tools:raw_grpc_server
+//   bazel-bin/tools/ps_bench [--dims=16,64] [--batch_sizes=10000,100000]
+//       [--shard_counts=1,2] [--inflight=1,4] [--distributions=uniform,zipf]
+//       [--wires=float32,float16] [--seconds=1]
+//
+// For every shape it starts the shards (ps_server, 127.0.0.1, port 0) and
+// as many raw_grpc_server processes, fills an Adagrad table with `keys`
+// rows, and measures for `seconds` each:
+//   Pull / Push: embedps::client::Client calls from `inflight` threads,
+//     each batch `batch` distinct keys (uniform or Zipf over the key space);
+//   raw: the same number of unary calls, split over the same number of
+//     processes, whose requests and responses carry exactly the bytes of
+//     the Pull (8 B a key in, value bytes · dim a key out) or of the Push
+//     (8 B + value bytes · dim a key in), with no work on the server.
+// keys/s counts the caller's keys; MB/s counts request + response payload.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "client/client.h"
+#include "grpcpp/grpcpp.h"
+#include "tests/server_process.h"
+#include "tools/key_distributions.h"
+#include "tools/raw_bench.grpc.pb.h"
+
+ABSL_FLAG(std::vector<std::string>, dims,
+          (std::vector<std::string>{"16", "64"}), "row widths");
+ABSL_FLAG(std::vector<std::string>, batch_sizes,
+          (std::vector<std::string>{"10000", "100000"}),
+          "distinct keys per Pull/Push");
+ABSL_FLAG(std::vector<std::string>, shard_counts,
+          (std::vector<std::string>{"1", "2"}), "shards");
+ABSL_FLAG(std::vector<std::string>, inflight,
+          (std::vector<std::string>{"1", "4"}),
+          "requests in flight (threads sharing one client)");
+ABSL_FLAG(std::vector<std::string>, distributions,
+          (std::vector<std::string>{"uniform", "zipf"}), "key distributions");
+ABSL_FLAG(std::vector<std::string>, wires,
+          (std::vector<std::string>{"float32", "float16"}), "value encodings");
+ABSL_FLAG(uint64_t, keys, 1000000, "rows per table (the key space)");
+ABSL_FLAG(double, zipf_s, 1.05, "Zipf exponent");
+ABSL_FLAG(double, seconds, 1.0, "duration of each measurement");
+ABSL_FLAG(std::string, server_binary, "",
+          "ps_server (default: found next to ps_bench)");
+ABSL_FLAG(std::string, raw_binary, "",
+          "raw_grpc_server (default: found next to ps_bench)");
+
+namespace embedps::tools {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<int> Ints(const std::vector<std::string>& values) {
+  std::vector<int> out;
+  for (const std::string& v : values) {
+    int x = 0;
+    if (!absl::SimpleAtoi(v, &x) || x <= 0) {
+      std::fprintf(stderr, "ps_bench: '%s' is not a positive integer\n",
+                   v.c_str());
+      std::exit(2);
+    }
+    out.push_back(x);
+  }
+  return out;
+}
+
+// A sibling binary: in Bazel's runfiles, under bazel-bin, or as given.
+std::string FindBinary(const std::string& flag, const std::string& relative) {
+  if (!flag.empty()) return flag;
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::vector<std::string> candidates;
+  if (n > 0) {
+    self[n] = '\0';
+    candidates.push_back(absl::StrCat(self, ".runfiles/embedps/", relative));
+    const std::string dir(self, std::string(self).rfind("/tools/"));
+    candidates.push_back(absl::StrCat(dir, "/", relative));
+  }
+  candidates.push_back(relative);
+  candidates.push_back("bazel-bin/" + relative);
+  for (const std::string& c : candidates) {
+    if (access(c.c_str(), X_OK) == 0) return c;
+  }
+  std::fprintf(stderr, "ps_bench: cannot find %s; build it or pass its path\n",
+               relative.c_str());
+  std::exit(2);
+}
+
+// Runs `call(thread, iteration)` on `threads` threads for `seconds`;
+// returns calls completed per second.
+double CallsPerSecond(int threads, double seconds,
+                      const std::function<void(int, uint64_t)>& call) {
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> calls{0};
+  std::vector<std::thread> pool;
+  const auto start = Clock::now();
+  for (int t = 0; t < threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (uint64_t i = 0; !stop.load(std::memory_order_relaxed); ++i) {
+        call(t, i);
+        calls.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop.store(true);
+  for (auto& th : pool) th.join();
+  const double elapsed =
+      std::chrono::duration<double>(Clock::now() - start).count();
+  return calls.load() / elapsed;
+}
+
+void Check(const absl::Status& status, const char* what) {
+  if (!status.ok()) {
+    std::fprintf(stderr, "ps_bench: %s: %s\n", what, status.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+// Batches of `size` distinct keys.
+std::vector<std::vector<uint64_t>> MakeBatches(int count, int size,
+                                               uint64_t keys,
+                                               const ZipfRanks* zipf,
+                                               uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<uint64_t> uniform(0, keys - 1);
+  std::vector<std::vector<uint64_t>> batches(count);
+  for (auto& batch : batches) {
+    absl::flat_hash_set<uint64_t> seen;
+    while (batch.size() < static_cast<size_t>(size)) {
+      const uint64_t key =
+          KeyOfRank(zipf != nullptr ? (*zipf)(rng) : uniform(rng));
+      if (seen.insert(key).second) batch.push_back(key);
+    }
+  }
+  return batches;
+}
+
+struct Cluster {
+  std::vector<std::unique_ptr<testing::ServerProcess>> servers, raw;
+  std::vector<std::string> addresses;
+  std::vector<std::unique_ptr<RawBench::Stub>> raw_stubs;
+};
+
+Cluster StartCluster(int shards, const std::string& server,
+                     const std::string& raw) {
+  Cluster c;
+  for (int s = 0; s < shards; ++s) {
+    auto p = testing::ServerProcess::Start(
+        server, {absl::StrCat("--shard_index=", s),
+                 absl::StrCat("--num_shards=", shards)});
+    Check(p.status(), "starting ps_server");
+    c.addresses.push_back((*p)->address());
+    c.servers.push_back(std::move(*p));
+    auto r = testing::ServerProcess::Start(raw, {});
+    Check(r.status(), "starting raw_grpc_server");
+    grpc::ChannelArguments args;
+    args.SetMaxReceiveMessageSize(1 << 30);
+    args.SetMaxSendMessageSize(1 << 30);
+    c.raw_stubs.push_back(RawBench::NewStub(grpc::CreateCustomChannel(
+        (*r)->address(), grpc::InsecureChannelCredentials(), args)));
+    c.raw.push_back(std::move(*r));
+  }
+  return c;
+}
+
+// One raw "call": a unary RPC to every raw server in parallel, each with
+// its share of the bytes (as the client splits a batch over shards).
+void RawCall(Cluster& c, size_t request_bytes, size_t response_bytes) {
+  const size_t shards = c.raw_stubs.size();
+  std::vector<std::future<void>> pending;
+  const auto one = [&](size_t s) {
+    RawRequest request;
+    request.mutable_payload()->resize(request_bytes / shards);
+    request.set_response_bytes(static_cast<uint32_t>(response_bytes / shards));
+    RawResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status =
+        c.raw_stubs[s]->Call(&context, request, &response);
+    if (!status.ok()) {
+      std::fprintf(stderr, "raw call failed: %s\n",
+                   status.error_message().c_str());
+      std::exit(1);
+    }
+  };
+  for (size_t s = 0; s + 1 < shards; ++s)
+    pending.push_back(std::async(std::launch::async, one, s));
+  one(shards - 1);
+  for (auto& f : pending) f.get();
+}
+
+int Run() {
+  const std::string server =
+      FindBinary(absl::GetFlag(FLAGS_server_binary), "server/ps_server");
+  const std::string raw =
+      FindBinary(absl::GetFlag(FLAGS_raw_binary), "tools/raw_grpc_server");
+  const uint64_t keys = absl::GetFlag(FLAGS_keys);
+  const double seconds = absl::GetFlag(FLAGS_seconds);
+  const ZipfRanks zipf(keys, absl::GetFlag(FLAGS_zipf_s));
+  std::printf(
+      "ps_bench: %llu keys per table, Adagrad, %.1f s per figure, %u hardware "
+      "threads\n",
+      static_cast<unsigned long long>(keys), seconds,
+      std::thread::hardware_concurrency());
+  std::printf("%-5s %4s %7s %6s %8s %8s %8s %12s %9s %12s %7s\n", "op", "dim",
+              "batch", "shards", "inflight", "keys", "wire", "keys/s", "MB/s",
+              "raw keys/s", "vs raw");
+
+  for (int shards : Ints(absl::GetFlag(FLAGS_shard_counts))) {
+    Cluster cluster = StartCluster(shards, server, raw);
+    for (int dim : Ints(absl::GetFlag(FLAGS_dims))) {
+      for (const std::string& wire_name : absl::GetFlag(FLAGS_wires)) {
+        const proto::ValueType wire =
+            wire_name == "float16" ? proto::FLOAT16 : proto::FLOAT32;
+        const size_t value_bytes = wire == proto::FLOAT16 ? 2 : 4;
+        client::ClientOptions options;
+        options.servers = cluster.addresses;
+        options.wire_type = wire;
+        auto client_or = client::Client::Connect(options);
+        Check(client_or.status(), "connecting");
+        auto client = std::move(client_or).value();
+        proto::TableConfig config;
+        config.set_name(absl::StrCat("bench_dim", dim));
+        config.set_dim(dim);
+        config.mutable_optimizer()->set_kind(proto::OptimizerConfig::ADAGRAD);
+        auto table_or = client->CreateTable(config);
+        Check(table_or.status(), "CreateTable");
+        const client::TableHandle table = *table_or;
+        {  // Fill the table so that Pulls read rows rather than create them.
+          std::vector<uint64_t> all(std::min<uint64_t>(keys, 100000));
+          std::vector<float> values(all.size() * dim);
+          for (uint64_t begin = 0; begin < keys; begin += all.size()) {
+            const size_t n = std::min<uint64_t>(all.size(), keys - begin);
+            for (size_t i = 0; i < n; ++i) all[i] = KeyOfRank(begin + i);
+            Check(client->Pull(table, absl::MakeConstSpan(all.data(), n),
+                               absl::MakeSpan(values.data(), n * dim)),
+                  "filling");
+          }
+        }
+        for (int batch : Ints(absl::GetFlag(FLAGS_batch_sizes))) {
+          for (int inflight : Ints(absl::GetFlag(FLAGS_inflight))) {
+            for (const std::string& dist : absl::GetFlag(FLAGS_distributions)) {
+              std::vector<std::vector<std::vector<uint64_t>>> batches;
+              for (int t = 0; t < inflight; ++t) {
+                batches.push_back(MakeBatches(4, batch, keys,
+                                              dist == "zipf" ? &zipf : nullptr,
+                                              17 * t + dim));
+              }
+              std::vector<std::vector<float>> out(
+                  inflight, std::vector<float>(size_t{1} * batch * dim));
+              std::vector<float> grads(size_t{1} * batch * dim, 1e-3f);
+              const double pull =
+                  CallsPerSecond(inflight, seconds, [&](int t, uint64_t i) {
+                    Check(client->Pull(table, batches[t][i % 4],
+                                       absl::MakeSpan(out[t])),
+                          "Pull");
+                  });
+              const double push =
+                  CallsPerSecond(inflight, seconds, [&](int t, uint64_t i) {
+                    Check(client->Push(table, batches[t][i % 4], grads),
+                          "Push");
+                  });
+              const size_t pull_in = size_t{8} * batch,
+                           pull_out = value_bytes * dim * batch;
+              const size_t push_in =
+                  (8 + value_bytes * dim) * static_cast<size_t>(batch);
+              const double raw_pull = CallsPerSecond(
+                  inflight, seconds,
+                  [&](int, uint64_t) { RawCall(cluster, pull_in, pull_out); });
+              const double raw_push = CallsPerSecond(
+                  inflight, seconds,
+                  [&](int, uint64_t) { RawCall(cluster, push_in, 0); });
+              const auto row = [&](const char* op, double calls,
+                                   double raw_calls, size_t bytes) {
+                std::printf(
+                    "%-5s %4d %7d %6d %8d %8s %8s %10.2f M %9.0f %10.2f M "
+                    "%6.2fx\n",
+                    op, dim, batch, shards, inflight, dist.c_str(),
+                    wire_name.c_str(), calls * batch / 1e6, calls * bytes / 1e6,
+                    raw_calls * batch / 1e6, calls / raw_calls);
+                std::fflush(stdout);
+              };
+              row("pull", pull, raw_pull, pull_in + pull_out);
+              row("push", push, raw_push, push_in);
+            }
+          }
+        }
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace embedps::tools
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return embedps::tools::Run();
+}
