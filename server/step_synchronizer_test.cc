@@ -1,0 +1,114 @@
+#include "server/step_synchronizer.h"
+
+#include <atomic>
+#include <limits>
+#include <thread>
+#include <vector>
+
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace embedps::server {
+namespace {
+
+using ::embedps::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr int kDim = 4;
+
+std::unique_ptr<embedding::Table> SgdTable() {
+  embedding::TableSpec spec;
+  spec.name = "t";
+  spec.dim = kDim;
+  spec.initializer.kind = embedding::InitializerSpec::Kind::kZeros;
+  spec.optimizer.kind = embedding::OptimizerSpec::Kind::kSgd;
+  spec.optimizer.learning_rate = 1.0f;
+  return embedding::Table::Create(spec).value();
+}
+
+std::vector<float> Row(embedding::Table& table, uint64_t key) {
+  std::vector<float> row(kDim);
+  EXPECT_OK(table.Pull({{key}}, absl::MakeSpan(row)));
+  return row;
+}
+
+// Three workers run 20 SYNC steps concurrently, each step in two parts
+// (one of them closing). After every step the row holds the sum of all
+// workers' gradients so far, and no Pull ever sees a half-applied step.
+TEST(StepSynchronizerTest, SyncStepsFromConcurrentWorkers) {
+  auto table = SgdTable();
+  StepSynchronizer sync(StepSynchronizer::Mode::kSync, 0, 3, absl::Seconds(20),
+                        table.get());
+  constexpr int kSteps = 20;
+  std::vector<std::thread> workers;
+  std::atomic<int> bad_reads{0};
+  for (int w = 0; w < 3; ++w) {
+    workers.emplace_back([&, w] {
+      const std::vector<float> g(kDim, 1.0f);
+      for (uint64_t step = 0; step < kSteps; ++step) {
+        ASSERT_OK(sync.AwaitPullable(step));
+        // Steps before `step` are applied: 3 workers × 2 parts × -1 each.
+        std::vector<float> row(kDim);
+        ASSERT_OK(table->Pull({{7}}, absl::MakeSpan(row), {step}));
+        if (row[0] != -6.0f * step) bad_reads.fetch_add(1);
+        ASSERT_OK(sync.Push(100 + w, step, 0, {{7}}, g));
+        ASSERT_OK(sync.Push(100 + w, step, 2, {{7}}, g));
+      }
+    });
+  }
+  for (auto& t : workers) t.join();
+  EXPECT_EQ(bad_reads.load(), 0);
+  // The last step is applied once all three closed it.
+  EXPECT_EQ(Row(*table, 7)[0], -6.0f * kSteps);
+}
+
+TEST(StepSynchronizerTest, SyncRefusesLateStepsAndBadGradients) {
+  auto table = SgdTable();
+  StepSynchronizer sync(StepSynchronizer::Mode::kSync, 0, 1, absl::Seconds(1),
+                        table.get());
+  const std::vector<float> g(kDim, 1.0f);
+  ASSERT_OK(sync.Push(1, 5, 1, {{3}}, g));
+  EXPECT_EQ(Row(*table, 3)[0], -1.0f);
+  EXPECT_THAT(sync.Push(1, 5, 1, {{3}}, g),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("after that step was applied")));
+  std::vector<float> bad(kDim, 1.0f);
+  bad[2] = std::numeric_limits<float>::infinity();
+  EXPECT_THAT(sync.Push(1, 6, 1, {{3}}, bad),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_EQ(Row(*table, 3)[0], -1.0f);
+}
+
+TEST(StepSynchronizerTest, SyncPullTimesOutNamingTheStep) {
+  auto table = SgdTable();
+  StepSynchronizer sync(StepSynchronizer::Mode::kSync, 0, 2,
+                        absl::Milliseconds(50), table.get());
+  ASSERT_OK(sync.AwaitPullable(0));
+  ASSERT_OK(sync.Push(1, 0, 1, {{3}}, std::vector<float>(kDim, 1.0f)));
+  EXPECT_THAT(sync.AwaitPullable(1),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("1 of 2 workers have pushed it")));
+}
+
+TEST(StepSynchronizerTest, SspLetsWorkersRunAheadByTheStaleness) {
+  auto table = SgdTable();
+  StepSynchronizer ssp(StepSynchronizer::Mode::kSsp, 2, 2,
+                       absl::Milliseconds(50), table.get());
+  const std::vector<float> g(kDim, 1.0f);
+  for (uint64_t step = 0; step < 3; ++step) {
+    ASSERT_OK(ssp.AwaitPullable(step));
+    ASSERT_OK(ssp.Push(1, step, 1, {{3}}, g));
+  }
+  // Applied on arrival.
+  EXPECT_EQ(Row(*table, 3)[0], -3.0f);
+  // Step 3 needs both workers past step 0; worker 2 has done nothing.
+  EXPECT_THAT(
+      ssp.AwaitPullable(3),
+      StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("1 of 2 have")));
+  ASSERT_OK(ssp.Push(2, 0, 1, {}, {}));
+  EXPECT_OK(ssp.AwaitPullable(3));
+}
+
+}  // namespace
+}  // namespace embedps::server
