@@ -232,7 +232,11 @@ absl::Status Client::Pull(const TableHandle& table,
   const Dedup dedup = Deduplicate(keys);
   const std::vector<Part> parts = SplitByShard(
       dedup.keys, num_shards(), impl_->options.max_keys_per_request);
-  std::vector<float> rows(dedup.keys.size() * dim);
+  // Without duplicates the distinct keys are the caller's keys in order,
+  // so rows land in `values` directly; otherwise in `rows`, then fanned out.
+  const bool distinct = dedup.keys.size() == keys.size();
+  std::vector<float> rows(distinct ? 0 : dedup.keys.size() * dim);
+  float* const row_base = distinct ? values.data() : rows.data();
   const proto::ValueType wire = impl_->options.wire_type;
   const absl::Status status =
       RunParts(parts.size(), [&](size_t p) -> absl::Status {
@@ -259,11 +263,12 @@ absl::Status Client::Pull(const TableHandle& table,
         }
         const char* data = response.values().data();
         for (size_t k = 0; k < part.rows.size(); ++k) {
-          float* out = rows.data() + static_cast<size_t>(part.rows[k]) * dim;
+          float* out = row_base + static_cast<size_t>(part.rows[k]) * dim;
           if (wire == proto::FLOAT16) {
-            std::vector<uint16_t> halves(dim);
-            std::memcpy(halves.data(), data + k * dim * 2, dim * 2);
-            HalvesToFloats(halves, out);
+            HalvesToFloats(
+                absl::MakeConstSpan(
+                    reinterpret_cast<const uint16_t*>(data + k * dim * 2), dim),
+                out);
           } else {
             std::memcpy(out, data + k * dim * 4, dim * 4);
           }
@@ -271,6 +276,7 @@ absl::Status Client::Pull(const TableHandle& table,
         return absl::OkStatus();
       });
   if (!status.ok()) return status;
+  if (distinct) return absl::OkStatus();
   for (size_t i = 0; i < keys.size(); ++i) {
     std::memcpy(values.data() + i * dim,
                 rows.data() + static_cast<size_t>(dedup.position[i]) * dim,
@@ -295,13 +301,19 @@ absl::Status Client::Push(const TableHandle& table,
     return absl::OkStatus();
   }
   const Dedup dedup = Deduplicate(keys);
-  // Duplicate keys' gradients summed in batch order.
-  std::vector<float> summed(dedup.keys.size() * dim, 0.0f);
-  for (size_t i = 0; i < keys.size(); ++i) {
-    float* sum = summed.data() + static_cast<size_t>(dedup.position[i]) * dim;
-    const float* g = grads.data() + i * dim;
-    for (size_t d = 0; d < dim; ++d) sum[d] += g[d];
+  // Duplicate keys' gradients summed in batch order; without duplicates
+  // the caller's gradients are sent as they are.
+  const bool distinct = dedup.keys.size() == keys.size();
+  std::vector<float> summed;
+  if (!distinct) {
+    summed.assign(dedup.keys.size() * dim, 0.0f);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      float* sum = summed.data() + static_cast<size_t>(dedup.position[i]) * dim;
+      const float* g = grads.data() + i * dim;
+      for (size_t d = 0; d < dim; ++d) sum[d] += g[d];
+    }
   }
+  const float* const grad_base = distinct ? grads.data() : summed.data();
   std::vector<Part> parts = SplitByShard(dedup.keys, num_shards(),
                                          impl_->options.max_keys_per_request);
   if (table.mode != proto::ConsistencyConfig::ASYNC) {
@@ -323,11 +335,11 @@ absl::Status Client::Push(const TableHandle& table,
     const size_t value_bytes = wire == proto::FLOAT16 ? 2 : 4;
     bytes->resize(part.rows.size() * dim * value_bytes);
     for (size_t k = 0; k < part.rows.size(); ++k) {
-      const float* g = summed.data() + static_cast<size_t>(part.rows[k]) * dim;
+      const float* g = grad_base + static_cast<size_t>(part.rows[k]) * dim;
       if (wire == proto::FLOAT16) {
-        std::vector<uint16_t> halves(dim);
-        FloatsToHalves(absl::MakeConstSpan(g, dim), halves.data());
-        std::memcpy(bytes->data() + k * dim * 2, halves.data(), dim * 2);
+        FloatsToHalves(
+            absl::MakeConstSpan(g, dim),
+            reinterpret_cast<uint16_t*>(bytes->data() + k * dim * 2));
       } else {
         std::memcpy(bytes->data() + k * dim * 4, g, dim * 4);
       }

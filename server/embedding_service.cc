@@ -229,13 +229,25 @@ grpc::Status EmbeddingServiceImpl::PushImpl(grpc::ServerContext*,
   if (decision.kind == PushDeduplicator::Decision::kDone) {
     return ToGrpcStatus(decision.status);
   }
-  std::vector<float> grads(floats);
-  if (request->value_type() == proto::FLOAT32) {
-    if (floats > 0) std::memcpy(grads.data(), bytes.data(), bytes.size());
+  // float32 gradients are read in place from the request (its string
+  // buffer is malloc-aligned); float16 ones are widened into `widened`.
+  std::vector<float> widened;
+  absl::Span<const float> grads;
+  if (request->value_type() == proto::FLOAT32 &&
+      reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) == 0) {
+    grads = absl::MakeConstSpan(reinterpret_cast<const float*>(bytes.data()),
+                                floats);
   } else {
-    std::vector<uint16_t> halves(floats);
-    if (floats > 0) std::memcpy(halves.data(), bytes.data(), bytes.size());
-    HalvesToFloats(halves, grads.data());
+    widened.resize(floats);
+    if (request->value_type() == proto::FLOAT32) {
+      if (floats > 0) std::memcpy(widened.data(), bytes.data(), bytes.size());
+    } else {
+      HalvesToFloats(
+          absl::MakeConstSpan(reinterpret_cast<const uint16_t*>(bytes.data()),
+                              floats),
+          widened.data());
+    }
+    grads = widened;
   }
   const absl::Status status =
       entry->synchronizer != nullptr
