@@ -329,46 +329,38 @@ grpc::Status EmbeddingServiceImpl::StatsImpl(grpc::ServerContext*,
 grpc::Status EmbeddingServiceImpl::CreateTable(
     grpc::ServerContext* context, const proto::CreateTableRequest* request,
     proto::CreateTableResponse* response) {
-  RpcMetrics::Timer timer(metrics_, RpcMethod::kCreateTable);
-  const grpc::Status status = CreateTableImpl(context, request, response);
-  timer.set_ok(status.ok());
-  return status;
+  return metrics_->Measure(RpcMethod::kCreateTable, [&] {
+    return CreateTableImpl(context, request, response);
+  });
 }
 
 grpc::Status EmbeddingServiceImpl::ListTables(
     grpc::ServerContext* context, const proto::ListTablesRequest* request,
     proto::ListTablesResponse* response) {
-  RpcMetrics::Timer timer(metrics_, RpcMethod::kListTables);
-  const grpc::Status status = ListTablesImpl(context, request, response);
-  timer.set_ok(status.ok());
-  return status;
+  return metrics_->Measure(RpcMethod::kListTables, [&] {
+    return ListTablesImpl(context, request, response);
+  });
 }
 
 grpc::Status EmbeddingServiceImpl::Pull(grpc::ServerContext* context,
                                         const proto::PullRequest* request,
                                         proto::PullResponse* response) {
-  RpcMetrics::Timer timer(metrics_, RpcMethod::kPull);
-  const grpc::Status status = PullImpl(context, request, response);
-  timer.set_ok(status.ok());
-  return status;
+  return metrics_->Measure(
+      RpcMethod::kPull, [&] { return PullImpl(context, request, response); });
 }
 
 grpc::Status EmbeddingServiceImpl::Push(grpc::ServerContext* context,
                                         const proto::PushRequest* request,
                                         proto::PushResponse* response) {
-  RpcMetrics::Timer timer(metrics_, RpcMethod::kPush);
-  const grpc::Status status = PushImpl(context, request, response);
-  timer.set_ok(status.ok());
-  return status;
+  return metrics_->Measure(
+      RpcMethod::kPush, [&] { return PushImpl(context, request, response); });
 }
 
 grpc::Status EmbeddingServiceImpl::Stats(grpc::ServerContext* context,
                                          const proto::StatsRequest* request,
                                          proto::StatsResponse* response) {
-  RpcMetrics::Timer timer(metrics_, RpcMethod::kStats);
-  const grpc::Status status = StatsImpl(context, request, response);
-  timer.set_ok(status.ok());
-  return status;
+  return metrics_->Measure(
+      RpcMethod::kStats, [&] { return StatsImpl(context, request, response); });
 }
 
 proto::StatsResponse EmbeddingServiceImpl::CollectStats() {

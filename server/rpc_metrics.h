@@ -42,6 +42,16 @@ class RpcMetrics {
   // Appends one RpcStats per method and the bucket bounds to `stats`.
   void Fill(proto::StatsResponse* stats) const;
 
+  // Runs `handler` (returning grpc::Status or absl::Status) and records
+  // its latency and outcome under `method`.
+  template <typename Handler>
+  auto Measure(RpcMethod method, Handler&& handler) {
+    Timer timer(this, method);
+    auto status = handler();
+    timer.set_ok(status.ok());
+    return status;
+  }
+
   // Records the call's latency and outcome when it goes out of scope.
   class Timer {
    public:
