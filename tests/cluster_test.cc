@@ -1,5 +1,7 @@
 // Real ps_server processes on 127.0.0.1, driven through the client and a
 // raw stub: routing, dedup and ordering, float16, bad input, shutdown.
+#include <signal.h>
+
 #include <atomic>
 #include <cmath>
 #include <condition_variable>
@@ -614,9 +616,37 @@ TEST_F(ClusterTest, HealthServiceAnswersServing) {
   EXPECT_EQ(bytes, std::string("\x08\x01", 2));
 }
 
+// SIGTERM while a call is in flight: the server stops taking calls but
+// lets the in-flight one finish with its own answer, then exits 0. The
+// in-flight call is a SYNC Pull waiting for a worker that never comes, so
+// its answer is the table's timeout, 1 s later.
+TEST_F(ClusterTest, SigtermLetsInFlightCallsFinish) {
+  StartShards(1, {"--num_workers=2", "--shutdown_grace=20s"});
+  auto worker = Connect();
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
+                       worker->CreateTable(SteppedTable(
+                           "drain", proto::ConsistencyConfig::SYNC, 0,
+                           /*timeout_ms=*/1000)));
+  const std::vector<uint64_t> keys = {1};
+  std::vector<float> values(kDim);
+  ASSERT_OK(worker->Pull(table, keys, absl::MakeSpan(values), 0));
+  ASSERT_OK(worker->Push(table, keys, std::vector<float>(kDim, 1.0f), 0));
+  absl::Status in_flight;
+  std::thread pull([&] {
+    in_flight = worker->Pull(table, keys, absl::MakeSpan(values), 1);
+  });
+  absl::SleepFor(
+      absl::Milliseconds(300));  // the Pull is now waiting on the server
+  servers_[0]->Signal(SIGTERM);
+  pull.join();
+  EXPECT_THAT(in_flight, StatusIs(absl::StatusCode::kDeadlineExceeded,
+                                  HasSubstr("waited 1s for step 0")));
+  EXPECT_EQ(servers_[0]->Wait(), 0);
+}
+
 TEST_F(ClusterTest, SigtermStopsGracefullyAndClientsSeeUnavailable) {
   StartShards(1);
-  auto client = Connect();
+  auto client = Connect(proto::FLOAT32, absl::Seconds(1));
   ASSERT_OK_AND_ASSIGN(client::TableHandle table,
                        client->CreateTable(SgdTable("t")));
   EXPECT_EQ(servers_[0]->Stop(), 0);

@@ -58,14 +58,22 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
       absl::StrCat(binary, " did not start in 30 s"));
 }
 
-int ServerProcess::Stop() {
+void ServerProcess::Signal(int signal) {
+  if (pid_ > 0) kill(pid_, signal);
+}
+
+int ServerProcess::Wait() {
   if (pid_ <= 0) return -1;
-  kill(pid_, SIGTERM);
   int status = 0;
   waitpid(pid_, &status, 0);
   pid_ = -1;
   if (WIFEXITED(status)) return WEXITSTATUS(status);
   return 128 + WTERMSIG(status);
+}
+
+int ServerProcess::Stop() {
+  Signal(SIGTERM);
+  return Wait();
 }
 
 ServerProcess::~ServerProcess() {

@@ -34,6 +34,11 @@ class ServerProcess {
   // SIGTERM, then waits; returns the exit code (or 128 + signal).
   int Stop();
 
+  // Sends `signal` without waiting.
+  void Signal(int signal);
+  // Waits for the process to exit; returns the exit code (or 128 + signal).
+  int Wait();
+
  private:
   ServerProcess(pid_t pid, std::string address, int metrics_port)
       : pid_(pid), address_(std::move(address)), metrics_port_(metrics_port) {}
