@@ -61,11 +61,12 @@ class ClusterTest : public ::testing::Test {
   }
 
   std::unique_ptr<client::Client> Connect(
-      proto::ValueType wire = proto::FLOAT32) {
+      proto::ValueType wire = proto::FLOAT32,
+      absl::Duration retry_deadline = absl::Seconds(5)) {
     client::ClientOptions options;
     options.servers = addresses_;
     options.wire_type = wire;
-    options.retry_deadline = absl::Seconds(5);
+    options.retry_deadline = retry_deadline;
     auto client = client::Client::Connect(options);
     EXPECT_OK(client);
     return std::move(client).value();
@@ -533,7 +534,9 @@ TEST_F(ClusterTest, PrometheusMetricsMatchTheStatsRpc) {
       HasSubstr("embedps_rpc_latency_seconds_count{method=\"Pull\"} 2\n"));
   ASSERT_OK_AND_ASSIGN(auto stats, client->Stats());
   for (const auto& rpc : stats[0].rpc()) {
-    if (rpc.method() == "Pull") EXPECT_EQ(rpc.calls(), 2u);
+    if (rpc.method() == "Pull") {
+      EXPECT_EQ(rpc.calls(), 2u);
+    }
   }
 }
 
