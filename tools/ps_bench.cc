@@ -58,6 +58,9 @@ ABSL_FLAG(std::vector<std::string>, wires,
 ABSL_FLAG(uint64_t, keys, 1000000, "rows per table (the key space)");
 ABSL_FLAG(double, zipf_s, 1.05, "Zipf exponent");
 ABSL_FLAG(double, seconds, 1.0, "duration of each measurement");
+ABSL_FLAG(std::vector<std::string>, servers, {},
+          "host:port of a running cluster, in shard order, to measure instead "
+          "of starting one (--shard_counts is then ignored)");
 ABSL_FLAG(std::string, server_binary, "",
           "ps_server (default: found next to ps_bench)");
 ABSL_FLAG(std::string, raw_binary, "",
@@ -160,16 +163,22 @@ struct Cluster {
   std::vector<std::unique_ptr<RawBench::Stub>> raw_stubs;
 };
 
-Cluster StartCluster(int shards, const std::string& server,
-                     const std::string& raw) {
+// Starts `shards` ps_server processes, or uses `running` when given, and
+// as many raw servers.
+Cluster StartCluster(int shards, const std::vector<std::string>& running,
+                     const std::string& server, const std::string& raw) {
   Cluster c;
   for (int s = 0; s < shards; ++s) {
-    auto p = testing::ServerProcess::Start(
-        server, {absl::StrCat("--shard_index=", s),
-                 absl::StrCat("--num_shards=", shards)});
-    Check(p.status(), "starting ps_server");
-    c.addresses.push_back((*p)->address());
-    c.servers.push_back(std::move(*p));
+    if (!running.empty()) {
+      c.addresses.push_back(running[s]);
+    } else {
+      auto p = testing::ServerProcess::Start(
+          server, {absl::StrCat("--shard_index=", s),
+                   absl::StrCat("--num_shards=", shards)});
+      Check(p.status(), "starting ps_server");
+      c.addresses.push_back((*p)->address());
+      c.servers.push_back(std::move(*p));
+    }
     auto r = testing::ServerProcess::Start(raw, {});
     Check(r.status(), "starting raw_grpc_server");
     grpc::ChannelArguments args;
@@ -224,8 +233,12 @@ int Run() {
               "batch", "shards", "inflight", "keys", "wire", "keys/s", "MB/s",
               "raw keys/s", "vs raw");
 
-  for (int shards : Ints(absl::GetFlag(FLAGS_shard_counts))) {
-    Cluster cluster = StartCluster(shards, server, raw);
+  const std::vector<std::string> running = absl::GetFlag(FLAGS_servers);
+  const std::vector<int> shard_counts =
+      running.empty() ? Ints(absl::GetFlag(FLAGS_shard_counts))
+                      : std::vector<int>{static_cast<int>(running.size())};
+  for (int shards : shard_counts) {
+    Cluster cluster = StartCluster(shards, running, server, raw);
     for (int dim : Ints(absl::GetFlag(FLAGS_dims))) {
       for (const std::string& wire_name : absl::GetFlag(FLAGS_wires)) {
         const proto::ValueType wire =
