@@ -11,7 +11,6 @@
 #include "common/grpc_status.h"
 #include "common/key_hash.h"
 #include "common/status_macros.h"
-#include "server/table_config.h"
 
 namespace embedps::server {
 namespace {

@@ -200,11 +200,4 @@ proto::TableConfig ConfigFromSpec(const TableSpec& spec) {
   return config;
 }
 
-bool SameSpec(const TableSpec& a, const TableSpec& b) {
-  // Comparing the canonical configs compares every field, including ones
-  // added later, without a hand-kept list here.
-  return ConfigFromSpec(a).SerializeAsString() ==
-         ConfigFromSpec(b).SerializeAsString();
-}
-
 }  // namespace embedps::server

@@ -20,9 +20,6 @@ absl::StatusOr<embedding::TableSpec> SpecFromConfig(
 // set explicitly.
 proto::TableConfig ConfigFromSpec(const embedding::TableSpec& spec);
 
-// True if the two specs describe the same table (every field equal).
-bool SameSpec(const embedding::TableSpec& a, const embedding::TableSpec& b);
-
 }  // namespace embedps::server
 
 #endif  // EMBEDPS_SERVER_TABLE_CONFIG_H_
