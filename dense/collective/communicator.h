@@ -9,6 +9,8 @@
 #ifndef EMBEDPS_DENSE_COLLECTIVE_COMMUNICATOR_H_
 #define EMBEDPS_DENSE_COLLECTIVE_COMMUNICATOR_H_
 
+#include <cstddef>
+
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 
@@ -37,6 +39,11 @@ class Communicator {
   // Returns when every rank has called Barrier.
   virtual absl::Status Barrier() = 0;
 };
+
+// Argument checks every backend shares; INVALID_ARGUMENT with the numbers.
+absl::Status CheckRank(int rank, int world_size);
+absl::Status CheckBroadcastRoot(int root, int world_size);
+absl::Status CheckAllGatherSizes(size_t input, size_t output, int world_size);
 
 }  // namespace embedps::dense
 

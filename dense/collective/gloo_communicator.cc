@@ -111,9 +111,9 @@ class GlooCommunicator final : public Communicator {
   }
 
   absl::Status Broadcast(absl::Span<float> buffer, int root) override {
-    if (root < 0 || root >= options_.world_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Broadcast root ", root, " is not a rank of ", options_.world_size));
+    if (absl::Status s = CheckBroadcastRoot(root, options_.world_size);
+        !s.ok()) {
+      return s;
     }
     if (buffer.empty()) return absl::OkStatus();
     try {
@@ -131,11 +131,10 @@ class GlooCommunicator final : public Communicator {
 
   absl::Status AllGather(absl::Span<const float> input,
                          absl::Span<float> output) override {
-    if (output.size() != input.size() * options_.world_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "AllGather of ", input.size(), " floats on ", options_.world_size,
-          " ranks needs an output of ", input.size() * options_.world_size,
-          ", got ", output.size()));
+    if (absl::Status s = CheckAllGatherSizes(input.size(), output.size(),
+                                             options_.world_size);
+        !s.ok()) {
+      return s;
     }
     if (input.empty()) return absl::OkStatus();
     try {
@@ -175,11 +174,8 @@ class GlooCommunicator final : public Communicator {
 
 absl::StatusOr<std::unique_ptr<Communicator>> CreateGlooCommunicator(
     const GlooOptions& options, Store* store) {
-  if (options.world_size < 1 || options.rank < 0 ||
-      options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank ", options.rank,
-                     " is not in [0, world_size=", options.world_size, ")"));
+  if (absl::Status s = CheckRank(options.rank, options.world_size); !s.ok()) {
+    return s;
   }
   if (store == nullptr)
     return absl::InvalidArgumentError("no rendezvous store");
