@@ -9,19 +9,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "dense/cuda/cuda_status.h"
 
 namespace embedps::dense {
 namespace {
 
 absl::Status CudaStatus(cudaError_t error, int rank, absl::string_view what) {
-  const std::string message = absl::StrCat("CUDA ", what, " on rank ", rank,
-                                           ": ", cudaGetErrorName(error), " (",
-                                           cudaGetErrorString(error), ")");
-  if (error == cudaErrorNoDevice || error == cudaErrorInsufficientDriver ||
-      error == cudaErrorInvalidDevice) {
-    return absl::FailedPreconditionError(message);
-  }
-  return absl::InternalError(message);
+  return ::embedps::dense::CudaStatus(
+      error, absl::StrCat("CUDA ", what, " on rank ", rank));
 }
 
 absl::Status NcclStatus(ncclResult_t result, int rank, absl::string_view what) {

@@ -5,22 +5,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "dense/cuda/cuda_status.h"
 #include "dense/cuda/saxpy.cuh"
 #include "dense/device.h"
 
 namespace embedps::dense {
 namespace {
-
-absl::Status CudaError(cudaError_t error, const char* what) {
-  const std::string message =
-      absl::StrCat(what, ": ", cudaGetErrorName(error), " (",
-                   cudaGetErrorString(error), ")");
-  if (error == cudaErrorNoDevice || error == cudaErrorInsufficientDriver ||
-      error == cudaErrorInvalidDevice) {
-    return absl::FailedPreconditionError(message);
-  }
-  return absl::InternalError(message);
-}
 
 // Frees device memory on scope exit.
 struct DeviceBuffer {
@@ -37,13 +27,13 @@ bool BuiltWithCuda() { return true; }
 absl::StatusOr<std::vector<CudaDeviceInfo>> ListCudaDevices() {
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
-  if (error != cudaSuccess) return CudaError(error, "no usable CUDA device");
+  if (error != cudaSuccess) return CudaStatus(error, "no usable CUDA device");
   if (count == 0) return absl::FailedPreconditionError("no CUDA device found");
   std::vector<CudaDeviceInfo> devices;
   for (int i = 0; i < count; ++i) {
     cudaDeviceProp prop;
     const cudaError_t e = cudaGetDeviceProperties(&prop, i);
-    if (e != cudaSuccess) return CudaError(e, "cudaGetDeviceProperties");
+    if (e != cudaSuccess) return CudaStatus(e, "cudaGetDeviceProperties");
     devices.push_back({i, prop.name, prop.major, prop.minor,
                        static_cast<uint64_t>(prop.totalGlobalMem)});
   }
@@ -53,13 +43,13 @@ absl::StatusOr<std::vector<CudaDeviceInfo>> ListCudaDevices() {
 absl::Status CheckCudaDevice(int ordinal) {
   int count = 0;
   cudaError_t error = cudaGetDeviceCount(&count);
-  if (error != cudaSuccess) return CudaError(error, "no usable CUDA device");
+  if (error != cudaSuccess) return CudaStatus(error, "no usable CUDA device");
   if (ordinal < 0 || ordinal >= count) {
     return absl::FailedPreconditionError(absl::StrCat(
         "CUDA device ", ordinal, " does not exist (", count, " visible)"));
   }
   if ((error = cudaSetDevice(ordinal)) != cudaSuccess) {
-    return CudaError(error, "cudaSetDevice");
+    return CudaStatus(error, "cudaSetDevice");
   }
   constexpr int kN = 4099;  // not a multiple of the block size
   std::vector<float> x(kN), y(kN);
@@ -71,20 +61,20 @@ absl::Status CheckCudaDevice(int ordinal) {
   const size_t bytes = sizeof(float) * kN;
   if ((error = cudaMalloc(&dx.ptr, bytes)) != cudaSuccess ||
       (error = cudaMalloc(&dy.ptr, bytes)) != cudaSuccess) {
-    return CudaError(error, "cudaMalloc");
+    return CudaStatus(error, "cudaMalloc");
   }
   if ((error = cudaMemcpy(dx.ptr, x.data(), bytes, cudaMemcpyHostToDevice)) !=
           cudaSuccess ||
       (error = cudaMemcpy(dy.ptr, y.data(), bytes, cudaMemcpyHostToDevice)) !=
           cudaSuccess) {
-    return CudaError(error, "cudaMemcpy to device");
+    return CudaStatus(error, "cudaMemcpy to device");
   }
   error = static_cast<cudaError_t>(cuda::LaunchSaxpy(kN, 2.0f, dx.ptr, dy.ptr));
-  if (error != cudaSuccess) return CudaError(error, "saxpy kernel launch");
+  if (error != cudaSuccess) return CudaStatus(error, "saxpy kernel launch");
   std::vector<float> result(kN);
   if ((error = cudaMemcpy(result.data(), dy.ptr, bytes,
                           cudaMemcpyDeviceToHost)) != cudaSuccess) {
-    return CudaError(error, "cudaMemcpy from device");
+    return CudaStatus(error, "cudaMemcpy from device");
   }
   for (int i = 0; i < kN; ++i) {
     const float want = 2.0f * x[i] + y[i];

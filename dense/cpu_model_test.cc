@@ -1,0 +1,347 @@
+#include "dense/cpu_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "common/status_matchers.h"
+#include "dense/internal/cpu_layers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace embedps::dense {
+namespace {
+
+using ::embedps::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr int kBatch = 4;
+
+// A small DLRM: 5 dense features, bottom 6-3, three slots of dim 3 (sum,
+// mean, sum) with bags of 0..3 rows, top 5.
+ModelSpec SmallDlrm() {
+  ModelSpec spec;
+  spec.num_dense = 5;
+  spec.bottom = {6, 3};
+  spec.embedding_dim = 3;
+  spec.slots = {Pooling::kSum, Pooling::kMean, Pooling::kSum};
+  spec.top = {5};
+  spec.seed = 7;
+  return spec;
+}
+
+template <typename T>
+std::vector<T> Normal(size_t n, uint32_t seed, double scale = 1.0) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal(0, scale);
+  std::vector<T> v(n);
+  for (T& x : v) x = static_cast<T>(normal(rng));
+  return v;
+}
+
+// Owns the data a Batch<T> points into.
+template <typename T>
+struct BatchData {
+  std::vector<T> dense, labels;
+  std::vector<std::vector<T>> rows;
+  std::vector<std::vector<int32_t>> offsets;
+  std::vector<std::vector<T>> row_gradients;
+
+  BatchData(const ModelSpec& spec, int batch, uint32_t seed) {
+    dense = Normal<T>(static_cast<size_t>(batch) * spec.num_dense, seed);
+    std::mt19937 rng(seed + 1);
+    for (int b = 0; b < batch; ++b) labels.push_back(T(rng() % 2));
+    for (size_t s = 0; s < spec.slots.size(); ++s) {
+      std::vector<int32_t> off = {0};
+      // Bag sizes 0..3; bag 1 of slot 0 is always empty.
+      for (int b = 0; b < batch; ++b) {
+        const int size = (s == 0 && b == 1) ? 0 : static_cast<int>(rng() % 4);
+        off.push_back(off.back() + size);
+      }
+      offsets.push_back(off);
+      rows.push_back(
+          Normal<T>(static_cast<size_t>(off.back()) * spec.embedding_dim,
+                    seed + 10 + s, 0.5));
+      row_gradients.emplace_back(rows.back().size());
+    }
+  }
+
+  Batch<T> View(int batch) const {
+    Batch<T> view;
+    view.size = batch;
+    view.dense = dense;
+    view.labels = labels;
+    for (size_t s = 0; s < rows.size(); ++s) {
+      view.slots.push_back({rows[s], offsets[s]});
+    }
+    return view;
+  }
+
+  std::vector<absl::Span<T>> GradientSpans() {
+    std::vector<absl::Span<T>> spans;
+    for (auto& g : row_gradients) spans.push_back(absl::MakeSpan(g));
+    return spans;
+  }
+};
+
+// Worst relative error of `analytic` against central differences of
+// `loss` over each value of `values` (perturbed in place).
+double WorstRelativeError(std::vector<double>* values,
+                          const std::vector<double>& analytic,
+                          const std::function<double()>& loss) {
+  constexpr double kH = 1e-6;
+  double worst = 0;
+  for (size_t i = 0; i < values->size(); ++i) {
+    const double saved = (*values)[i];
+    (*values)[i] = saved + kH;
+    const double up = loss();
+    (*values)[i] = saved - kH;
+    const double down = loss();
+    (*values)[i] = saved;
+    const double numeric = (up - down) / (2 * kH);
+    worst = std::max(
+        worst, std::abs(numeric - analytic[i]) /
+                   std::max(1e-3, std::abs(numeric) + std::abs(analytic[i])));
+  }
+  return worst;
+}
+
+class GradientCheck : public ::testing::TestWithParam<ModelSpec> {};
+
+// Central differences in float64 for every parameter, every dense input
+// and every embedding row of every slot: covers every layer (bottom,
+// pooling, interaction, top, loss) and the whole model.
+TEST_P(GradientCheck, MatchesCentralDifferences) {
+  const ModelSpec spec = GetParam();
+  ASSERT_OK_AND_ASSIGN(auto model, CpuModel<double>::Create(spec));
+  BatchData<double> data(spec, kBatch, 3);
+  std::vector<double> dense_gradients(data.dense.size());
+  auto spans = data.GradientSpans();
+  ASSERT_OK(
+      model
+          ->TrainStep(data.View(kBatch), spans, absl::MakeSpan(dense_gradients))
+          .status());
+  const std::vector<double> parameter_gradients(model->gradients().begin(),
+                                                model->gradients().end());
+  const auto rows_gradients = data.row_gradients;
+  const auto loss = [&]() {
+    auto scratch = data.GradientSpans();
+    return model->TrainStep(data.View(kBatch), scratch).value();
+  };
+  std::vector<double> parameters(model->parameters().begin(),
+                                 model->parameters().end());
+  // Perturb a copy and write it back before each evaluation.
+  const auto parameter_loss = [&]() {
+    std::copy(parameters.begin(), parameters.end(),
+              model->parameters().begin());
+    return loss();
+  };
+  EXPECT_LT(
+      WorstRelativeError(&parameters, parameter_gradients, parameter_loss),
+      1e-6)
+      << "parameters";
+  std::copy(parameters.begin(), parameters.end(), model->parameters().begin());
+  EXPECT_LT(WorstRelativeError(&data.dense, dense_gradients, loss), 1e-6)
+      << "dense inputs";
+  for (size_t s = 0; s < spec.slots.size(); ++s) {
+    EXPECT_LT(WorstRelativeError(&data.rows[s], rows_gradients[s], loss), 1e-6)
+        << "rows of slot " << s;
+  }
+}
+
+ModelSpec NoBottom() {
+  ModelSpec spec = SmallDlrm();
+  spec.bottom.clear();
+  spec.embedding_dim = spec.num_dense;
+  return spec;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, GradientCheck,
+                         ::testing::Values(SmallDlrm(), NoBottom(),
+                                           MlpModelSpec(6, {7, 4}, 11),
+                                           MlpModelSpec(3, {}, 2)));
+
+// The interaction alone, against a scalar loss Σ w ⊙ out.
+TEST(InteractionTest, BackwardMatchesCentralDifferences) {
+  constexpr int kFeatures = 4, kDim = 3;
+  std::vector<double> features = Normal<double>(kBatch * kFeatures * kDim, 5);
+  const int out_dim = kDim + kFeatures * (kFeatures - 1) / 2;
+  const std::vector<double> weights = Normal<double>(kBatch * out_dim, 6);
+  const auto loss = [&]() {
+    std::vector<double> out(weights.size());
+    dense_internal::Interact(features.data(), kBatch, kFeatures, kDim,
+                             out.data());
+    double sum = 0;
+    for (size_t i = 0; i < out.size(); ++i) sum += weights[i] * out[i];
+    return sum;
+  };
+  std::vector<double> analytic(features.size());
+  dense_internal::InteractBackward(features.data(), weights.data(), kBatch,
+                                   kFeatures, kDim, analytic.data());
+  EXPECT_LT(WorstRelativeError(&features, analytic, loss), 1e-6);
+}
+
+TEST(PoolingTest, SumMeanAndEmptyBags) {
+  const std::vector<double> rows = {1, 2, 3, 4, 5, 6};  // 3 rows of dim 2
+  const std::vector<int32_t> offsets = {0, 0, 3};       // empty, then 3 rows
+  std::vector<double> features(2 * 2 * 2, -1);          // F = 2
+  dense_internal::PoolBags(Pooling::kSum, rows.data(), offsets.data(), 2, 2, 0,
+                           2, features.data());
+  EXPECT_THAT(features, ::testing::ElementsAre(-1, -1, 0, 0, -1, -1, 9, 12));
+  dense_internal::PoolBags(Pooling::kMean, rows.data(), offsets.data(), 2, 2, 0,
+                           2, features.data());
+  EXPECT_THAT(features, ::testing::ElementsAre(-1, -1, 0, 0, -1, -1, 3, 4));
+  std::vector<double> row_gradients(rows.size());
+  dense_internal::UnpoolBags(Pooling::kMean, features.data(), offsets.data(), 2,
+                             2, 0, 2, row_gradients.data());
+  EXPECT_THAT(row_gradients,
+              ::testing::ElementsAre(1, 4.0 / 3, 1, 4.0 / 3, 1, 4.0 / 3));
+}
+
+TEST(CpuModelTest, Float32AgreesWithFloat64) {
+  const ModelSpec spec = SmallDlrm();
+  ASSERT_OK_AND_ASSIGN(auto m32, CpuModel<float>::Create(spec));
+  ASSERT_OK_AND_ASSIGN(auto m64, CpuModel<double>::Create(spec));
+  // Same seed: the float model's parameters are the double's, rounded.
+  for (size_t i = 0; i < m32->parameters().size(); ++i) {
+    ASSERT_EQ(m32->parameters()[i], static_cast<float>(m64->parameters()[i]));
+    m64->parameters()[i] = m32->parameters()[i];
+  }
+  BatchData<float> d32(spec, kBatch, 9);
+  BatchData<double> d64(spec, kBatch, 9);
+  // Same inputs: the float batch, widened.
+  d64.dense.assign(d32.dense.begin(), d32.dense.end());
+  for (size_t s = 0; s < spec.slots.size(); ++s) {
+    d64.rows[s].assign(d32.rows[s].begin(), d32.rows[s].end());
+  }
+  auto g32 = d32.GradientSpans();
+  auto g64 = d64.GradientSpans();
+  ASSERT_OK_AND_ASSIGN(float loss32, m32->TrainStep(d32.View(kBatch), g32));
+  ASSERT_OK_AND_ASSIGN(double loss64, m64->TrainStep(d64.View(kBatch), g64));
+  EXPECT_NEAR(loss32, loss64, 1e-4 * std::abs(loss64));
+  const auto relative = [](auto a, auto b) {
+    double diff = 0, ref = 0;
+    for (size_t i = 0; i < a.size(); ++i) {
+      diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
+      ref = std::max(ref, std::abs(static_cast<double>(b[i])));
+    }
+    return diff / ref;
+  };
+  EXPECT_LT(relative(m32->gradients(), m64->gradients()), 1e-4);
+  for (size_t s = 0; s < spec.slots.size(); ++s) {
+    EXPECT_LT(relative(d32.row_gradients[s], d64.row_gradients[s]), 1e-4);
+  }
+}
+
+TEST(CpuModelTest, SameSeedSameParametersAndTrainingReducesLoss) {
+  const ModelSpec spec = SmallDlrm();
+  ASSERT_OK_AND_ASSIGN(auto a, CpuModel<float>::Create(spec));
+  ASSERT_OK_AND_ASSIGN(auto b, CpuModel<float>::Create(spec));
+  EXPECT_TRUE(std::equal(a->parameters().begin(), a->parameters().end(),
+                         b->parameters().begin()));
+  ModelSpec other = spec;
+  other.seed = spec.seed + 1;
+  ASSERT_OK_AND_ASSIGN(auto c, CpuModel<float>::Create(other));
+  EXPECT_FALSE(std::equal(a->parameters().begin(), a->parameters().end(),
+                          c->parameters().begin()));
+
+  BatchData<float> data(spec, kBatch, 4);
+  auto spans = data.GradientSpans();
+  ASSERT_OK_AND_ASSIGN(float first, a->TrainStep(data.View(kBatch), spans));
+  float last = first;
+  for (int step = 0; step < 300; ++step) {
+    ASSERT_OK_AND_ASSIGN(last, a->TrainStep(data.View(kBatch), spans));
+    for (size_t i = 0; i < a->parameters().size(); ++i) {
+      a->parameters()[i] -= 0.1f * a->gradients()[i];
+    }
+    // The embedding rows learn too, as a server would apply them.
+    for (size_t s = 0; s < spec.slots.size(); ++s) {
+      for (size_t i = 0; i < data.rows[s].size(); ++i) {
+        data.rows[s][i] -= 0.1f * data.row_gradients[s][i];
+      }
+    }
+  }
+  EXPECT_LT(last, 0.2f * first);
+}
+
+TEST(CpuModelTest, BadSpecIsRefused) {
+  ModelSpec spec = SmallDlrm();
+  spec.num_dense = 0;
+  EXPECT_THAT(
+      CpuModel<float>::Create(spec),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("num_dense")));
+  spec = SmallDlrm();
+  spec.top = {4, -1};
+  EXPECT_THAT(
+      CpuModel<float>::Create(spec),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("top[1]")));
+  spec = SmallDlrm();
+  spec.embedding_dim = 4;
+  EXPECT_THAT(
+      CpuModel<float>::Create(spec),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("embedding_dim")));
+}
+
+TEST(CpuModelTest, BadBatchIsRefusedAndChangesNothing) {
+  const ModelSpec spec = SmallDlrm();
+  ASSERT_OK_AND_ASSIGN(auto model, CpuModel<float>::Create(spec));
+  const std::vector<float> before(model->parameters().begin(),
+                                  model->parameters().end());
+  const auto refused = [&](BatchData<float> data, const std::string& what) {
+    auto spans = data.GradientSpans();
+    EXPECT_THAT(model->TrainStep(data.View(kBatch), spans),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(what)));
+  };
+  BatchData<float> good(spec, kBatch, 1);
+  {
+    BatchData<float> d = good;
+    d.dense.pop_back();
+    refused(d, "dense features");
+  }
+  {
+    BatchData<float> d = good;
+    d.labels[2] = 2.0f;
+    refused(d, "outside [0, 1]");
+    d.labels[2] = std::nanf("");
+    refused(d, "outside [0, 1]");
+  }
+  {
+    BatchData<float> d = good;
+    d.offsets[1][1] = d.offsets[1][2] + 1;
+    refused(d, "offsets decrease");
+  }
+  {
+    BatchData<float> d = good;
+    d.offsets[2][0] = 1;
+    refused(d, "starting at 0");
+  }
+  {
+    BatchData<float> d = good;
+    d.rows[0].push_back(1.0f);
+    refused(d, "rows of dim");
+  }
+  {
+    BatchData<float> d = good;
+    d.row_gradients[1].push_back(0.0f);
+    refused(d, "row-gradient");
+  }
+  {
+    auto spans = good.GradientSpans();
+    Batch<float> view = good.View(kBatch);
+    view.slots.pop_back();
+    EXPECT_THAT(model->TrainStep(view, spans),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("sparse slots")));
+    view = good.View(0);
+    EXPECT_THAT(
+        model->TrainStep(view, spans),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("batch size")));
+  }
+  EXPECT_TRUE(
+      std::equal(before.begin(), before.end(), model->parameters().begin()));
+}
+
+}  // namespace
+}  // namespace embedps::dense

@@ -1,0 +1,406 @@
+// cuda_model.h for builds with the CUDA toolkit.
+//
+// Every call makes the model's device current, enqueues its copies and
+// kernels on the model's own stream, and synchronizes once before
+// returning results to the host. Host inputs are pageable memory: their
+// copies are staged by the driver (pinned staging buffers are a later
+// optimization, see docs/architecture.md).
+#include "dense/cuda_model.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "dense/cuda/cuda_status.h"
+#include "dense/cuda/model_kernels.cuh"
+
+namespace embedps::dense {
+namespace {
+
+using namespace ::embedps::dense_cuda;  // NOLINT: the kernel launchers
+
+// A grow-only device array.
+template <typename T>
+class DeviceArray {
+ public:
+  DeviceArray() = default;
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  DeviceArray(DeviceArray&& other) noexcept { *this = std::move(other); }
+  DeviceArray& operator=(DeviceArray&& other) noexcept {
+    std::swap(data_, other.data_);
+    std::swap(size_, other.size_);
+    std::swap(capacity_, other.capacity_);
+    return *this;
+  }
+  ~DeviceArray() {
+    if (data_ != nullptr) cudaFree(data_);
+  }
+
+  absl::Status Resize(size_t n) {
+    if (n > capacity_) {
+      if (data_ != nullptr) cudaFree(data_);
+      data_ = nullptr;
+      capacity_ = 0;
+      RETURN_IF_ERROR(
+          CudaStatus(cudaMalloc(&data_, std::max<size_t>(n, 1) * sizeof(T)),
+                     absl::StrCat("cudaMalloc of ", n * sizeof(T), " bytes")));
+      capacity_ = n;
+    }
+    size_ = n;
+    return absl::OkStatus();
+  }
+  T* data() { return data_; }
+  const T* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  T* data_ = nullptr;
+  size_t size_ = 0;
+  size_t capacity_ = 0;
+};
+
+class CudaModel final : public Model {
+ public:
+  static absl::StatusOr<std::unique_ptr<Model>> Create(
+      const ModelSpec& spec, const ModelOptions& options) {
+    int count = 0;
+    RETURN_IF_ERROR(
+        CudaStatus(cudaGetDeviceCount(&count), "no usable CUDA device"));
+    if (options.device < 0 || options.device >= count) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("CUDA device ", options.device, " does not exist (",
+                       count, " visible)"));
+    }
+    std::unique_ptr<CudaModel> model(new CudaModel(spec, options));
+    RETURN_IF_ERROR(model->Initialize());
+    return std::unique_ptr<Model>(std::move(model));
+  }
+
+  ~CudaModel() override {
+    cudaSetDevice(options_.device);
+    if (cublas_ != nullptr) cublasDestroy(cublas_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  const ModelSpec& spec() const override { return spec_; }
+  Backend backend() const override { return Backend::kCuda; }
+  size_t num_parameters() const override { return layout_.num_parameters; }
+
+  absl::StatusOr<float> TrainStep(
+      const Batch<float>& batch,
+      absl::Span<const absl::Span<float>> row_gradients) override {
+    RETURN_IF_ERROR(ValidateBatch(spec_, batch, /*with_labels=*/true));
+    RETURN_IF_ERROR(ValidateRowGradients(batch, row_gradients));
+    RETURN_IF_ERROR(MakeCurrent());
+    const int n = batch.size, f = layout_.num_features, d = layout_.z0_dim;
+    RETURN_IF_ERROR(Upload(batch, /*with_labels=*/true));
+    RETURN_IF_ERROR(Forward(batch));
+
+    RETURN_IF_ERROR(losses_.Resize(n));
+    RETURN_IF_ERROR(delta_.Resize(n));
+    LaunchBinaryCrossEntropy(top_activations_.back().data(), labels_.data(), n,
+                             losses_.data(), delta_.data(), stream_);
+    RETURN_IF_ERROR(
+        dinteraction_.Resize(static_cast<size_t>(n) * layout_.interaction_dim));
+    RETURN_IF_ERROR(StackBackward(layout_.top, top_activations_,
+                                  interaction_.data(), n,
+                                  dinteraction_.data()));
+    RETURN_IF_ERROR(dfeatures_.Resize(features_.size()));
+    LaunchInteractBackward(features_.data(), dinteraction_.data(), n, f, d,
+                           dfeatures_.data(), stream_);
+    for (size_t s = 0; s < spec_.slots.size(); ++s) {
+      RETURN_IF_ERROR(row_gradients_[s].Resize(rows_[s].size()));
+      LaunchUnpoolBags(spec_.slots[s] == Pooling::kMean, dfeatures_.data(),
+                       offsets_[s].data(), n, d, static_cast<int>(s), f,
+                       row_gradients_[s].data(), stream_);
+    }
+    if (!layout_.bottom.empty()) {
+      RETURN_IF_ERROR(delta_.Resize(static_cast<size_t>(n) * d));
+      LaunchCopyFeatureZero(delta_.data(), dfeatures_.data(), n, f, d,
+                            /*to_features=*/false, stream_);
+      RETURN_IF_ERROR(StackBackward(layout_.bottom, bottom_activations_,
+                                    dense_.data(), n, nullptr));
+    }
+    for (size_t s = 0; s < spec_.slots.size(); ++s) {
+      RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(row_gradients[s].data(), row_gradients_[s].data(),
+                          row_gradients[s].size() * sizeof(float),
+                          cudaMemcpyDeviceToHost, stream_),
+          "copying row gradients to the host"));
+    }
+    // BCE terms are never negative, so their absolute sum is the sum.
+    float loss_sum = 0;
+    RETURN_IF_ERROR(CublasStatus(
+        cublasSasum(cublas_, n, losses_.data(), 1, &loss_sum), "cublasSasum"));
+    RETURN_IF_ERROR(Synchronize("TrainStep"));
+    return loss_sum / static_cast<float>(n);
+  }
+
+  absl::Status Predict(const Batch<float>& batch,
+                       absl::Span<float> logits) override {
+    RETURN_IF_ERROR(ValidateBatch(spec_, batch, /*with_labels=*/false));
+    if (logits.size() != static_cast<size_t>(batch.size)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Predict needs room for ", batch.size, " logits, got ",
+                       logits.size()));
+    }
+    RETURN_IF_ERROR(MakeCurrent());
+    RETURN_IF_ERROR(Upload(batch, /*with_labels=*/false));
+    RETURN_IF_ERROR(Forward(batch));
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(logits.data(), top_activations_.back().data(),
+                        logits.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                        stream_),
+        "copying logits to the host"));
+    return Synchronize("Predict");
+  }
+
+  absl::Span<float> parameter_buffer() override {
+    return absl::MakeSpan(parameters_.data(), parameters_.size());
+  }
+  absl::Span<float> gradient_buffer() override {
+    return absl::MakeSpan(gradients_.data(), gradients_.size());
+  }
+
+  absl::Status GetParameters(absl::Span<float> host) override {
+    return CopyToHost(parameters_, host, "parameters");
+  }
+  absl::Status GetGradients(absl::Span<float> host) override {
+    return CopyToHost(gradients_, host, "gradients");
+  }
+  absl::Status SetParameters(absl::Span<const float> host) override {
+    RETURN_IF_ERROR(CheckSize(host.size(), "parameters"));
+    RETURN_IF_ERROR(MakeCurrent());
+    RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(parameters_.data(), host.data(),
+                                               host.size() * sizeof(float),
+                                               cudaMemcpyHostToDevice, stream_),
+                               "copying parameters to the device"));
+    return Synchronize("SetParameters");
+  }
+
+  // The step runs on the host over copies (two device-to-host and one
+  // host-to-device copy of the flat buffers): the dense model is small
+  // next to the batch, and one optimizer implementation serves both
+  // backends.
+  absl::Status ApplyOptimizer(DenseOptimizer& optimizer) override {
+    host_parameters_.resize(num_parameters());
+    host_gradients_.resize(num_parameters());
+    RETURN_IF_ERROR(GetParameters(absl::MakeSpan(host_parameters_)));
+    RETURN_IF_ERROR(GetGradients(absl::MakeSpan(host_gradients_)));
+    RETURN_IF_ERROR(
+        optimizer.Step(absl::MakeSpan(host_parameters_), host_gradients_));
+    return SetParameters(host_parameters_);
+  }
+
+ private:
+  CudaModel(const ModelSpec& spec, const ModelOptions& options)
+      : spec_(spec),
+        layout_(LayoutOf(spec)),
+        options_(options),
+        bottom_activations_(layout_.bottom.size()),
+        top_activations_(layout_.top.size()),
+        rows_(spec.slots.size()),
+        offsets_(spec.slots.size()),
+        row_gradients_(spec.slots.size()) {}
+
+  absl::Status Initialize() {
+    RETURN_IF_ERROR(MakeCurrent());
+    RETURN_IF_ERROR(
+        CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
+                   "cudaStreamCreate"));
+    RETURN_IF_ERROR(CublasStatus(cublasCreate(&cublas_), "cublasCreate"));
+    RETURN_IF_ERROR(
+        CublasStatus(cublasSetStream(cublas_, stream_), "cublasSetStream"));
+    RETURN_IF_ERROR(
+        CublasStatus(cublasSetMathMode(cublas_, options_.allow_tf32
+                                                    ? CUBLAS_TF32_TENSOR_OP_MATH
+                                                    : CUBLAS_DEFAULT_MATH),
+                     "cublasSetMathMode"));
+    RETURN_IF_ERROR(parameters_.Resize(layout_.num_parameters));
+    RETURN_IF_ERROR(gradients_.Resize(layout_.num_parameters));
+    RETURN_IF_ERROR(
+        CudaStatus(cudaMemsetAsync(gradients_.data(), 0,
+                                   gradients_.size() * sizeof(float), stream_),
+                   "cudaMemset"));
+    std::vector<float> initial(layout_.num_parameters);
+    InitializeParameters<float>(spec_, layout_, absl::MakeSpan(initial));
+    return SetParameters(initial);
+  }
+
+  absl::Status MakeCurrent() {
+    return CudaStatus(cudaSetDevice(options_.device),
+                      absl::StrCat("cudaSetDevice(", options_.device, ")"));
+  }
+
+  absl::Status Synchronize(absl::string_view what) {
+    RETURN_IF_ERROR(
+        CudaStatus(cudaGetLastError(), absl::StrCat(what, " kernel launch")));
+    return CudaStatus(cudaStreamSynchronize(stream_), what);
+  }
+
+  absl::Status CheckSize(size_t got, absl::string_view what) const {
+    if (got == layout_.num_parameters) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " needs ", layout_.num_parameters,
+                     " values (the model's parameters), got ", got));
+  }
+
+  absl::Status CopyToHost(const DeviceArray<float>& from,
+                          absl::Span<float> host, absl::string_view what) {
+    RETURN_IF_ERROR(CheckSize(host.size(), what));
+    RETURN_IF_ERROR(MakeCurrent());
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(host.data(), from.data(), host.size() * sizeof(float),
+                        cudaMemcpyDeviceToHost, stream_),
+        absl::StrCat("copying ", what, " to the host")));
+    return Synchronize(absl::StrCat("copying ", what));
+  }
+
+  template <typename T>
+  absl::Status UploadSpan(absl::Span<const T> host, DeviceArray<T>& device,
+                          absl::string_view what) {
+    RETURN_IF_ERROR(device.Resize(host.size()));
+    if (host.empty()) return absl::OkStatus();
+    return CudaStatus(
+        cudaMemcpyAsync(device.data(), host.data(), host.size() * sizeof(T),
+                        cudaMemcpyHostToDevice, stream_),
+        absl::StrCat("copying ", what, " to the device"));
+  }
+
+  absl::Status Upload(const Batch<float>& batch, bool with_labels) {
+    RETURN_IF_ERROR(UploadSpan(batch.dense, dense_, "dense features"));
+    if (with_labels) {
+      RETURN_IF_ERROR(UploadSpan(batch.labels, labels_, "labels"));
+    }
+    for (size_t s = 0; s < batch.slots.size(); ++s) {
+      RETURN_IF_ERROR(
+          UploadSpan(batch.slots[s].rows, rows_[s], "embedding rows"));
+      RETURN_IF_ERROR(
+          UploadSpan(batch.slots[s].offsets, offsets_[s], "bag offsets"));
+    }
+    if (ones_.size() < static_cast<size_t>(batch.size)) {
+      const std::vector<float> ones(batch.size, 1.0f);
+      RETURN_IF_ERROR(UploadSpan(absl::Span<const float>(ones), ones_, "ones"));
+    }
+    return absl::OkStatus();
+  }
+
+  // Row-major C[m×n] = alpha·op(A)·op(B) + beta·C through column-major
+  // cuBLAS: the same product transposed, with the operands swapped.
+  absl::Status Gemm(bool ta, bool tb, int m, int n, int k, float alpha,
+                    const float* a, const float* b, float beta, float* c) {
+    return CublasStatus(
+        cublasSgemm(cublas_, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                    ta ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, b,
+                    tb ? k : n, a, ta ? m : k, &beta, c, n),
+        "cublasSgemm");
+  }
+
+  absl::Status StackForward(const std::vector<LayerShape>& layers,
+                            std::vector<DeviceArray<float>>& activations,
+                            const float* x, int batch) {
+    const float* input = x;
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const LayerShape& layer = layers[l];
+      DeviceArray<float>& z = activations[l];
+      RETURN_IF_ERROR(z.Resize(static_cast<size_t>(batch) * layer.out));
+      LaunchBroadcastRows(parameters_.data() + layer.bias_offset, batch,
+                          layer.out, z.data(), stream_);
+      RETURN_IF_ERROR(Gemm(false, true, batch, layer.out, layer.in, 1.0f, input,
+                           parameters_.data() + layer.weight_offset, 1.0f,
+                           z.data()));
+      if (layer.relu) LaunchRelu(z.data(), z.size(), stream_);
+      input = z.data();
+    }
+    return absl::OkStatus();
+  }
+
+  // REQUIRES: delta_ holds d loss / d output of the stack.
+  absl::Status StackBackward(const std::vector<LayerShape>& layers,
+                             std::vector<DeviceArray<float>>& activations,
+                             const float* x, int batch, float* dx) {
+    const float one = 1.0f, zero = 0.0f;
+    for (size_t l = layers.size(); l-- > 0;) {
+      const LayerShape& layer = layers[l];
+      if (layer.relu) {
+        LaunchReluBackward(activations[l].data(), activations[l].size(),
+                           delta_.data(), stream_);
+      }
+      const float* input = l == 0 ? x : activations[l - 1].data();
+      RETURN_IF_ERROR(Gemm(true, false, layer.out, layer.in, batch, 1.0f,
+                           delta_.data(), input, 0.0f,
+                           gradients_.data() + layer.weight_offset));
+      // db = Σ over rows of delta: delta is column-major out × batch.
+      RETURN_IF_ERROR(CublasStatus(
+          cublasSgemv(cublas_, CUBLAS_OP_N, layer.out, batch, &one,
+                      delta_.data(), layer.out, ones_.data(), 1, &zero,
+                      gradients_.data() + layer.bias_offset, 1),
+          "cublasSgemv"));
+      if (l == 0 && dx == nullptr) break;
+      float* target = dx;
+      if (l > 0) {
+        RETURN_IF_ERROR(scratch_.Resize(static_cast<size_t>(batch) * layer.in));
+        target = scratch_.data();
+      }
+      RETURN_IF_ERROR(
+          Gemm(false, false, batch, layer.in, layer.out, 1.0f, delta_.data(),
+               parameters_.data() + layer.weight_offset, 0.0f, target));
+      if (l == 0) break;
+      std::swap(delta_, scratch_);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Forward(const Batch<float>& batch) {
+    const int n = batch.size, f = layout_.num_features, d = layout_.z0_dim;
+    const float* z0 = dense_.data();
+    if (!layout_.bottom.empty()) {
+      RETURN_IF_ERROR(StackForward(layout_.bottom, bottom_activations_, z0, n));
+      z0 = bottom_activations_.back().data();
+    }
+    RETURN_IF_ERROR(features_.Resize(static_cast<size_t>(n) * f * d));
+    LaunchCopyFeatureZero(const_cast<float*>(z0), features_.data(), n, f, d,
+                          /*to_features=*/true, stream_);
+    for (size_t s = 0; s < spec_.slots.size(); ++s) {
+      LaunchPoolBags(spec_.slots[s] == Pooling::kMean, rows_[s].data(),
+                     offsets_[s].data(), n, d, static_cast<int>(s), f,
+                     features_.data(), stream_);
+    }
+    RETURN_IF_ERROR(
+        interaction_.Resize(static_cast<size_t>(n) * layout_.interaction_dim));
+    LaunchInteract(features_.data(), n, f, d, interaction_.data(), stream_);
+    return StackForward(layout_.top, top_activations_, interaction_.data(), n);
+  }
+
+  const ModelSpec spec_;
+  const ModelLayout layout_;
+  const ModelOptions options_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+
+  DeviceArray<float> parameters_, gradients_;
+  std::vector<DeviceArray<float>> bottom_activations_, top_activations_;
+  DeviceArray<float> dense_, labels_, ones_;
+  std::vector<DeviceArray<float>> rows_;
+  std::vector<DeviceArray<int32_t>> offsets_;
+  std::vector<DeviceArray<float>> row_gradients_;
+  DeviceArray<float> features_, interaction_, dinteraction_, dfeatures_;
+  DeviceArray<float> losses_, delta_, scratch_;
+  std::vector<float> host_parameters_, host_gradients_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Model>> CreateCudaModel(
+    const ModelSpec& spec, const ModelOptions& options) {
+  if (absl::Status s = ValidateModelSpec(spec); !s.ok()) return s;
+  return CudaModel::Create(spec, options);
+}
+
+}  // namespace embedps::dense

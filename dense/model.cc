@@ -1,0 +1,189 @@
+#include "dense/model.h"
+
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "dense/cpu_model.h"
+#include "dense/cuda_model.h"
+#include "dense/dense_model.pb.h"
+
+namespace embedps::dense {
+namespace {
+
+constexpr uint32_t kFormatVersion = 1;
+
+absl::Status CheckSize(size_t got, size_t want, absl::string_view what) {
+  if (got == want) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      what, " needs ", want, " values (the model's parameters), got ", got));
+}
+
+// Model over CpuModel<float>: its buffers are host memory.
+class CpuBackendModel final : public Model {
+ public:
+  explicit CpuBackendModel(std::unique_ptr<CpuModel<float>> model)
+      : model_(std::move(model)) {}
+
+  const ModelSpec& spec() const override { return model_->spec(); }
+  Backend backend() const override { return Backend::kCpu; }
+  size_t num_parameters() const override {
+    return model_->layout().num_parameters;
+  }
+  absl::StatusOr<float> TrainStep(
+      const Batch<float>& batch,
+      absl::Span<const absl::Span<float>> row_gradients) override {
+    return model_->TrainStep(batch, row_gradients);
+  }
+  absl::Status Predict(const Batch<float>& batch,
+                       absl::Span<float> logits) override {
+    return model_->Predict(batch, logits);
+  }
+  absl::Span<float> parameter_buffer() override { return model_->parameters(); }
+  absl::Span<float> gradient_buffer() override { return model_->gradients(); }
+  absl::Status GetParameters(absl::Span<float> host) override {
+    if (absl::Status s = CheckSize(host.size(), num_parameters(), "parameters");
+        !s.ok()) {
+      return s;
+    }
+    std::copy(model_->parameters().begin(), model_->parameters().end(),
+              host.begin());
+    return absl::OkStatus();
+  }
+  absl::Status SetParameters(absl::Span<const float> host) override {
+    if (absl::Status s = CheckSize(host.size(), num_parameters(), "parameters");
+        !s.ok()) {
+      return s;
+    }
+    std::copy(host.begin(), host.end(), model_->parameters().begin());
+    return absl::OkStatus();
+  }
+  absl::Status GetGradients(absl::Span<float> host) override {
+    if (absl::Status s = CheckSize(host.size(), num_parameters(), "gradients");
+        !s.ok()) {
+      return s;
+    }
+    std::copy(model_->gradients().begin(), model_->gradients().end(),
+              host.begin());
+    return absl::OkStatus();
+  }
+  absl::Status ApplyOptimizer(DenseOptimizer& optimizer) override {
+    return optimizer.Step(model_->parameters(), model_->gradients());
+  }
+
+ private:
+  std::unique_ptr<CpuModel<float>> model_;
+};
+
+uint32_t Crc32(const std::string& bytes) {
+  return static_cast<uint32_t>(
+      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()),
+            static_cast<uInt>(bytes.size())));
+}
+
+}  // namespace
+
+absl::StatusOr<Backend> ParseBackend(absl::string_view name) {
+  if (name == "cpu") return Backend::kCpu;
+  if (name == "cuda") return Backend::kCuda;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown device '", name, "': use cpu or cuda"));
+}
+
+const char* BackendName(Backend backend) {
+  return backend == Backend::kCpu ? "cpu" : "cuda";
+}
+
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(
+    const ModelSpec& spec, const ModelOptions& options) {
+  if (absl::Status s = ValidateModelSpec(spec); !s.ok()) return s;
+  if (options.backend == Backend::kCuda) return CreateCudaModel(spec, options);
+  absl::StatusOr<std::unique_ptr<CpuModel<float>>> cpu =
+      CpuModel<float>::Create(spec);
+  if (!cpu.ok()) return cpu.status();
+  return std::unique_ptr<Model>(new CpuBackendModel(std::move(*cpu)));
+}
+
+absl::Status SaveParameters(Model& model, int64_t step,
+                            const std::string& path) {
+  std::vector<float> values(model.num_parameters());
+  if (absl::Status s = model.GetParameters(absl::MakeSpan(values)); !s.ok()) {
+    return s;
+  }
+  DenseParametersFile file;
+  file.set_format_version(kFormatVersion);
+  file.set_model(DescribeModelSpec(model.spec()));
+  file.set_step(step);
+  file.set_num_parameters(values.size());
+  // The flat layout is little-endian float32; x86-64 and aarch64 store
+  // floats that way, so the bytes are copied as they are.
+  static_assert(sizeof(float) == 4);
+  file.set_parameters(std::string(reinterpret_cast<const char*>(values.data()),
+                                  values.size() * sizeof(float)));
+  file.set_parameters_crc32(Crc32(file.parameters()));
+
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    if (!out || !file.SerializeToOstream(&out) || !out.flush()) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot write dense parameters to ", temporary, ": ",
+                       std::strerror(errno)));
+    }
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot rename ", temporary, " to ", path, ": ", std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> LoadParameters(const std::string& path, Model& model) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("no dense parameters file at ", path));
+  }
+  std::stringstream contents;
+  contents << in.rdbuf();
+  DenseParametersFile file;
+  if (!file.ParseFromString(contents.str())) {
+    return absl::DataLossError(absl::StrCat("dense parameters file ", path,
+                                            " is truncated or not one"));
+  }
+  if (file.format_version() != kFormatVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "dense parameters file ", path, " has format version ",
+        file.format_version(), "; this build reads ", kFormatVersion));
+  }
+  const std::string shape = DescribeModelSpec(model.spec());
+  if (file.model() != shape) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("dense parameters file ", path, " was written by model '",
+                     file.model(), "', not this one ('", shape, "')"));
+  }
+  if (file.num_parameters() != model.num_parameters() ||
+      file.parameters().size() != file.num_parameters() * sizeof(float)) {
+    return absl::DataLossError(absl::StrCat(
+        "dense parameters file ", path, " holds ", file.parameters().size(),
+        " bytes for ", file.num_parameters(), " parameters; the model has ",
+        model.num_parameters()));
+  }
+  if (Crc32(file.parameters()) != file.parameters_crc32()) {
+    return absl::DataLossError(absl::StrCat("dense parameters file ", path,
+                                            " fails its checksum (corrupt)"));
+  }
+  std::vector<float> values(model.num_parameters());
+  std::memcpy(values.data(), file.parameters().data(),
+              file.parameters().size());
+  if (absl::Status s = model.SetParameters(values); !s.ok()) return s;
+  return file.step();
+}
+
+}  // namespace embedps::dense

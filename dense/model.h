@@ -1,0 +1,98 @@
+// Model: the dense model a worker trains, behind one interface for the CPU
+// and CUDA backends (same spec, same flat parameter layout, same
+// initialization: parameters move between backends and ranks unchanged).
+//
+// A data-parallel step: TrainStep → AllReduce(gradient_buffer(), mean) on a
+// Communicator of the backend's kind (Gloo for kCpu, NCCL for kCuda) →
+// ApplyOptimizer.
+//
+// Thread safety: one thread at a time per Model.
+#ifndef EMBEDPS_DENSE_MODEL_H_
+#define EMBEDPS_DENSE_MODEL_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "dense/dense_optimizer.h"
+#include "dense/model_spec.h"
+
+namespace embedps::dense {
+
+enum class Backend { kCpu, kCuda };
+
+// "cpu" or "cuda"; INVALID_ARGUMENT otherwise.
+absl::StatusOr<Backend> ParseBackend(absl::string_view name);
+const char* BackendName(Backend backend);
+
+struct ModelOptions {
+  Backend backend = Backend::kCpu;
+  // kCuda: the device ordinal. Default: 0.
+  int device = 0;
+  // kCuda: let cuBLAS use TF32 tensor cores for float32 GEMMs (faster,
+  // ~1e-3 relative error). Off by default so that CPU and CUDA agree to
+  // float32 rounding.
+  bool allow_tf32 = false;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  virtual const ModelSpec& spec() const = 0;
+  virtual Backend backend() const = 0;
+  virtual size_t num_parameters() const = 0;
+
+  // Forward and backward on one batch (host memory, borrowed for the
+  // call). Returns the mean loss, leaves the gradient of the mean loss in
+  // gradient_buffer(), and writes d loss / d row of every slot's rows into
+  // `row_gradients` (host; one span per slot, the size of its rows).
+  // INVALID_ARGUMENT for a batch or buffers that do not fit the spec
+  // (nothing changes); INTERNAL with the device error for a CUDA failure.
+  virtual absl::StatusOr<float> TrainStep(
+      const Batch<float>& batch,
+      absl::Span<const absl::Span<float>> row_gradients) = 0;
+
+  // Logits of the batch (labels are ignored), into host memory.
+  virtual absl::Status Predict(const Batch<float>& batch,
+                               absl::Span<float> logits) = 0;
+
+  // The flat parameter and gradient buffers in the backend's memory
+  // (device memory for kCuda): what collectives work on in place. Valid
+  // for the model's lifetime.
+  virtual absl::Span<float> parameter_buffer() = 0;
+  virtual absl::Span<float> gradient_buffer() = 0;
+
+  // Copies between the flat buffers and host memory. INVALID_ARGUMENT if
+  // the size is not num_parameters().
+  virtual absl::Status GetParameters(absl::Span<float> host) = 0;
+  virtual absl::Status SetParameters(absl::Span<const float> host) = 0;
+  virtual absl::Status GetGradients(absl::Span<float> host) = 0;
+
+  // One optimizer step from the current gradients (after any allreduce).
+  virtual absl::Status ApplyOptimizer(DenseOptimizer& optimizer) = 0;
+};
+
+// INVALID_ARGUMENT for a bad spec; FAILED_PRECONDITION (saying why) for
+// kCuda in a build without CUDA or on a machine without a usable device.
+absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelSpec& spec,
+                                                   const ModelOptions& options);
+
+// Writes the parameters and `step` to `path` atomically (a temporary file
+// renamed into place), with the model's shape and a checksum.
+absl::Status SaveParameters(Model& model, int64_t step,
+                            const std::string& path);
+
+// Loads parameters saved by SaveParameters into `model` and returns their
+// step. NOT_FOUND for a missing file; DATA_LOSS naming the file for a
+// truncated or corrupt one; FAILED_PRECONDITION if it was written by a
+// model of another shape or an unknown format version. On error the model
+// is unchanged.
+absl::StatusOr<int64_t> LoadParameters(const std::string& path, Model& model);
+
+}  // namespace embedps::dense
+
+#endif  // EMBEDPS_DENSE_MODEL_H_

@@ -1,0 +1,129 @@
+// CPU vs CUDA parity of the dense model on random inputs (float32, TF32
+// off): loss, logits, parameter gradients and row gradients agree to a
+// relative error < 1e-4 (max-norm), and so do the parameters after a few
+// optimizer steps. Skips with a message where no CUDA device exists.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "common/status_matchers.h"
+#include "dense/device.h"
+#include "dense/model.h"
+#include "gtest/gtest.h"
+
+namespace embedps::dense {
+namespace {
+
+double RelativeError(const std::vector<float>& got,
+                     const std::vector<float>& want) {
+  double diff = 0, ref = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(got[i]) - want[i]));
+    ref = std::max(ref, std::abs(static_cast<double>(want[i])));
+  }
+  return ref == 0 ? diff : diff / ref;
+}
+
+class ModelParityTest : public ::testing::TestWithParam<ModelSpec> {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::vector<CudaDeviceInfo>> devices = ListCudaDevices();
+    if (!devices.ok()) {
+      GTEST_SKIP() << "no CUDA device: " << devices.status();
+    }
+  }
+};
+
+TEST_P(ModelParityTest, CpuAndCudaAgree) {
+  const ModelSpec spec = GetParam();
+  ASSERT_OK_AND_ASSIGN(auto cpu, CreateModel(spec, {}));
+  ModelOptions cuda_options;
+  cuda_options.backend = Backend::kCuda;
+  ASSERT_OK_AND_ASSIGN(auto cuda, CreateModel(spec, cuda_options));
+  const size_t n = cpu->num_parameters();
+  std::vector<float> p_cpu(n), p_cuda(n);
+  ASSERT_OK(cpu->GetParameters(absl::MakeSpan(p_cpu)));
+  ASSERT_OK(cuda->GetParameters(absl::MakeSpan(p_cuda)));
+  ASSERT_EQ(p_cpu, p_cuda) << "same seed, same initial parameters";
+
+  DenseOptimizerSpec adam;
+  adam.learning_rate = 1e-2;
+  ASSERT_OK_AND_ASSIGN(auto opt_cpu, DenseOptimizer::Create(adam, n));
+  ASSERT_OK_AND_ASSIGN(auto opt_cuda, DenseOptimizer::Create(adam, n));
+
+  constexpr int kBatch = 257;  // not a multiple of any block size
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0, 1);
+  for (int step = 0; step < 5; ++step) {
+    std::vector<float> dense(kBatch * spec.num_dense), labels(kBatch);
+    for (float& x : dense) x = normal(rng);
+    for (float& y : labels) y = static_cast<float>(rng() % 2);
+    std::vector<std::vector<float>> rows(spec.slots.size());
+    std::vector<std::vector<int32_t>> offsets(spec.slots.size());
+    std::vector<std::vector<float>> g_cpu(spec.slots.size()),
+        g_cuda(spec.slots.size());
+    Batch<float> batch;
+    batch.size = kBatch;
+    batch.dense = dense;
+    batch.labels = labels;
+    for (size_t s = 0; s < spec.slots.size(); ++s) {
+      offsets[s] = {0};
+      for (int b = 0; b < kBatch; ++b) {
+        offsets[s].push_back(offsets[s].back() + static_cast<int>(rng() % 4));
+      }
+      rows[s].resize(static_cast<size_t>(offsets[s].back()) *
+                     spec.embedding_dim);
+      for (float& x : rows[s]) x = 0.1f * normal(rng);
+      g_cpu[s].resize(rows[s].size());
+      g_cuda[s].resize(rows[s].size());
+    }
+    for (size_t s = 0; s < spec.slots.size(); ++s) {
+      batch.slots.push_back({rows[s], offsets[s]});
+    }
+    std::vector<absl::Span<float>> s_cpu, s_cuda;
+    for (size_t s = 0; s < spec.slots.size(); ++s) {
+      s_cpu.push_back(absl::MakeSpan(g_cpu[s]));
+      s_cuda.push_back(absl::MakeSpan(g_cuda[s]));
+    }
+    ASSERT_OK_AND_ASSIGN(float loss_cpu, cpu->TrainStep(batch, s_cpu));
+    ASSERT_OK_AND_ASSIGN(float loss_cuda, cuda->TrainStep(batch, s_cuda));
+    EXPECT_NEAR(loss_cuda, loss_cpu, 1e-4 * std::abs(loss_cpu)) << step;
+    std::vector<float> grad_cpu(n), grad_cuda(n);
+    ASSERT_OK(cpu->GetGradients(absl::MakeSpan(grad_cpu)));
+    ASSERT_OK(cuda->GetGradients(absl::MakeSpan(grad_cuda)));
+    EXPECT_LT(RelativeError(grad_cuda, grad_cpu), 1e-4) << "step " << step;
+    for (size_t s = 0; s < spec.slots.size(); ++s) {
+      EXPECT_LT(RelativeError(g_cuda[s], g_cpu[s]), 1e-4)
+          << "row gradients of slot " << s << ", step " << step;
+    }
+    std::vector<float> logits_cpu(kBatch), logits_cuda(kBatch);
+    ASSERT_OK(cpu->Predict(batch, absl::MakeSpan(logits_cpu)));
+    ASSERT_OK(cuda->Predict(batch, absl::MakeSpan(logits_cuda)));
+    EXPECT_LT(RelativeError(logits_cuda, logits_cpu), 1e-4) << step;
+    ASSERT_OK(cpu->ApplyOptimizer(*opt_cpu));
+    ASSERT_OK(cuda->ApplyOptimizer(*opt_cuda));
+  }
+  ASSERT_OK(cpu->GetParameters(absl::MakeSpan(p_cpu)));
+  ASSERT_OK(cuda->GetParameters(absl::MakeSpan(p_cuda)));
+  EXPECT_LT(RelativeError(p_cuda, p_cpu), 1e-4);
+}
+
+ModelSpec Dlrm() {
+  ModelSpec spec;
+  spec.num_dense = 13;
+  spec.bottom = {64, 16};
+  spec.embedding_dim = 16;
+  spec.slots = {Pooling::kSum,  Pooling::kMean, Pooling::kSum, Pooling::kSum,
+                Pooling::kMean, Pooling::kSum,  Pooling::kSum, Pooling::kSum};
+  spec.top = {64, 32};
+  spec.seed = 17;
+  return spec;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ModelParityTest,
+                         ::testing::Values(Dlrm(),
+                                           MlpModelSpec(40, {64, 32}, 5)));
+
+}  // namespace
+}  // namespace embedps::dense

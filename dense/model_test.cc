@@ -1,0 +1,155 @@
+#include "dense/model.h"
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "common/status_matchers.h"
+#include "dense/device.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace embedps::dense {
+namespace {
+
+using ::embedps::testing::StatusIs;
+using ::testing::HasSubstr;
+
+ModelSpec Spec() {
+  ModelSpec spec;
+  spec.num_dense = 4;
+  spec.bottom = {8, 4};
+  spec.embedding_dim = 4;
+  spec.slots = {Pooling::kSum, Pooling::kMean};
+  spec.top = {8};
+  spec.seed = 3;
+  return spec;
+}
+
+std::string TempPath(const std::string& name) {
+  return ::testing::TempDir() + "/" + name;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+void WriteFile(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+std::vector<float> Parameters(Model& model) {
+  std::vector<float> p(model.num_parameters());
+  EXPECT_OK(model.GetParameters(absl::MakeSpan(p)));
+  return p;
+}
+
+TEST(ModelTest, CpuTrainStepAndOptimizer) {
+  ASSERT_OK_AND_ASSIGN(auto model, CreateModel(Spec(), {}));
+  EXPECT_EQ(model->backend(), Backend::kCpu);
+  EXPECT_EQ(model->gradient_buffer().size(), model->num_parameters());
+  const std::vector<float> dense = {1, 2, 3, 4, -1, 0, 1, 0};
+  const std::vector<float> labels = {1, 0};
+  const std::vector<float> rows0(3 * 4, 0.5f), rows1(1 * 4, -0.25f);
+  const std::vector<int32_t> offsets0 = {0, 2, 3}, offsets1 = {0, 0, 1};
+  Batch<float> batch;
+  batch.size = 2;
+  batch.dense = dense;
+  batch.labels = labels;
+  batch.slots = {{rows0, offsets0}, {rows1, offsets1}};
+  std::vector<float> g0(rows0.size()), g1(rows1.size());
+  const std::vector<absl::Span<float>> spans = {absl::MakeSpan(g0),
+                                                absl::MakeSpan(g1)};
+  ASSERT_OK_AND_ASSIGN(float loss, model->TrainStep(batch, spans));
+  EXPECT_GT(loss, 0.0f);
+  const std::vector<float> before = Parameters(*model);
+  DenseOptimizerSpec sgd;
+  sgd.kind = DenseOptimizerSpec::Kind::kSgd;
+  sgd.learning_rate = 0.5;
+  ASSERT_OK_AND_ASSIGN(auto optimizer,
+                       DenseOptimizer::Create(sgd, model->num_parameters()));
+  ASSERT_OK(model->ApplyOptimizer(*optimizer));
+  std::vector<float> gradients(model->num_parameters());
+  ASSERT_OK(model->GetGradients(absl::MakeSpan(gradients)));
+  const std::vector<float> after = Parameters(*model);
+  for (size_t i = 0; i < after.size(); ++i) {
+    ASSERT_FLOAT_EQ(after[i], before[i] - 0.5f * gradients[i]);
+  }
+  std::vector<float> logits(2);
+  ASSERT_OK(model->Predict(batch, absl::MakeSpan(logits)));
+  EXPECT_THAT(model->Predict(batch, absl::MakeSpan(logits).subspan(1)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(model->SetParameters(std::vector<float>(3)),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs")));
+}
+
+TEST(ModelTest, CudaBackendWithoutDeviceIsFailedPrecondition) {
+  ModelOptions options;
+  options.backend = Backend::kCuda;
+  absl::StatusOr<std::unique_ptr<Model>> model = CreateModel(Spec(), options);
+  if (ListCudaDevices().ok()) {
+    EXPECT_OK(model.status());  // model_gpu_test covers it
+  } else {
+    EXPECT_THAT(model, StatusIs(absl::StatusCode::kFailedPrecondition));
+  }
+  EXPECT_THAT(ParseBackend("tpu"),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("tpu")));
+  EXPECT_EQ(ParseBackend("cuda").value(), Backend::kCuda);
+}
+
+TEST(ModelTest, SaveAndLoadRoundTrip) {
+  ASSERT_OK_AND_ASSIGN(auto a, CreateModel(Spec(), {}));
+  std::vector<float> p = Parameters(*a);
+  for (size_t i = 0; i < p.size(); ++i) p[i] += 0.001f * i;
+  ASSERT_OK(a->SetParameters(p));
+  const std::string path = TempPath("roundtrip.dense");
+  ASSERT_OK(SaveParameters(*a, 42, path));
+  ModelSpec other_seed = Spec();
+  other_seed.seed = 99;
+  ASSERT_OK_AND_ASSIGN(auto b, CreateModel(other_seed, {}));
+  ASSERT_OK_AND_ASSIGN(int64_t step, LoadParameters(path, *b));
+  EXPECT_EQ(step, 42);
+  EXPECT_EQ(Parameters(*b), p);
+}
+
+TEST(ModelTest, BadFilesAreRefusedAndChangeNothing) {
+  ASSERT_OK_AND_ASSIGN(auto a, CreateModel(Spec(), {}));
+  const std::string path = TempPath("good.dense");
+  ASSERT_OK(SaveParameters(*a, 1, path));
+  const std::string good = ReadFile(path);
+
+  ModelSpec other_seed = Spec();
+  other_seed.seed = 5;
+  ASSERT_OK_AND_ASSIGN(auto b, CreateModel(other_seed, {}));
+  const std::vector<float> before = Parameters(*b);
+
+  EXPECT_THAT(LoadParameters(TempPath("missing.dense"), *b),
+              StatusIs(absl::StatusCode::kNotFound));
+
+  const std::string truncated = TempPath("truncated.dense");
+  WriteFile(truncated, good.substr(0, good.size() / 2));
+  EXPECT_THAT(LoadParameters(truncated, *b),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr(truncated)));
+
+  const std::string corrupt = TempPath("corrupt.dense");
+  std::string flipped = good;
+  flipped[flipped.size() / 2] ^= 0x10;
+  WriteFile(corrupt, flipped);
+  EXPECT_THAT(LoadParameters(corrupt, *b),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("checksum")));
+
+  ModelSpec wider = Spec();
+  wider.top = {9};
+  ASSERT_OK_AND_ASSIGN(auto c, CreateModel(wider, {}));
+  EXPECT_THAT(
+      LoadParameters(path, *c),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("top=8")));
+  EXPECT_EQ(Parameters(*b), before);
+}
+
+}  // namespace
+}  // namespace embedps::dense
