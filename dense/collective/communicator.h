@@ -25,6 +25,10 @@ class Communicator {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
 
+  // True if the buffers this communicator takes must be CUDA device memory
+  // (NCCL); false for host memory (Gloo).
+  virtual bool buffers_on_device() const = 0;
+
   // Every rank's `buffer` becomes the element-wise sum (or mean) over ranks.
   virtual absl::Status AllReduce(absl::Span<float> buffer, ReduceOp op) = 0;
 

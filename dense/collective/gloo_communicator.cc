@@ -88,6 +88,7 @@ class GlooCommunicator final : public Communicator {
 
   int rank() const override { return options_.rank; }
   int world_size() const override { return options_.world_size; }
+  bool buffers_on_device() const override { return false; }
 
   absl::Status AllReduce(absl::Span<float> buffer, ReduceOp op) override {
     if (buffer.empty()) return absl::OkStatus();

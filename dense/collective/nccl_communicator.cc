@@ -45,6 +45,7 @@ class NcclCommunicator final : public Communicator {
 
   int rank() const override { return options_.rank; }
   int world_size() const override { return options_.world_size; }
+  bool buffers_on_device() const override { return true; }
 
   absl::Status AllReduce(absl::Span<float> buffer, ReduceOp op) override {
     if (buffer.empty()) return absl::OkStatus();

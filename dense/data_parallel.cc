@@ -1,0 +1,43 @@
+#include "dense/data_parallel.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace embedps::dense {
+
+absl::StatusOr<std::unique_ptr<DataParallelTrainer>>
+DataParallelTrainer::Create(Model* model, Communicator* communicator,
+                            DenseOptimizer* optimizer) {
+  const bool model_on_device = model->backend() == Backend::kCuda;
+  if (model_on_device != communicator->buffers_on_device()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the model runs on ", BackendName(model->backend()),
+        " but the communicator reduces ",
+        communicator->buffers_on_device() ? "CUDA device" : "host",
+        " buffers: use Gloo with --device=cpu and NCCL with --device=cuda"));
+  }
+  if (absl::Status s =
+          communicator->Broadcast(model->parameter_buffer(), /*root=*/0);
+      !s.ok()) {
+    return s;
+  }
+  return std::unique_ptr<DataParallelTrainer>(
+      new DataParallelTrainer(model, communicator, optimizer));
+}
+
+absl::StatusOr<float> DataParallelTrainer::Step(
+    const Batch<float>& batch,
+    absl::Span<const absl::Span<float>> row_gradients) {
+  absl::StatusOr<float> loss = model_->TrainStep(batch, row_gradients);
+  if (!loss.ok()) return loss.status();
+  if (communicator_->world_size() > 1) {
+    if (absl::Status s = communicator_->AllReduce(model_->gradient_buffer(),
+                                                  ReduceOp::kMean);
+        !s.ok()) {
+      return s;
+    }
+  }
+  if (absl::Status s = model_->ApplyOptimizer(*optimizer_); !s.ok()) return s;
+  return *loss;
+}
+
+}  // namespace embedps::dense
