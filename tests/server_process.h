@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "tests/child_process.h"
 
 namespace embedps::testing {
 
@@ -23,11 +24,9 @@ class ServerProcess {
   static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
       const std::string& binary, const std::vector<std::string>& args);
 
-  ~ServerProcess();
-
   // "127.0.0.1:PORT".
   const std::string& address() const { return address_; }
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return process_->pid(); }
   // The /metrics port when started with --metrics_port, else -1.
   int metrics_port() const { return metrics_port_; }
 
@@ -40,9 +39,12 @@ class ServerProcess {
   int Wait();
 
  private:
-  ServerProcess(pid_t pid, std::string address, int metrics_port)
-      : pid_(pid), address_(std::move(address)), metrics_port_(metrics_port) {}
-  pid_t pid_;
+  ServerProcess(std::unique_ptr<ChildProcess> process, std::string address,
+                int metrics_port)
+      : process_(std::move(process)),
+        address_(std::move(address)),
+        metrics_port_(metrics_port) {}
+  std::unique_ptr<ChildProcess> process_;
   std::string address_;
   int metrics_port_;
 };

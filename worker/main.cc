@@ -1,0 +1,212 @@
+// ps_worker: a training worker. Today it runs the purely dense job
+// (--model=mlp, worker/dense_job.h): data-parallel over Gloo (CPU) or NCCL
+// (CUDA) with no parameter server. Ranks meet through a directory
+// (--rendezvous_dir) or the Coordination service of a running ps_server
+// (--coordinator).
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/logging.h"
+#include "dense/collective/file_store.h"
+#include "dense/collective/in_memory_store.h"
+#include "worker/coordination_store.h"
+#include "worker/dense_job.h"
+
+ABSL_FLAG(std::string, model, "mlp",
+          "what to train. mlp: a dense MLP on a synthetic teacher task, "
+          "data-parallel with gradient allreduce and no parameter server");
+ABSL_FLAG(int32_t, rank, 0, "this worker's rank, in [0, world_size)");
+ABSL_FLAG(int32_t, world_size, 1, "number of workers in the job");
+ABSL_FLAG(std::string, rendezvous_dir, "",
+          "a directory all workers can reach, fresh for each job, where they "
+          "meet (one of this or --coordinator is needed when world_size > 1)");
+ABSL_FLAG(std::string, coordinator, "",
+          "host:port of a ps_server whose Coordination service the workers "
+          "meet through (instead of --rendezvous_dir)");
+ABSL_FLAG(std::string, job_name, "dense-job",
+          "prefix of this job's rendezvous keys");
+ABSL_FLAG(std::string, gloo_host, "127.0.0.1",
+          "address this worker listens on for its peers' Gloo connections");
+ABSL_FLAG(int32_t, timeout_s, 60,
+          "seconds before a rendezvous or collective that a peer never "
+          "joins fails (instead of hanging)");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu (BLAS, Gloo) or cuda (cuBLAS, NCCL)");
+ABSL_FLAG(int32_t, cuda_device, 0, "--device=cuda: the device ordinal");
+ABSL_FLAG(bool, allow_tf32, false,
+          "--device=cuda: allow TF32 tensor-core GEMMs (faster, less exact)");
+ABSL_FLAG(int32_t, input_dim, 32, "dense features per sample");
+ABSL_FLAG(std::string, hidden, "64,32", "hidden widths of the MLP");
+ABSL_FLAG(std::string, teacher_hidden, "16",
+          "hidden widths of the synthetic task's teacher MLP");
+ABSL_FLAG(double, teacher_scale, 4.0,
+          "multiplies the teacher's logits (larger: easier task)");
+ABSL_FLAG(uint64_t, data_seed, 1, "seed of the synthetic task");
+ABSL_FLAG(uint64_t, seed, 0, "seed of the model's initialization");
+ABSL_FLAG(int32_t, batch_size, 256, "samples per step on each worker");
+ABSL_FLAG(int64_t, steps, 500, "training steps");
+ABSL_FLAG(std::string, optimizer, "adam", "sgd, adam or adamw");
+ABSL_FLAG(double, learning_rate, 1e-3, "peak learning rate");
+ABSL_FLAG(double, momentum, 0.0, "sgd momentum in [0, 1)");
+ABSL_FLAG(double, weight_decay, 0.01, "adamw decoupled weight decay");
+ABSL_FLAG(int64_t, warmup_steps, 0, "linear learning-rate warm-up steps");
+ABSL_FLAG(std::string, lr_decay, "constant",
+          "constant, linear or cosine decay after the warm-up, reaching "
+          "--min_learning_rate at the last step");
+ABSL_FLAG(double, min_learning_rate, 0.0, "the decay's final rate");
+ABSL_FLAG(int32_t, eval_samples, 8192, "held-out samples per evaluation");
+ABSL_FLAG(int64_t, eval_every, 0, "evaluate every N steps (0: start and end)");
+ABSL_FLAG(int64_t, log_every, 100, "a progress line every N steps");
+ABSL_FLAG(int32_t, blas_threads, 1, "threads BLAS may use");
+ABSL_FLAG(std::string, output_dir, "",
+          "writes rank-<r>.dense (final parameters) and rank-<r>.json "
+          "(throughput and losses) here");
+ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
+
+namespace embedps::worker {
+namespace {
+
+absl::StatusOr<std::vector<int>> ParseWidths(const std::string& text,
+                                             absl::string_view flag) {
+  std::vector<int> widths;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    int width = 0;
+    if (!absl::SimpleAtoi(part, &width)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, ": '", part, "' is not an integer (want e.g. 64,32)"));
+    }
+    widths.push_back(width);
+  }
+  return widths;
+}
+
+absl::StatusOr<dense::DenseOptimizerSpec> OptimizerFromFlags() {
+  dense::DenseOptimizerSpec spec;
+  const std::string kind = absl::GetFlag(FLAGS_optimizer);
+  if (kind == "sgd") {
+    spec.kind = dense::DenseOptimizerSpec::Kind::kSgd;
+  } else if (kind == "adam") {
+    spec.kind = dense::DenseOptimizerSpec::Kind::kAdam;
+  } else if (kind == "adamw") {
+    spec.kind = dense::DenseOptimizerSpec::Kind::kAdamW;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--optimizer: unknown '", kind, "' (sgd, adam, adamw)"));
+  }
+  const std::string decay = absl::GetFlag(FLAGS_lr_decay);
+  if (decay == "constant") {
+    spec.decay = dense::DenseOptimizerSpec::Decay::kConstant;
+  } else if (decay == "linear") {
+    spec.decay = dense::DenseOptimizerSpec::Decay::kLinear;
+  } else if (decay == "cosine") {
+    spec.decay = dense::DenseOptimizerSpec::Decay::kCosine;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--lr_decay: unknown '", decay, "' (constant, linear, cosine)"));
+  }
+  spec.learning_rate = absl::GetFlag(FLAGS_learning_rate);
+  spec.momentum = absl::GetFlag(FLAGS_momentum);
+  spec.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  spec.warmup_steps = absl::GetFlag(FLAGS_warmup_steps);
+  spec.total_steps = absl::GetFlag(FLAGS_steps);
+  spec.min_learning_rate = absl::GetFlag(FLAGS_min_learning_rate);
+  return spec;
+}
+
+absl::Status Run() {
+  if (absl::GetFlag(FLAGS_model) != "mlp") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--model: unknown '", absl::GetFlag(FLAGS_model),
+                     "'; this ps_worker trains: mlp"));
+  }
+  DenseJobOptions options;
+  options.rank = absl::GetFlag(FLAGS_rank);
+  options.world_size = absl::GetFlag(FLAGS_world_size);
+  options.job_name = absl::GetFlag(FLAGS_job_name);
+  options.gloo_host = absl::GetFlag(FLAGS_gloo_host);
+  options.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  absl::StatusOr<dense::Backend> backend =
+      dense::ParseBackend(absl::GetFlag(FLAGS_device));
+  if (!backend.ok()) return backend.status();
+  options.model.backend = *backend;
+  options.model.device = absl::GetFlag(FLAGS_cuda_device);
+  options.model.allow_tf32 = absl::GetFlag(FLAGS_allow_tf32);
+  options.task.input_dim = absl::GetFlag(FLAGS_input_dim);
+  absl::StatusOr<std::vector<int>> teacher =
+      ParseWidths(absl::GetFlag(FLAGS_teacher_hidden), "teacher_hidden");
+  if (!teacher.ok()) return teacher.status();
+  options.task.teacher_hidden = *teacher;
+  options.task.teacher_scale = absl::GetFlag(FLAGS_teacher_scale);
+  options.task.seed = absl::GetFlag(FLAGS_data_seed);
+  absl::StatusOr<std::vector<int>> hidden =
+      ParseWidths(absl::GetFlag(FLAGS_hidden), "hidden");
+  if (!hidden.ok()) return hidden.status();
+  options.hidden = *hidden;
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.batch_size = absl::GetFlag(FLAGS_batch_size);
+  options.steps = absl::GetFlag(FLAGS_steps);
+  absl::StatusOr<dense::DenseOptimizerSpec> optimizer = OptimizerFromFlags();
+  if (!optimizer.ok()) return optimizer.status();
+  options.optimizer = *optimizer;
+  options.eval_samples = absl::GetFlag(FLAGS_eval_samples);
+  options.eval_every = absl::GetFlag(FLAGS_eval_every);
+  options.log_every = absl::GetFlag(FLAGS_log_every);
+  options.blas_threads = absl::GetFlag(FLAGS_blas_threads);
+  options.output_dir = absl::GetFlag(FLAGS_output_dir);
+
+  const std::string dir = absl::GetFlag(FLAGS_rendezvous_dir);
+  const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
+  if (!dir.empty() && !coordinator.empty()) {
+    return absl::InvalidArgumentError(
+        "give one of --rendezvous_dir and --coordinator, not both");
+  }
+  std::unique_ptr<dense::Store> store;
+  if (!coordinator.empty()) {
+    store = std::make_unique<CoordinationStore>(coordinator);
+  } else if (!dir.empty()) {
+    absl::StatusOr<std::unique_ptr<dense::Store>> file_store =
+        dense::CreateFileStore(dir);
+    if (!file_store.ok()) return file_store.status();
+    store = std::move(*file_store);
+  } else if (options.world_size == 1) {
+    // One rank meets only itself.
+    store = std::make_unique<dense::InMemoryStore>();
+  } else {
+    return absl::InvalidArgumentError(
+        "--world_size > 1 needs --rendezvous_dir or --coordinator");
+  }
+  options.store = store.get();
+
+  absl::StatusOr<DenseJobResult> result = RunDenseJob(options);
+  if (!result.ok()) return result.status();
+  std::printf("%s\n", DenseJobResultJson(options, *result).c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace embedps::worker
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "ps_worker: trains a model. --model=mlp runs a data-parallel dense job "
+      "(see docs/operations.md).");
+  absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = embedps::SetLogLevel(absl::GetFlag(FLAGS_log_level));
+      !s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  if (absl::Status s = embedps::worker::Run(); !s.ok()) {
+    embedps::Logger("ps_worker")->error("{}", s.ToString());
+    return 1;
+  }
+  return 0;
+}
