@@ -33,23 +33,28 @@ CpuModel<T>::CpuModel(const ModelSpec& spec)
 template <typename T>
 const T* CpuModel<T>::Forward(const Batch<T>& batch) {
   const int n = batch.size, f = layout_.num_features, d = layout_.z0_dim;
-  const T* z0 = bottom_.empty() ? batch.dense.data()
-                                : bottom_.Forward(parameters_.data(),
-                                                  batch.dense.data(), n);
-  features_.resize(static_cast<size_t>(n) * f * d);
-  for (int b = 0; b < n; ++b) {
-    std::copy(z0 + static_cast<size_t>(b) * d,
-              z0 + static_cast<size_t>(b + 1) * d,
-              features_.data() + static_cast<size_t>(b) * f * d);
+  const T* z0 = bottom_.empty()
+                    ? batch.dense.data()
+                    : bottom_.Forward(parameters_.data(), batch.dense.data(), n);
+  // Without slots the interaction is z0 itself: no copies.
+  top_input_ = z0;
+  if (!spec_.slots.empty()) {
+    features_.resize(static_cast<size_t>(n) * f * d);
+    for (int b = 0; b < n; ++b) {
+      std::copy(z0 + static_cast<size_t>(b) * d,
+                z0 + static_cast<size_t>(b + 1) * d,
+                features_.data() + static_cast<size_t>(b) * f * d);
+    }
+    for (size_t s = 0; s < spec_.slots.size(); ++s) {
+      PoolBags(spec_.slots[s], batch.slots[s].rows.data(),
+               batch.slots[s].offsets.data(), n, d, static_cast<int>(s), f,
+               features_.data());
+    }
+    interaction_.resize(static_cast<size_t>(n) * layout_.interaction_dim);
+    Interact(features_.data(), n, f, d, interaction_.data());
+    top_input_ = interaction_.data();
   }
-  for (size_t s = 0; s < spec_.slots.size(); ++s) {
-    PoolBags(spec_.slots[s], batch.slots[s].rows.data(),
-             batch.slots[s].offsets.data(), n, d, static_cast<int>(s), f,
-             features_.data());
-  }
-  interaction_.resize(static_cast<size_t>(n) * layout_.interaction_dim);
-  Interact(features_.data(), n, f, d, interaction_.data());
-  return top_.Forward(parameters_.data(), interaction_.data(), n);
+  return top_.Forward(parameters_.data(), top_input_, n);
 }
 
 template <typename T>
@@ -90,30 +95,41 @@ absl::StatusOr<T> CpuModel<T>::TrainStep(
   const T loss =
       BinaryCrossEntropy(logits, batch.labels.data(), n, delta_.data());
 
+  // d loss / d z0: from the interaction's gradient, or directly the top
+  // input's gradient when there are no slots. Not computed at all when
+  // nothing below the top MLP needs it (a plain MLP).
+  const bool need_dz0 = !spec_.slots.empty() || !bottom_.empty() ||
+                        !dense_gradients.empty();
   dinteraction_.resize(static_cast<size_t>(n) * layout_.interaction_dim);
-  top_.Backward(parameters_.data(), interaction_.data(), &delta_, n,
-                gradients_.data(), dinteraction_.data());
-  dfeatures_.resize(features_.size());
-  InteractBackward(features_.data(), dinteraction_.data(), n, f, d,
-                   dfeatures_.data());
-  for (size_t s = 0; s < spec_.slots.size(); ++s) {
-    UnpoolBags(spec_.slots[s], dfeatures_.data(), batch.slots[s].offsets.data(),
-               n, d, static_cast<int>(s), f, row_gradients[s].data());
-  }
-  // d loss / d z0 is feature 0 of every sample.
-  dz0_.resize(static_cast<size_t>(n) * d);
-  for (int b = 0; b < n; ++b) {
-    const T* src = dfeatures_.data() + static_cast<size_t>(b) * f * d;
-    std::copy(src, src + d, dz0_.data() + static_cast<size_t>(b) * d);
+  top_.Backward(parameters_.data(), top_input_, &delta_, n, gradients_.data(),
+                need_dz0 ? dinteraction_.data() : nullptr);
+  if (!need_dz0) return loss;
+  if (spec_.slots.empty()) {
+    dz0_.swap(dinteraction_);
+  } else {
+    dfeatures_.resize(features_.size());
+    InteractBackward(features_.data(), dinteraction_.data(), n, f, d,
+                     dfeatures_.data());
+    for (size_t s = 0; s < spec_.slots.size(); ++s) {
+      UnpoolBags(spec_.slots[s], dfeatures_.data(),
+                 batch.slots[s].offsets.data(), n, d, static_cast<int>(s), f,
+                 row_gradients[s].data());
+    }
+    // d loss / d z0 is feature 0 of every sample.
+    dz0_.resize(static_cast<size_t>(n) * d);
+    for (int b = 0; b < n; ++b) {
+      const T* src = dfeatures_.data() + static_cast<size_t>(b) * f * d;
+      std::copy(src, src + d, dz0_.data() + static_cast<size_t>(b) * d);
+    }
   }
   if (bottom_.empty()) {
     if (!dense_gradients.empty()) {
       std::copy(dz0_.begin(), dz0_.end(), dense_gradients.begin());
     }
   } else {
-    bottom_.Backward(
-        parameters_.data(), batch.dense.data(), &dz0_, n, gradients_.data(),
-        dense_gradients.empty() ? nullptr : dense_gradients.data());
+    bottom_.Backward(parameters_.data(), batch.dense.data(), &dz0_, n,
+                     gradients_.data(),
+                     dense_gradients.empty() ? nullptr : dense_gradients.data());
   }
   return loss;
 }

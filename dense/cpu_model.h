@@ -52,8 +52,10 @@ class CpuModel {
   const ModelLayout layout_;
   std::vector<T> parameters_, gradients_;
   dense_internal::LinearStack<T> bottom_, top_;
-  // Per batch: features (size × F × z0_dim) and the interaction output.
+  // Per batch: features (size × F × z0_dim), the interaction output, and
+  // the top MLP's input (the interaction, or z0 when there are no slots).
   std::vector<T> features_, interaction_;
+  const T* top_input_ = nullptr;
   std::vector<T> delta_, dinteraction_, dfeatures_, dz0_;
 };
 

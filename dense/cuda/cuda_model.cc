@@ -106,24 +106,32 @@ class CudaModel final : public Model {
     RETURN_IF_ERROR(delta_.Resize(n));
     LaunchBinaryCrossEntropy(top_activations_.back().data(), labels_.data(), n,
                              losses_.data(), delta_.data(), stream_);
+    // Below the top MLP: nothing to do for a plain MLP; without slots the
+    // top input's gradient is d loss / d z0 itself.
+    const bool need_dz0 = !spec_.slots.empty() || !layout_.bottom.empty();
     RETURN_IF_ERROR(
         dinteraction_.Resize(static_cast<size_t>(n) * layout_.interaction_dim));
-    RETURN_IF_ERROR(StackBackward(layout_.top, top_activations_,
-                                  interaction_.data(), n,
-                                  dinteraction_.data()));
-    RETURN_IF_ERROR(dfeatures_.Resize(features_.size()));
-    LaunchInteractBackward(features_.data(), dinteraction_.data(), n, f, d,
-                           dfeatures_.data(), stream_);
-    for (size_t s = 0; s < spec_.slots.size(); ++s) {
-      RETURN_IF_ERROR(row_gradients_[s].Resize(rows_[s].size()));
-      LaunchUnpoolBags(spec_.slots[s] == Pooling::kMean, dfeatures_.data(),
-                       offsets_[s].data(), n, d, static_cast<int>(s), f,
-                       row_gradients_[s].data(), stream_);
+    RETURN_IF_ERROR(StackBackward(layout_.top, top_activations_, top_input_, n,
+                                  need_dz0 ? dinteraction_.data() : nullptr));
+    if (spec_.slots.empty()) {
+      std::swap(delta_, dinteraction_);
+    } else {
+      RETURN_IF_ERROR(dfeatures_.Resize(features_.size()));
+      LaunchInteractBackward(features_.data(), dinteraction_.data(), n, f, d,
+                             dfeatures_.data(), stream_);
+      for (size_t s = 0; s < spec_.slots.size(); ++s) {
+        RETURN_IF_ERROR(row_gradients_[s].Resize(rows_[s].size()));
+        LaunchUnpoolBags(spec_.slots[s] == Pooling::kMean, dfeatures_.data(),
+                         offsets_[s].data(), n, d, static_cast<int>(s), f,
+                         row_gradients_[s].data(), stream_);
+      }
+      if (!layout_.bottom.empty()) {
+        RETURN_IF_ERROR(delta_.Resize(static_cast<size_t>(n) * d));
+        LaunchCopyFeatureZero(delta_.data(), dfeatures_.data(), n, f, d,
+                              /*to_features=*/false, stream_);
+      }
     }
     if (!layout_.bottom.empty()) {
-      RETURN_IF_ERROR(delta_.Resize(static_cast<size_t>(n) * d));
-      LaunchCopyFeatureZero(delta_.data(), dfeatures_.data(), n, f, d,
-                            /*to_features=*/false, stream_);
       RETURN_IF_ERROR(StackBackward(layout_.bottom, bottom_activations_,
                                     dense_.data(), n, nullptr));
     }
@@ -364,18 +372,22 @@ class CudaModel final : public Model {
       RETURN_IF_ERROR(StackForward(layout_.bottom, bottom_activations_, z0, n));
       z0 = bottom_activations_.back().data();
     }
-    RETURN_IF_ERROR(features_.Resize(static_cast<size_t>(n) * f * d));
-    LaunchCopyFeatureZero(const_cast<float*>(z0), features_.data(), n, f, d,
-                          /*to_features=*/true, stream_);
-    for (size_t s = 0; s < spec_.slots.size(); ++s) {
-      LaunchPoolBags(spec_.slots[s] == Pooling::kMean, rows_[s].data(),
-                     offsets_[s].data(), n, d, static_cast<int>(s), f,
-                     features_.data(), stream_);
+    top_input_ = z0;
+    if (!spec_.slots.empty()) {
+      RETURN_IF_ERROR(features_.Resize(static_cast<size_t>(n) * f * d));
+      LaunchCopyFeatureZero(const_cast<float*>(z0), features_.data(), n, f, d,
+                            /*to_features=*/true, stream_);
+      for (size_t s = 0; s < spec_.slots.size(); ++s) {
+        LaunchPoolBags(spec_.slots[s] == Pooling::kMean, rows_[s].data(),
+                       offsets_[s].data(), n, d, static_cast<int>(s), f,
+                       features_.data(), stream_);
+      }
+      RETURN_IF_ERROR(interaction_.Resize(static_cast<size_t>(n) *
+                                          layout_.interaction_dim));
+      LaunchInteract(features_.data(), n, f, d, interaction_.data(), stream_);
+      top_input_ = interaction_.data();
     }
-    RETURN_IF_ERROR(
-        interaction_.Resize(static_cast<size_t>(n) * layout_.interaction_dim));
-    LaunchInteract(features_.data(), n, f, d, interaction_.data(), stream_);
-    return StackForward(layout_.top, top_activations_, interaction_.data(), n);
+    return StackForward(layout_.top, top_activations_, top_input_, n);
   }
 
   const ModelSpec spec_;
@@ -392,6 +404,9 @@ class CudaModel final : public Model {
   std::vector<DeviceArray<float>> row_gradients_;
   DeviceArray<float> features_, interaction_, dinteraction_, dfeatures_;
   DeviceArray<float> losses_, delta_, scratch_;
+  // The top MLP's input of the current batch: the interaction, or z0
+  // when there are no slots.
+  const float* top_input_ = nullptr;
   std::vector<float> host_parameters_, host_gradients_;
 };
 
