@@ -71,14 +71,4 @@ void SyntheticTask::Fill(int64_t first, int count, absl::Span<float> dense,
   }
 }
 
-double MeanLogLoss(absl::Span<const float> logits,
-                   absl::Span<const float> labels) {
-  double sum = 0;
-  for (size_t i = 0; i < logits.size(); ++i) {
-    const double z = logits[i], y = labels[i];
-    sum += std::max(z, 0.0) - z * y + std::log1p(std::exp(-std::abs(z)));
-  }
-  return logits.empty() ? 0.0 : sum / static_cast<double>(logits.size());
-}
-
 }  // namespace embedps::dense

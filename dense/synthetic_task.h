@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "dense/cpu_model.h"
+#include "dense/eval_metrics.h"
 
 namespace embedps::dense {
 
@@ -56,10 +57,6 @@ class SyntheticTask {
   std::unique_ptr<CpuModel<float>> teacher_;
   std::vector<float> logits_;
 };
-
-// Mean binary cross-entropy of `labels` under sigmoid(`logits`).
-double MeanLogLoss(absl::Span<const float> logits,
-                   absl::Span<const float> labels);
 
 }  // namespace embedps::dense
 
