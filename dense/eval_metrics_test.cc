@@ -34,14 +34,13 @@ TEST(RocAucTest, MatchesThePairwiseDefinitionWithTies) {
 }
 
 TEST(RocAucTest, PerfectReversedAndDegenerate) {
-  EXPECT_DOUBLE_EQ(RocAuc(std::vector<float>{1, 2, 3, 4},
-                          std::vector<float>{0, 0, 1, 1}),
-                   1.0);
-  EXPECT_DOUBLE_EQ(RocAuc(std::vector<float>{1, 2, 3, 4},
-                          std::vector<float>{1, 1, 0, 0}),
-                   0.0);
-  EXPECT_DOUBLE_EQ(RocAuc(std::vector<float>{1, 2},
-                          std::vector<float>{1, 1}),
+  EXPECT_DOUBLE_EQ(
+      RocAuc(std::vector<float>{1, 2, 3, 4}, std::vector<float>{0, 0, 1, 1}),
+      1.0);
+  EXPECT_DOUBLE_EQ(
+      RocAuc(std::vector<float>{1, 2, 3, 4}, std::vector<float>{1, 1, 0, 0}),
+      0.0);
+  EXPECT_DOUBLE_EQ(RocAuc(std::vector<float>{1, 2}, std::vector<float>{1, 1}),
                    0.5);
 }
 
@@ -50,8 +49,8 @@ TEST(MeanLogLossTest, StableForLargeLogits) {
               std::log(2.0), 1e-12);
   EXPECT_NEAR(MeanLogLoss(std::vector<float>{-100}, std::vector<float>{1}),
               100.0, 1e-9);
-  EXPECT_NEAR(MeanLogLoss(std::vector<float>{100}, std::vector<float>{1}),
-              0.0, 1e-9);
+  EXPECT_NEAR(MeanLogLoss(std::vector<float>{100}, std::vector<float>{1}), 0.0,
+              1e-9);
 }
 
 }  // namespace

@@ -1,0 +1,387 @@
+#include "worker/criteo_reader.h"
+
+#include <zlib.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/clock.h"
+#include "common/key_hash.h"
+#include "common/logging.h"
+
+namespace embedps::worker {
+namespace {
+
+constexpr int kFields = 1 + kCriteoDense + kCriteoSlots;
+constexpr size_t kChunk = size_t{1} << 20;
+
+// Lines of a plain or gzip file (zlib reads both), without their '\n'.
+class LineReader {
+ public:
+  static absl::StatusOr<std::unique_ptr<LineReader>> Open(
+      const std::string& path, size_t max_line_bytes) {
+    gzFile file = gzopen(path.c_str(), "rb");
+    if (file == nullptr) {
+      return absl::NotFoundError(absl::StrCat("cannot open data file ", path,
+                                              ": ", std::strerror(errno)));
+    }
+    gzbuffer(file, kChunk);
+    return std::unique_ptr<LineReader>(
+        new LineReader(file, path, max_line_bytes));
+  }
+  ~LineReader() { gzclose(file_); }
+
+  // The next line in `line` (valid until the next call); `too_long` when
+  // it exceeded max_line_bytes (its content is then cut). False at the
+  // end of the file. An I/O or gzip error is returned as a status.
+  absl::StatusOr<bool> Next(absl::string_view* line, bool* too_long) {
+    *too_long = false;
+    std::string* long_line = nullptr;
+    carry_.clear();
+    while (true) {
+      if (begin_ == end_) {
+        if (eof_) break;
+        const int got = gzread(file_, buffer_.data(), kChunk);
+        if (got < 0) {
+          int code = 0;
+          return absl::DataLossError(
+              absl::StrCat("reading ", path_, ": ", gzerror(file_, &code)));
+        }
+        if (got == 0) {
+          eof_ = true;
+          break;
+        }
+        begin_ = 0;
+        end_ = static_cast<size_t>(got);
+      }
+      const char* start = buffer_.data() + begin_;
+      const void* newline = std::memchr(start, '\n', end_ - begin_);
+      const size_t length = newline != nullptr
+                                ? static_cast<const char*>(newline) - start
+                                : end_ - begin_;
+      if (carry_.empty() && newline != nullptr) {
+        begin_ += length + 1;
+        *line = absl::string_view(start, length);
+        *too_long = length > max_line_bytes_;
+        return true;
+      }
+      // The line continues in the next chunk: keep what fits.
+      long_line = &carry_;
+      const size_t room = max_line_bytes_ + 1 > carry_.size()
+                              ? max_line_bytes_ + 1 - carry_.size()
+                              : 0;
+      carry_.append(start, std::min(room, length));
+      if (length > room) *too_long = true;
+      begin_ += length;
+      if (newline != nullptr) {
+        ++begin_;
+        break;
+      }
+    }
+    if (long_line == nullptr) return false;  // end of file, nothing pending
+    if (carry_.size() > max_line_bytes_) *too_long = true;
+    *line = carry_;
+    return true;
+  }
+
+  const std::string& path() const { return path_; }
+
+ private:
+  LineReader(gzFile file, std::string path, size_t max_line_bytes)
+      : file_(file),
+        path_(std::move(path)),
+        max_line_bytes_(max_line_bytes),
+        buffer_(kChunk) {}
+
+  gzFile file_;
+  const std::string path_;
+  const size_t max_line_bytes_;
+  std::vector<char> buffer_;
+  size_t begin_ = 0, end_ = 0;
+  bool eof_ = false;
+  std::string carry_;
+};
+
+absl::StatusOr<int64_t> CountLines(const std::string& path) {
+  gzFile file = gzopen(path.c_str(), "rb");
+  if (file == nullptr) {
+    return absl::NotFoundError(absl::StrCat("cannot open data file ", path,
+                                            ": ", std::strerror(errno)));
+  }
+  gzbuffer(file, kChunk);
+  std::vector<char> buffer(kChunk);
+  int64_t lines = 0;
+  char last = '\n';
+  while (true) {
+    const int got = gzread(file, buffer.data(), kChunk);
+    if (got < 0) {
+      int code = 0;
+      const std::string error = gzerror(file, &code);
+      gzclose(file);
+      return absl::DataLossError(absl::StrCat("reading ", path, ": ", error));
+    }
+    if (got == 0) break;
+    for (const char* p = buffer.data(); p < buffer.data() + got;) {
+      const void* nl = std::memchr(p, '\n', buffer.data() + got - p);
+      if (nl == nullptr) break;
+      ++lines;
+      p = static_cast<const char*>(nl) + 1;
+    }
+    last = buffer[got - 1];
+  }
+  gzclose(file);
+  if (last != '\n') ++lines;  // a last line without its newline
+  return lines;
+}
+
+int HexDigit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+}  // namespace
+
+uint64_t FeatureKey(int slot, uint64_t value) {
+  return MixPair(static_cast<uint64_t>(slot) + 1, value);
+}
+
+uint64_t MissingFeatureKey(int slot) {
+  // A stream of its own: no value of any slot maps here but by a 2^-64
+  // accident.
+  return MixPair(~static_cast<uint64_t>(slot), 0x6d697373696e67);
+}
+
+absl::Status ParseCriteoLine(const char* line, size_t size, CriteoBatch* batch,
+                             int i) {
+  absl::string_view fields[kFields];
+  int count = 0;
+  size_t start = 0;
+  for (size_t p = 0; p <= size; ++p) {
+    if (p == size || line[p] == '\t') {
+      if (count == kFields) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("more than ", kFields, " tab-separated fields"));
+      }
+      fields[count++] = absl::string_view(line + start, p - start);
+      start = p + 1;
+    }
+  }
+  if (count != kFields) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(count, " tab-separated fields, want ", kFields,
+                     " (label, 13 integer, 26 categorical)"));
+  }
+  if (fields[0] != "0" && fields[0] != "1") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("label '", fields[0], "' is not 0 or 1"));
+  }
+  batch->labels[i] = fields[0] == "1" ? 1.0f : 0.0f;
+  float* dense = batch->dense.data() + static_cast<size_t>(i) * kCriteoDense;
+  for (int j = 0; j < kCriteoDense; ++j) {
+    const absl::string_view f = fields[1 + j];
+    int64_t x = 0;
+    if (!f.empty() && !absl::SimpleAtoi(f, &x)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "integer feature I", j + 1, " is '", f, "', not an integer"));
+    }
+    dense[j] =
+        static_cast<float>(std::log1p(static_cast<double>(x > 0 ? x : 0)));
+  }
+  uint64_t* keys = batch->keys.data() + static_cast<size_t>(i) * kCriteoSlots;
+  for (int s = 0; s < kCriteoSlots; ++s) {
+    const absl::string_view f = fields[1 + kCriteoDense + s];
+    if (f.empty()) {
+      keys[s] = MissingFeatureKey(s);
+      continue;
+    }
+    if (f.size() > 16) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("categorical feature C", s + 1, " has ", f.size(),
+                       " hex digits (at most 16)"));
+    }
+    uint64_t value = 0;
+    for (char c : f) {
+      const int d = HexDigit(c);
+      if (d < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "categorical feature C", s + 1, " '", f, "' is not hex"));
+      }
+      value = value << 4 | static_cast<uint64_t>(d);
+    }
+    keys[s] = FeatureKey(s, value);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(
+    const CriteoReaderOptions& options) {
+  if (options.files.empty()) {
+    return absl::InvalidArgumentError("no data files given");
+  }
+  if (options.batch_size <= 0 || options.num_workers <= 0 ||
+      options.worker_index < 0 || options.worker_index >= options.num_workers ||
+      options.epochs <= 0 || options.prefetch_batches <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("bad reader options: batch_size ", options.batch_size,
+                     ", worker ", options.worker_index, " of ",
+                     options.num_workers, ", epochs ", options.epochs));
+  }
+  int64_t lines = 0;
+  for (const std::string& file : options.files) {
+    absl::StatusOr<int64_t> n = CountLines(file);
+    if (!n.ok()) return n.status();
+    lines += *n;
+  }
+  const int64_t per_step =
+      static_cast<int64_t>(options.batch_size) * options.num_workers;
+  if (lines < per_step) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the ", options.name, " files hold ", lines, " lines, fewer than one ",
+        "step needs (", options.num_workers, " workers × batch ",
+        options.batch_size, ")"));
+  }
+  return std::unique_ptr<CriteoReader>(new CriteoReader(options, lines));
+}
+
+CriteoReader::CriteoReader(const CriteoReaderOptions& options,
+                           int64_t total_lines)
+    : options_(options),
+      total_lines_(total_lines),
+      steps_per_epoch_(total_lines / (static_cast<int64_t>(options.batch_size) *
+                                      options.num_workers)) {
+  thread_ = std::thread([this] { ReadLoop(); });
+}
+
+CriteoReader::~CriteoReader() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    closing_ = true;
+  }
+  changed_.notify_all();
+  thread_.join();
+}
+
+bool CriteoReader::Deliver(absl::StatusOr<CriteoBatch> item) {
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait(lock, [&] {
+    return closing_ ||
+           ready_.size() < static_cast<size_t>(options_.prefetch_batches);
+  });
+  if (closing_) return false;
+  ready_.push_back(std::move(item));
+  changed_.notify_all();
+  return true;
+}
+
+void CriteoReader::ReadLoop() {
+  auto log = Logger("reader");
+  const int64_t b = options_.batch_size;
+  const int64_t per_step = b * options_.num_workers;
+  const int64_t first_own = b * options_.worker_index;
+  CriteoBatch batch;
+  const auto reset = [&](int64_t step) {
+    batch.step = step;
+    batch.size = 0;
+    batch.labels.resize(b);
+    batch.dense.resize(b * kCriteoDense);
+    batch.keys.resize(b * kCriteoSlots);
+  };
+  absl::Status error;
+  for (int epoch = 0; epoch < options_.epochs && error.ok(); ++epoch) {
+    int64_t line_index = 0;  // within the epoch, across files
+    for (const std::string& path : options_.files) {
+      if (!error.ok() || line_index >= steps_per_epoch_ * per_step) break;
+      absl::StatusOr<std::unique_ptr<LineReader>> reader =
+          LineReader::Open(path, options_.max_line_bytes);
+      if (!reader.ok()) {
+        error = reader.status();
+        break;
+      }
+      int64_t line_in_file = 0;
+      absl::string_view line;
+      bool too_long = false;
+      while (line_index < steps_per_epoch_ * per_step) {
+        absl::StatusOr<bool> more = (*reader)->Next(&line, &too_long);
+        if (!more.ok()) {
+          error = more.status();
+          break;
+        }
+        if (!*more) break;
+        ++line_in_file;
+        const int64_t position = line_index % per_step;
+        const int64_t step = line_index / per_step;
+        ++line_index;
+        if (position < first_own || position >= first_own + b) continue;
+        if (position == first_own) reset(epoch * steps_per_epoch_ + step);
+        const absl::Time start = absl::Now();
+        absl::Status parsed =
+            too_long
+                ? absl::InvalidArgumentError(absl::StrCat(
+                      "line longer than ", options_.max_line_bytes, " bytes"))
+                : ParseCriteoLine(line.data(), line.size(), &batch, batch.size);
+        parse_nanos_ += absl::ToInt64Nanoseconds(absl::Now() - start);
+        lines_parsed_++;
+        if (parsed.ok()) {
+          ++batch.size;
+        } else {
+          const int64_t bad = ++bad_lines_;
+          const std::string where =
+              absl::StrCat(path, ":", line_in_file, ": ", parsed.message());
+          if (options_.fatal_bad_lines) {
+            error = absl::InvalidArgumentError(
+                absl::StrCat("malformed line ", where));
+            break;
+          }
+          // Every bad line up to 100, then every 1000th.
+          if (bad <= 100 || bad % 1000 == 0) {
+            log->warn("skipping malformed line {} ({} so far)", where, bad);
+          }
+        }
+        if (position == first_own + b - 1) {
+          batch.labels.resize(batch.size);
+          batch.dense.resize(static_cast<size_t>(batch.size) * kCriteoDense);
+          batch.keys.resize(static_cast<size_t>(batch.size) * kCriteoSlots);
+          if (!Deliver(std::move(batch))) return;
+          batch = CriteoBatch();
+        }
+      }
+    }
+  }
+  if (!error.ok()) {
+    Deliver(error);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  finished_ = true;
+  changed_.notify_all();
+}
+
+absl::StatusOr<std::optional<CriteoBatch>> CriteoReader::Next() {
+  std::unique_lock<std::mutex> lock(mu_);
+  changed_.wait(lock, [&] { return !ready_.empty() || finished_; });
+  if (ready_.empty()) return std::optional<CriteoBatch>();
+  absl::StatusOr<CriteoBatch> item = std::move(ready_.front());
+  ready_.pop_front();
+  changed_.notify_all();
+  if (!item.ok()) {
+    // Keep the error for any later call too.
+    ready_.push_front(item.status());
+    return item.status();
+  }
+  return std::optional<CriteoBatch>(std::move(*item));
+}
+
+CriteoReaderStats CriteoReader::stats() const {
+  CriteoReaderStats s;
+  s.lines_parsed = lines_parsed_.load();
+  s.bad_lines = bad_lines_.load();
+  s.parse_seconds = parse_nanos_.load() * 1e-9;
+  return s;
+}
+
+}  // namespace embedps::worker
