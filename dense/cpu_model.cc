@@ -54,7 +54,9 @@ const T* CpuModel<T>::Forward(const Batch<T>& batch) {
     Interact(features_.data(), n, f, d, interaction_.data());
     top_input_ = interaction_.data();
   }
-  return top_.Forward(parameters_.data(), top_input_, n);
+  const T* logits = top_.Forward(parameters_.data(), top_input_, n);
+  last_logits_ = absl::MakeConstSpan(logits, n);
+  return logits;
 }
 
 template <typename T>

@@ -40,6 +40,10 @@ class CpuModel {
                               absl::Span<const absl::Span<T>> row_gradients,
                               absl::Span<T> dense_gradients = {});
 
+  // The logits of the last TrainStep or Predict batch (empty before the
+  // first). Valid until the next call.
+  absl::Span<const T> last_logits() const { return last_logits_; }
+
   // Logits of the batch (labels are ignored). INVALID_ARGUMENT as above.
   absl::Status Predict(const Batch<T>& batch, absl::Span<T> logits);
 
@@ -56,6 +60,7 @@ class CpuModel {
   // the top MLP's input (the interaction, or z0 when there are no slots).
   std::vector<T> features_, interaction_;
   const T* top_input_ = nullptr;
+  absl::Span<const T> last_logits_;
   std::vector<T> delta_, dinteraction_, dfeatures_, dz0_;
 };
 

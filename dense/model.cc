@@ -25,6 +25,20 @@ absl::Status CheckSize(size_t got, size_t want, absl::string_view what) {
       what, " needs ", want, " values (the model's parameters), got ", got));
 }
 
+absl::Status CopyLastLogits(absl::Span<const float> logits,
+                            absl::Span<float> host) {
+  if (logits.empty()) {
+    return absl::FailedPreconditionError("no batch has run yet");
+  }
+  if (host.size() != logits.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the last batch had ", logits.size(), " samples, got room "
+                     "for ", host.size(), " logits"));
+  }
+  std::copy(logits.begin(), logits.end(), host.begin());
+  return absl::OkStatus();
+}
+
 // Model over CpuModel<float>: its buffers are host memory.
 class CpuBackendModel final : public Model {
  public:
@@ -44,6 +58,9 @@ class CpuBackendModel final : public Model {
   absl::Status Predict(const Batch<float>& batch,
                        absl::Span<float> logits) override {
     return model_->Predict(batch, logits);
+  }
+  absl::Status LastLogits(absl::Span<float> host) override {
+    return CopyLastLogits(model_->last_logits(), host);
   }
   absl::Span<float> parameter_buffer() override { return model_->parameters(); }
   absl::Span<float> gradient_buffer() override { return model_->gradients(); }

@@ -56,6 +56,12 @@ class Model {
       const Batch<float>& batch,
       absl::Span<const absl::Span<float>> row_gradients) = 0;
 
+  // Copies the logits of the last TrainStep's or Predict's batch into
+  // `host` (e.g. for a running AUC without a second forward pass).
+  // FAILED_PRECONDITION before the first step; INVALID_ARGUMENT if the
+  // size is not that batch's.
+  virtual absl::Status LastLogits(absl::Span<float> host) = 0;
+
   // Logits of the batch (labels are ignored), into host memory.
   virtual absl::Status Predict(const Batch<float>& batch,
                                absl::Span<float> logits) = 0;

@@ -98,6 +98,9 @@ TEST_P(ModelParityTest, CpuAndCudaAgree) {
           << "row gradients of slot " << s << ", step " << step;
     }
     std::vector<float> logits_cpu(kBatch), logits_cuda(kBatch);
+    ASSERT_OK(cpu->LastLogits(absl::MakeSpan(logits_cpu)));
+    ASSERT_OK(cuda->LastLogits(absl::MakeSpan(logits_cuda)));
+    EXPECT_LT(RelativeError(logits_cuda, logits_cpu), 1e-4) << step;
     ASSERT_OK(cpu->Predict(batch, absl::MakeSpan(logits_cpu)));
     ASSERT_OK(cuda->Predict(batch, absl::MakeSpan(logits_cuda)));
     EXPECT_LT(RelativeError(logits_cuda, logits_cpu), 1e-4) << step;

@@ -51,6 +51,9 @@ std::vector<float> Parameters(Model& model) {
 TEST(ModelTest, CpuTrainStepAndOptimizer) {
   ASSERT_OK_AND_ASSIGN(auto model, CreateModel(Spec(), {}));
   EXPECT_EQ(model->backend(), Backend::kCpu);
+  std::vector<float> none(2);
+  EXPECT_THAT(model->LastLogits(absl::MakeSpan(none)),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
   EXPECT_EQ(model->gradient_buffer().size(), model->num_parameters());
   const std::vector<float> dense = {1, 2, 3, 4, -1, 0, 1, 0};
   const std::vector<float> labels = {1, 0};
@@ -79,7 +82,10 @@ TEST(ModelTest, CpuTrainStepAndOptimizer) {
   for (size_t i = 0; i < after.size(); ++i) {
     ASSERT_FLOAT_EQ(after[i], before[i] - 0.5f * gradients[i]);
   }
-  std::vector<float> logits(2);
+  std::vector<float> train_logits(2), logits(2);
+  ASSERT_OK(model->LastLogits(absl::MakeSpan(train_logits)));
+  EXPECT_THAT(model->LastLogits(absl::MakeSpan(train_logits).subspan(1)),
+              StatusIs(absl::StatusCode::kInvalidArgument));
   ASSERT_OK(model->Predict(batch, absl::MakeSpan(logits)));
   EXPECT_THAT(model->Predict(batch, absl::MakeSpan(logits).subspan(1)),
               StatusIs(absl::StatusCode::kInvalidArgument));

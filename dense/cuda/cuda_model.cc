@@ -169,6 +169,24 @@ class CudaModel final : public Model {
     return Synchronize("Predict");
   }
 
+  absl::Status LastLogits(absl::Span<float> host) override {
+    if (last_batch_size_ == 0) {
+      return absl::FailedPreconditionError("no batch has run yet");
+    }
+    if (host.size() != static_cast<size_t>(last_batch_size_)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the last batch had ", last_batch_size_,
+                       " samples, got room for ", host.size(), " logits"));
+    }
+    RETURN_IF_ERROR(MakeCurrent());
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(host.data(), top_activations_.back().data(),
+                        host.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                        stream_),
+        "copying logits to the host"));
+    return Synchronize("LastLogits");
+  }
+
   absl::Span<float> parameter_buffer() override {
     return absl::MakeSpan(parameters_.data(), parameters_.size());
   }
@@ -387,6 +405,7 @@ class CudaModel final : public Model {
       LaunchInteract(features_.data(), n, f, d, interaction_.data(), stream_);
       top_input_ = interaction_.data();
     }
+    last_batch_size_ = n;
     return StackForward(layout_.top, top_activations_, top_input_, n);
   }
 
@@ -407,6 +426,7 @@ class CudaModel final : public Model {
   // The top MLP's input of the current batch: the interaction, or z0
   // when there are no slots.
   const float* top_input_ = nullptr;
+  int last_batch_size_ = 0;
   std::vector<float> host_parameters_, host_gradients_;
 };
 
