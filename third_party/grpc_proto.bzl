@@ -5,11 +5,12 @@ cc_grpc_proto: messages and gRPC stubs; include "<package>/<name>.pb.h" and
 "<package>/<name>.grpc.pb.h". cc_proto: messages only ("<package>/<name>.pb.h").
 """
 
-def cc_proto(name, src, visibility = None):
+def cc_proto(name, src, proto_deps = [], deps = [], visibility = None):
+    """`proto_deps`: the .proto files `src` imports; `deps`: their C++ libraries."""
     base = src[:-len(".proto")]
     native.genrule(
         name = name + "_gen",
-        srcs = [src],
+        srcs = [src] + proto_deps,
         outs = [base + ".pb.h", base + ".pb.cc"],
         cmd = "/usr/bin/protoc --proto_path=. --cpp_out=$(GENDIR) $(location " + src + ")",
     )
@@ -18,7 +19,7 @@ def cc_proto(name, src, visibility = None):
         srcs = [base + ".pb.cc"],
         hdrs = [base + ".pb.h"],
         copts = ["-Wno-unused-parameter"],
-        deps = ["@system//:protobuf"],
+        deps = ["@system//:protobuf"] + deps,
         visibility = visibility,
     )
 

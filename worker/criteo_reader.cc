@@ -225,11 +225,12 @@ absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(
   }
   if (options.batch_size <= 0 || options.num_workers <= 0 ||
       options.worker_index < 0 || options.worker_index >= options.num_workers ||
-      options.epochs <= 0 || options.prefetch_batches <= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bad reader options: batch_size ", options.batch_size,
-                     ", worker ", options.worker_index, " of ",
-                     options.num_workers, ", epochs ", options.epochs));
+      options.epochs <= 0 || options.prefetch_batches <= 0 ||
+      (options.include_tail && options.num_workers != 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad reader options: batch_size ", options.batch_size, ", worker ",
+        options.worker_index, " of ", options.num_workers, ", epochs ",
+        options.epochs, options.include_tail ? ", include_tail" : ""));
   }
   int64_t lines = 0;
   for (const std::string& file : options.files) {
@@ -252,8 +253,9 @@ CriteoReader::CriteoReader(const CriteoReaderOptions& options,
                            int64_t total_lines)
     : options_(options),
       total_lines_(total_lines),
-      steps_per_epoch_(total_lines / (static_cast<int64_t>(options.batch_size) *
-                                      options.num_workers)) {
+      steps_per_epoch_(
+          (total_lines + (options.include_tail ? options.batch_size - 1 : 0)) /
+          (static_cast<int64_t>(options.batch_size) * options.num_workers)) {
   thread_ = std::thread([this] { ReadLoop(); });
 }
 
@@ -292,6 +294,16 @@ void CriteoReader::ReadLoop() {
     batch.keys.resize(b * kCriteoSlots);
   };
   absl::Status error;
+  bool pending = false;  // a batch was started and not delivered
+  const auto deliver = [&]() {
+    pending = false;
+    batch.labels.resize(batch.size);
+    batch.dense.resize(static_cast<size_t>(batch.size) * kCriteoDense);
+    batch.keys.resize(static_cast<size_t>(batch.size) * kCriteoSlots);
+    const bool open = Deliver(std::move(batch));
+    batch = CriteoBatch();
+    return open;
+  };
   for (int epoch = 0; epoch < options_.epochs && error.ok(); ++epoch) {
     int64_t line_index = 0;  // within the epoch, across files
     for (const std::string& path : options_.files) {
@@ -317,7 +329,10 @@ void CriteoReader::ReadLoop() {
         const int64_t step = line_index / per_step;
         ++line_index;
         if (position < first_own || position >= first_own + b) continue;
-        if (position == first_own) reset(epoch * steps_per_epoch_ + step);
+        if (position == first_own) {
+          reset(epoch * steps_per_epoch_ + step);
+          pending = true;
+        }
         const absl::Time start = absl::Now();
         absl::Status parsed =
             too_long
@@ -342,15 +357,11 @@ void CriteoReader::ReadLoop() {
             log->warn("skipping malformed line {} ({} so far)", where, bad);
           }
         }
-        if (position == first_own + b - 1) {
-          batch.labels.resize(batch.size);
-          batch.dense.resize(static_cast<size_t>(batch.size) * kCriteoDense);
-          batch.keys.resize(static_cast<size_t>(batch.size) * kCriteoSlots);
-          if (!Deliver(std::move(batch))) return;
-          batch = CriteoBatch();
-        }
+        if (position == first_own + b - 1 && !deliver()) return;
       }
     }
+    // The partial last step (include_tail only reaches here with one).
+    if (error.ok() && pending && !deliver()) return;
   }
   if (!error.ok()) {
     Deliver(error);

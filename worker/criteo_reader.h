@@ -71,6 +71,9 @@ struct CriteoReaderOptions {
   bool fatal_bad_lines = false;
   // Parsed batches kept ready ahead of the trainer. Default: 8.
   int prefetch_batches = 8;
+  // Also deliver the last, partial step of each epoch (for evaluation).
+  // Only with num_workers == 1. Default: no.
+  bool include_tail = false;
   // Name used in log lines. Default: "train".
   std::string name = "train";
 };

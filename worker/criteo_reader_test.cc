@@ -137,6 +137,23 @@ TEST(CriteoReaderTest, WorkersSplitEveryStepAndDropTheTail) {
   EXPECT_EQ(seen.size(), 20u);  // each of the first 20 lines exactly once
 }
 
+TEST(CriteoReaderTest, IncludeTailDeliversThePartialLastStep) {
+  std::vector<std::string> lines;
+  for (int i = 0; i < 11; ++i) lines.push_back(Line(1, i));
+  CriteoReaderOptions options;
+  options.files = {WriteFile("tail.txt", lines)};
+  options.batch_size = 4;
+  options.include_tail = true;
+  ASSERT_OK_AND_ASSIGN(auto reader, CriteoReader::Open(options));
+  EXPECT_EQ(reader->steps_per_epoch(), 3);
+  const std::vector<CriteoBatch> batches = ReadAll(*reader);
+  ASSERT_EQ(batches.size(), 3u);
+  EXPECT_EQ(batches[2].size, 3);
+  options.num_workers = 2;
+  EXPECT_THAT(CriteoReader::Open(options),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
 TEST(CriteoReaderTest, GzipReadsLikePlainAndEpochsRepeat) {
   std::vector<std::string> lines;
   for (int i = 0; i < 8; ++i) lines.push_back(Line(1, i));

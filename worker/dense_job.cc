@@ -12,9 +12,8 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "dense/blas.h"
-#include "dense/collective/gloo_communicator.h"
-#include "dense/collective/nccl_communicator.h"
 #include "dense/data_parallel.h"
+#include "worker/collective.h"
 
 namespace embedps::worker {
 namespace {
@@ -39,26 +38,6 @@ absl::Status Validate(const DenseJobOptions& o) {
         absl::StrCat("--eval_samples must be > 0, got ", o.eval_samples));
   }
   return absl::OkStatus();
-}
-
-absl::StatusOr<std::unique_ptr<dense::Communicator>> Connect(
-    const DenseJobOptions& o) {
-  if (o.model.backend == dense::Backend::kCuda) {
-    dense::NcclOptions nccl;
-    nccl.rank = o.rank;
-    nccl.world_size = o.world_size;
-    nccl.device = o.model.device;
-    nccl.timeout = o.timeout;
-    nccl.store_prefix = o.job_name + "/nccl";
-    return dense::CreateNcclCommunicator(nccl, o.store);
-  }
-  dense::GlooOptions gloo;
-  gloo.rank = o.rank;
-  gloo.world_size = o.world_size;
-  gloo.hostname = o.gloo_host;
-  gloo.timeout = o.timeout;
-  gloo.store_prefix = o.job_name + "/gloo";
-  return dense::CreateGlooCommunicator(gloo, o.store);
 }
 
 // Mean loss of the model on the held-out samples; also the Bayes loss
@@ -106,8 +85,16 @@ absl::StatusOr<DenseJobResult> RunDenseJob(const DenseJobOptions& o) {
   log->info("rank {}/{}: connecting ({} backend, {} parameters)", o.rank,
             o.world_size, dense::BackendName(o.model.backend),
             model->num_parameters());
+  CollectiveOptions collective;
+  collective.rank = o.rank;
+  collective.world_size = o.world_size;
+  collective.backend = o.model.backend;
+  collective.device = o.model.device;
+  collective.gloo_host = o.gloo_host;
+  collective.timeout = o.timeout;
+  collective.job_name = o.job_name;
   ASSIGN_OR_RETURN(std::unique_ptr<dense::Communicator> communicator,
-                   Connect(o));
+                   ConnectCollective(collective, o.store));
   ASSIGN_OR_RETURN(std::unique_ptr<dense::DataParallelTrainer> trainer,
                    dense::DataParallelTrainer::Create(
                        model.get(), communicator.get(), optimizer.get()));
