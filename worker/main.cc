@@ -1,9 +1,18 @@
-// ps_worker: a training worker. Today it runs the purely dense job
-// (--model=mlp, worker/dense_job.h): data-parallel over Gloo (CPU) or NCCL
-// (CUDA) with no parameter server. Ranks meet through a directory
-// (--rendezvous_dir) or the Coordination service of a running ps_server
-// (--coordinator).
+// ps_worker: a training worker.
+//   --model=dlrm  the DLRM job over parameter servers (worker/dlrm_job.h):
+//                 embeddings on the ps_server shards (--servers), the dense
+//                 model replicated and allreduced; configured by a
+//                 text-format WorkerConfig (--config).
+//   --model=mlp   the purely dense job (worker/dense_job.h): data-parallel
+//                 with no parameter server.
+// Collectives run over Gloo (CPU) or NCCL (CUDA). Workers meet through the
+// Coordination service of a ps_server (--coordinator; for dlrm, shard 0 by
+// default) or a directory (--rendezvous_dir).
+#include <unistd.h>
+
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,11 +27,32 @@
 #include "dense/collective/file_store.h"
 #include "dense/collective/in_memory_store.h"
 #include "worker/coordination_store.h"
+#include "google/protobuf/text_format.h"
 #include "worker/dense_job.h"
+#include "worker/dlrm_job.h"
 
-ABSL_FLAG(std::string, model, "mlp",
-          "what to train. mlp: a dense MLP on a synthetic teacher task, "
-          "data-parallel with gradient allreduce and no parameter server");
+ABSL_FLAG(std::string, model, "dlrm",
+          "what to train. dlrm: the DLRM job over parameter servers "
+          "(--config, --servers); mlp: a dense MLP on a synthetic teacher "
+          "task, data-parallel with gradient allreduce and no parameter "
+          "server");
+ABSL_FLAG(std::string, config, "",
+          "dlrm: a text-format WorkerConfig (worker/worker_config.proto)");
+ABSL_FLAG(std::string, servers, "",
+          "dlrm: host:port of every ps_server shard, comma-separated, in "
+          "shard order");
+ABSL_FLAG(std::string, mode, "",
+          "dlrm: overrides the config's mode (async, sync, ssp:N)");
+ABSL_FLAG(std::string, train_data, "",
+          "dlrm: overrides the config's train_files (comma-separated)");
+ABSL_FLAG(std::string, test_data, "",
+          "dlrm: overrides the config's test_files (comma-separated)");
+ABSL_FLAG(std::string, bayes_metrics, "",
+          "dlrm: overrides the config's bayes_metrics_file");
+ABSL_FLAG(int64_t, max_steps, -1, "dlrm: overrides the config's max_steps");
+ABSL_FLAG(int32_t, retry_deadline_s, 60,
+          "dlrm: how long calls to an unreachable server keep retrying "
+          "before the worker fails");
 ABSL_FLAG(int32_t, rank, 0, "this worker's rank, in [0, world_size)");
 ABSL_FLAG(int32_t, world_size, 1, "number of workers in the job");
 ABSL_FLAG(std::string, rendezvous_dir, "",
@@ -51,8 +81,10 @@ ABSL_FLAG(double, teacher_scale, 4.0,
           "multiplies the teacher's logits (larger: easier task)");
 ABSL_FLAG(uint64_t, data_seed, 1, "seed of the synthetic task");
 ABSL_FLAG(uint64_t, seed, 0, "seed of the model's initialization");
-ABSL_FLAG(int32_t, batch_size, 256, "samples per step on each worker");
-ABSL_FLAG(int64_t, steps, 500, "training steps");
+ABSL_FLAG(int32_t, batch_size, 0,
+          "samples per step on each worker (mlp default 256; dlrm: "
+          "overrides the config when > 0)");
+ABSL_FLAG(int64_t, steps, 500, "mlp: training steps");
 ABSL_FLAG(std::string, optimizer, "adam", "sgd, adam or adamw");
 ABSL_FLAG(double, learning_rate, 1e-3, "peak learning rate");
 ABSL_FLAG(double, momentum, 0.0, "sgd momentum in [0, 1)");
@@ -67,8 +99,9 @@ ABSL_FLAG(int64_t, eval_every, 0, "evaluate every N steps (0: start and end)");
 ABSL_FLAG(int64_t, log_every, 100, "a progress line every N steps");
 ABSL_FLAG(int32_t, blas_threads, 1, "threads BLAS may use");
 ABSL_FLAG(std::string, output_dir, "",
-          "writes rank-<r>.dense (final parameters) and rank-<r>.json "
-          "(throughput and losses) here");
+          "mlp: rank-<r>.dense and rank-<r>.json go here; dlrm: overrides "
+          "the config's output_dir (summary.json, history.csv, "
+          "dense.params)");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
 
 namespace embedps::worker {
@@ -121,11 +154,120 @@ absl::StatusOr<dense::DenseOptimizerSpec> OptimizerFromFlags() {
   return spec;
 }
 
+// The rendezvous store: --coordinator, --rendezvous_dir, `fallback_
+// coordinator` (dlrm: shard 0), or in-process for a single rank.
+absl::StatusOr<std::unique_ptr<dense::Store>> MakeStore(
+    int world_size, const std::string& fallback_coordinator) {
+  const std::string dir = absl::GetFlag(FLAGS_rendezvous_dir);
+  std::string coordinator = absl::GetFlag(FLAGS_coordinator);
+  if (!dir.empty() && !coordinator.empty()) {
+    return absl::InvalidArgumentError(
+        "give one of --rendezvous_dir and --coordinator, not both");
+  }
+  if (!dir.empty()) return dense::CreateFileStore(dir);
+  if (world_size == 1) {
+    // One rank meets only itself.
+    return std::unique_ptr<dense::Store>(new dense::InMemoryStore());
+  }
+  if (coordinator.empty()) coordinator = fallback_coordinator;
+  if (coordinator.empty()) {
+    return absl::InvalidArgumentError(
+        "--world_size > 1 needs --rendezvous_dir or --coordinator");
+  }
+  return std::unique_ptr<dense::Store>(new CoordinationStore(coordinator));
+}
+
+std::vector<std::string> SplitList(const std::string& text) {
+  return absl::StrSplit(text, ',', absl::SkipEmpty());
+}
+
+absl::Status RunDlrm() {
+  DlrmJobOptions options;
+  const std::string path = absl::GetFlag(FLAGS_config);
+  if (path.empty()) {
+    return absl::InvalidArgumentError("--model=dlrm needs --config=FILE");
+  }
+  std::ifstream file(path);
+  if (!file) {
+    return absl::NotFoundError(absl::StrCat("cannot read --config ", path));
+  }
+  std::stringstream text;
+  text << file.rdbuf();
+  if (!google::protobuf::TextFormat::ParseFromString(text.str(),
+                                                     &options.config)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--config ", path, " is not a text-format WorkerConfig (the parse "
+        "error is logged above)"));
+  }
+  WorkerConfig& config = options.config;
+  if (!absl::GetFlag(FLAGS_mode).empty()) {
+    config.set_mode(absl::GetFlag(FLAGS_mode));
+  }
+  if (!absl::GetFlag(FLAGS_train_data).empty()) {
+    config.clear_train_files();
+    for (const std::string& f : SplitList(absl::GetFlag(FLAGS_train_data))) {
+      config.add_train_files(f);
+    }
+  }
+  if (!absl::GetFlag(FLAGS_test_data).empty()) {
+    config.clear_test_files();
+    for (const std::string& f : SplitList(absl::GetFlag(FLAGS_test_data))) {
+      config.add_test_files(f);
+    }
+  }
+  if (!absl::GetFlag(FLAGS_bayes_metrics).empty()) {
+    config.set_bayes_metrics_file(absl::GetFlag(FLAGS_bayes_metrics));
+  }
+  if (absl::GetFlag(FLAGS_max_steps) >= 0) {
+    config.set_max_steps(absl::GetFlag(FLAGS_max_steps));
+  }
+  if (absl::GetFlag(FLAGS_batch_size) > 0) {
+    config.set_batch_size(absl::GetFlag(FLAGS_batch_size));
+  }
+  if (!absl::GetFlag(FLAGS_output_dir).empty()) {
+    config.set_output_dir(absl::GetFlag(FLAGS_output_dir));
+  }
+  options.rank = absl::GetFlag(FLAGS_rank);
+  options.world_size = absl::GetFlag(FLAGS_world_size);
+  options.servers = SplitList(absl::GetFlag(FLAGS_servers));
+  if (options.servers.empty()) {
+    return absl::InvalidArgumentError(
+        "--model=dlrm needs --servers=host:port,... (every shard, in order)");
+  }
+  options.job_name = absl::GetFlag(FLAGS_job_name);
+  options.gloo_host = absl::GetFlag(FLAGS_gloo_host);
+  options.collective_timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  options.retry_deadline =
+      absl::Seconds(absl::GetFlag(FLAGS_retry_deadline_s));
+  absl::StatusOr<dense::Backend> backend =
+      dense::ParseBackend(absl::GetFlag(FLAGS_device));
+  if (!backend.ok()) return backend.status();
+  options.model.backend = *backend;
+  options.model.device = absl::GetFlag(FLAGS_cuda_device);
+  options.model.allow_tf32 = absl::GetFlag(FLAGS_allow_tf32);
+  options.progress_in_place = isatty(STDERR_FILENO) != 0;
+  if (absl::Status s = ValidateWorkerConfig(config); !s.ok()) {
+    return absl::Status(s.code(), absl::StrCat("--config ", path, ": ",
+                                               s.message()));
+  }
+  absl::StatusOr<std::unique_ptr<dense::Store>> store =
+      MakeStore(options.world_size, options.servers[0]);
+  if (!store.ok()) return store.status();
+  options.store = store->get();
+  absl::StatusOr<DlrmJobResult> result = RunDlrmJob(options);
+  if (!result.ok()) return result.status();
+  if (options.rank == 0) {
+    std::printf("%s\n", DlrmJobResultJson(options, *result).c_str());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Run() {
+  if (absl::GetFlag(FLAGS_model) == "dlrm") return RunDlrm();
   if (absl::GetFlag(FLAGS_model) != "mlp") {
     return absl::InvalidArgumentError(
         absl::StrCat("--model: unknown '", absl::GetFlag(FLAGS_model),
-                     "'; this ps_worker trains: mlp"));
+                     "' (dlrm or mlp)"));
   }
   DenseJobOptions options;
   options.rank = absl::GetFlag(FLAGS_rank);
@@ -151,7 +293,9 @@ absl::Status Run() {
   if (!hidden.ok()) return hidden.status();
   options.hidden = *hidden;
   options.seed = absl::GetFlag(FLAGS_seed);
-  options.batch_size = absl::GetFlag(FLAGS_batch_size);
+  if (absl::GetFlag(FLAGS_batch_size) > 0) {
+    options.batch_size = absl::GetFlag(FLAGS_batch_size);
+  }
   options.steps = absl::GetFlag(FLAGS_steps);
   absl::StatusOr<dense::DenseOptimizerSpec> optimizer = OptimizerFromFlags();
   if (!optimizer.ok()) return optimizer.status();
@@ -162,28 +306,10 @@ absl::Status Run() {
   options.blas_threads = absl::GetFlag(FLAGS_blas_threads);
   options.output_dir = absl::GetFlag(FLAGS_output_dir);
 
-  const std::string dir = absl::GetFlag(FLAGS_rendezvous_dir);
-  const std::string coordinator = absl::GetFlag(FLAGS_coordinator);
-  if (!dir.empty() && !coordinator.empty()) {
-    return absl::InvalidArgumentError(
-        "give one of --rendezvous_dir and --coordinator, not both");
-  }
-  std::unique_ptr<dense::Store> store;
-  if (!coordinator.empty()) {
-    store = std::make_unique<CoordinationStore>(coordinator);
-  } else if (!dir.empty()) {
-    absl::StatusOr<std::unique_ptr<dense::Store>> file_store =
-        dense::CreateFileStore(dir);
-    if (!file_store.ok()) return file_store.status();
-    store = std::move(*file_store);
-  } else if (options.world_size == 1) {
-    // One rank meets only itself.
-    store = std::make_unique<dense::InMemoryStore>();
-  } else {
-    return absl::InvalidArgumentError(
-        "--world_size > 1 needs --rendezvous_dir or --coordinator");
-  }
-  options.store = store.get();
+  absl::StatusOr<std::unique_ptr<dense::Store>> store =
+      MakeStore(options.world_size, "");
+  if (!store.ok()) return store.status();
+  options.store = store->get();
 
   absl::StatusOr<DenseJobResult> result = RunDenseJob(options);
   if (!result.ok()) return result.status();

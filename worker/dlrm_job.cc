@@ -1,0 +1,634 @@
+#include "worker/dlrm_job.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <deque>
+#include <filesystem>
+#include <fstream>
+#include <future>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <system_error>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "client/client.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "dense/blas.h"
+#include "dense/data_parallel.h"
+#include "dense/eval_metrics.h"
+#include "worker/collective.h"
+#include "worker/criteo_reader.h"
+
+namespace embedps::worker {
+namespace {
+
+// Predictions kept for the running training AUC.
+constexpr size_t kAucWindow = 1 << 16;
+// Test batches: large, forward only.
+constexpr int kEvalBatch = 4096;
+
+struct Mode {
+  proto::ConsistencyConfig::Mode mode = proto::ConsistencyConfig::SYNC;
+  uint32_t staleness = 0;
+};
+
+absl::StatusOr<Mode> ParseMode(const std::string& text) {
+  Mode m;
+  if (text.empty() || text == "sync") return m;
+  if (text == "async") {
+    m.mode = proto::ConsistencyConfig::ASYNC;
+    return m;
+  }
+  uint32_t staleness = 0;
+  if (text.rfind("ssp:", 0) == 0 &&
+      absl::SimpleAtoi(text.substr(4), &staleness)) {
+    m.mode = proto::ConsistencyConfig::SSP;
+    m.staleness = staleness;
+    return m;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "mode '", text, "' is not async, sync or ssp:N (N a staleness >= 0)"));
+}
+
+absl::StatusOr<dense::DenseOptimizerSpec> DenseOptimizerOf(
+    const DenseOptimizerConfig& c, int64_t total_steps) {
+  dense::DenseOptimizerSpec spec;
+  if (c.kind().empty() || c.kind() == "adam") {
+    spec.kind = dense::DenseOptimizerSpec::Kind::kAdam;
+  } else if (c.kind() == "sgd") {
+    spec.kind = dense::DenseOptimizerSpec::Kind::kSgd;
+  } else if (c.kind() == "adamw") {
+    spec.kind = dense::DenseOptimizerSpec::Kind::kAdamW;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dense_optimizer.kind '", c.kind(), "' is not sgd, adam or adamw"));
+  }
+  if (c.learning_rate() != 0) spec.learning_rate = c.learning_rate();
+  spec.momentum = c.momentum();
+  spec.weight_decay = c.weight_decay();
+  spec.warmup_steps = c.warmup_steps();
+  spec.min_learning_rate = c.min_learning_rate();
+  spec.total_steps = total_steps;
+  if (c.decay().empty() || c.decay() == "constant") {
+    spec.decay = dense::DenseOptimizerSpec::Decay::kConstant;
+  } else if (c.decay() == "linear") {
+    spec.decay = dense::DenseOptimizerSpec::Decay::kLinear;
+  } else if (c.decay() == "cosine") {
+    spec.decay = dense::DenseOptimizerSpec::Decay::kCosine;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dense_optimizer.decay '", c.decay(),
+        "' is not constant, linear or cosine"));
+  }
+  return spec;
+}
+
+dense::ModelSpec ModelSpecOf(const WorkerConfig& c) {
+  dense::ModelSpec spec;
+  spec.num_dense = kCriteoDense;
+  spec.bottom.assign(c.bottom().begin(), c.bottom().end());
+  spec.top.assign(c.top().begin(), c.top().end());
+  spec.embedding_dim = c.embedding_dim();
+  spec.seed = c.seed();
+  for (const SlotConfig& slot : c.slot()) {
+    spec.slots.push_back(slot.pooling() == SlotConfig::MEAN
+                             ? dense::Pooling::kMean
+                             : dense::Pooling::kSum);
+  }
+  return spec;
+}
+
+// A number field of a small JSON object (datagen's meta.json).
+double JsonNumber(const std::string& json, const std::string& field) {
+  std::smatch match;
+  if (!std::regex_search(json, match,
+                         std::regex("\"" + field + "\": *([-0-9.eE+]+)"))) {
+    return 0;
+  }
+  return std::stod(match[1]);
+}
+
+// One step's batch, its unique keys per table, and their rows.
+struct TableBatch {
+  std::vector<uint64_t> unique;
+  std::vector<float> rows;
+  std::vector<float> grads;
+};
+
+struct PreparedStep {
+  CriteoBatch batch;
+  std::vector<TableBatch> tables;
+  // size × slots: the position of the sample's key in its table's unique.
+  std::vector<int32_t> index;
+  std::vector<std::future<absl::Status>> pulls;
+};
+
+class DlrmWorker {
+ public:
+  DlrmWorker(const DlrmJobOptions& options) : o_(options), c_(options.config) {}
+
+  absl::StatusOr<DlrmJobResult> Run();
+
+ private:
+  absl::Status Setup();
+  // Groups the batch's keys by table, deduplicates them and starts the
+  // Pulls (step `pull_step`).
+  std::unique_ptr<PreparedStep> Prepare(CriteoBatch batch, uint64_t pull_step);
+  absl::Status AwaitPulls(PreparedStep& step);
+  // The model's input for a prepared batch: one row per bag.
+  dense::Batch<float> ModelBatch(PreparedStep& step);
+  absl::StatusOr<float> TrainOn(PreparedStep& step);
+  absl::StatusOr<EvalPoint> Evaluate(int64_t trained_steps);
+  void Progress(int64_t step, int64_t total, bool force);
+  absl::Status WriteOutputs(const DlrmJobResult& result);
+
+  const DlrmJobOptions& o_;
+  const WorkerConfig& c_;
+  std::shared_ptr<spdlog::logger> log_ = Logger("worker");
+  int dim_ = 0;
+  std::vector<std::string> table_names_;
+  std::vector<int> slot_table_;  // slot → index into tables
+  std::vector<client::TableHandle> handles_;
+  std::unique_ptr<client::Client> client_;
+  std::unique_ptr<dense::Model> model_;
+  std::unique_ptr<dense::DenseOptimizer> optimizer_;
+  std::unique_ptr<dense::Communicator> communicator_;
+  std::unique_ptr<dense::DataParallelTrainer> trainer_;
+  std::unique_ptr<CriteoReader> reader_;
+  Mode mode_;
+  int64_t total_steps_ = 0;
+
+  // Scratch reused across steps.
+  std::vector<absl::flat_hash_map<uint64_t, int32_t>> dedup_;
+  std::vector<std::vector<float>> slot_rows_, slot_grads_;
+  std::vector<int32_t> offsets_;
+  std::vector<float> logits_;
+
+  // Progress.
+  absl::Time start_;
+  int64_t samples_ = 0;
+  double loss_sum_ = 0;
+  int64_t loss_count_ = 0;
+  std::deque<std::pair<float, float>> window_;  // (logit, label)
+  std::vector<std::string> history_;
+};
+
+absl::Status DlrmWorker::Setup() {
+  RETURN_IF_ERROR(ValidateWorkerConfig(c_));
+  ASSIGN_OR_RETURN(mode_, ParseMode(c_.mode()));
+  dim_ = c_.embedding_dim();
+  dense::SetBlasThreads(c_.blas_threads() > 0 ? c_.blas_threads() : 1);
+
+  client::ClientOptions client_options;
+  client_options.servers = o_.servers;
+  client_options.retry_deadline = o_.retry_deadline;
+  ASSIGN_OR_RETURN(client_, client::Client::Connect(client_options));
+  absl::flat_hash_map<std::string, int> table_index;
+  for (const proto::TableConfig& table : c_.table()) {
+    proto::TableConfig config = table;
+    config.mutable_consistency()->set_mode(mode_.mode);
+    config.mutable_consistency()->set_staleness(mode_.staleness);
+    config.mutable_consistency()->set_timeout_ms(
+        int64_t{c_.step_timeout_s() > 0 ? c_.step_timeout_s() : 300} * 1000);
+    absl::StatusOr<client::TableHandle> handle = client_->CreateTable(config);
+    if (!handle.ok()) {
+      return absl::Status(handle.status().code(),
+                          absl::StrCat("creating table '", table.name(),
+                                       "' on the servers: ",
+                                       handle.status().message()));
+    }
+    table_index[table.name()] = static_cast<int>(handles_.size());
+    table_names_.push_back(table.name());
+    handles_.push_back(*handle);
+  }
+  for (const SlotConfig& slot : c_.slot()) {
+    slot_table_.push_back(table_index.at(slot.table()));
+  }
+  dedup_.resize(handles_.size());
+
+  CriteoReaderOptions reader;
+  reader.files.assign(c_.train_files().begin(), c_.train_files().end());
+  reader.batch_size = c_.batch_size() > 0 ? c_.batch_size() : 512;
+  reader.worker_index = o_.rank;
+  reader.num_workers = o_.world_size;
+  reader.epochs = c_.epochs() > 0 ? c_.epochs() : 1;
+  reader.fatal_bad_lines = c_.fatal_bad_lines();
+  ASSIGN_OR_RETURN(reader_, CriteoReader::Open(reader));
+  total_steps_ = reader_->total_steps();
+  if (c_.max_steps() > 0) total_steps_ = std::min(total_steps_, c_.max_steps());
+
+  ASSIGN_OR_RETURN(model_, dense::CreateModel(ModelSpecOf(c_), o_.model));
+  ASSIGN_OR_RETURN(dense::DenseOptimizerSpec optimizer,
+                   DenseOptimizerOf(c_.dense_optimizer(), total_steps_));
+  ASSIGN_OR_RETURN(optimizer_, dense::DenseOptimizer::Create(
+                                   optimizer, model_->num_parameters()));
+  CollectiveOptions collective;
+  collective.rank = o_.rank;
+  collective.world_size = o_.world_size;
+  collective.backend = o_.model.backend;
+  collective.device = o_.model.device;
+  collective.gloo_host = o_.gloo_host;
+  collective.timeout = o_.collective_timeout;
+  collective.job_name = o_.job_name;
+  log_->info("worker {}/{}: {} servers, {} tables, {} steps of {} samples, "
+             "mode {}, {} dense parameters on {}",
+             o_.rank, o_.world_size, o_.servers.size(), handles_.size(),
+             total_steps_, reader.batch_size, c_.mode().empty() ? "sync" : c_.mode(),
+             model_->num_parameters(), dense::BackendName(o_.model.backend));
+  ASSIGN_OR_RETURN(communicator_, ConnectCollective(collective, o_.store));
+  ASSIGN_OR_RETURN(trainer_, dense::DataParallelTrainer::Create(
+                                 model_.get(), communicator_.get(),
+                                 optimizer_.get()));
+  return absl::OkStatus();
+}
+
+std::unique_ptr<PreparedStep> DlrmWorker::Prepare(CriteoBatch batch,
+                                                  uint64_t pull_step) {
+  auto step = std::make_unique<PreparedStep>();
+  step->batch = std::move(batch);
+  step->tables.resize(handles_.size());
+  const int n = step->batch.size;
+  const int slots = static_cast<int>(slot_table_.size());
+  step->index.resize(static_cast<size_t>(n) * slots);
+  for (auto& map : dedup_) map.clear();
+  for (int i = 0; i < n; ++i) {
+    for (int s = 0; s < slots; ++s) {
+      const int t = slot_table_[s];
+      const uint64_t key = step->batch.keys[static_cast<size_t>(i) * slots + s];
+      std::vector<uint64_t>& unique = step->tables[t].unique;
+      const auto [it, inserted] =
+          dedup_[t].try_emplace(key, static_cast<int32_t>(unique.size()));
+      if (inserted) unique.push_back(key);
+      step->index[static_cast<size_t>(i) * slots + s] = it->second;
+    }
+  }
+  for (size_t t = 0; t < handles_.size(); ++t) {
+    TableBatch& table = step->tables[t];
+    table.rows.resize(table.unique.size() * dim_);
+    step->pulls.push_back(client_->PullAsync(handles_[t], table.unique,
+                                             absl::MakeSpan(table.rows),
+                                             pull_step));
+  }
+  return step;
+}
+
+absl::Status DlrmWorker::AwaitPulls(PreparedStep& step) {
+  absl::Status first;
+  for (size_t t = 0; t < step.pulls.size(); ++t) {
+    absl::Status s = step.pulls[t].get();
+    if (!s.ok() && first.ok()) {
+      first = absl::Status(s.code(), absl::StrCat("Pull from table '",
+                                                  table_names_[t],
+                                                  "': ", s.message()));
+    }
+  }
+  step.pulls.clear();
+  return first;
+}
+
+dense::Batch<float> DlrmWorker::ModelBatch(PreparedStep& step) {
+  const int n = step.batch.size;
+  const int slots = static_cast<int>(slot_table_.size());
+  slot_rows_.resize(slots);
+  offsets_.resize(n + 1);
+  for (int i = 0; i <= n; ++i) offsets_[i] = i;
+  dense::Batch<float> batch;
+  batch.size = n;
+  batch.dense = step.batch.dense;
+  batch.labels = step.batch.labels;
+  for (int s = 0; s < slots; ++s) {
+    const std::vector<float>& rows = step.tables[slot_table_[s]].rows;
+    std::vector<float>& out = slot_rows_[s];
+    out.resize(static_cast<size_t>(n) * dim_);
+    for (int i = 0; i < n; ++i) {
+      const int32_t u = step.index[static_cast<size_t>(i) * slots + s];
+      std::copy_n(rows.data() + static_cast<size_t>(u) * dim_, dim_,
+                  out.data() + static_cast<size_t>(i) * dim_);
+    }
+    batch.slots.push_back({out, offsets_});
+  }
+  return batch;
+}
+
+absl::StatusOr<float> DlrmWorker::TrainOn(PreparedStep& step) {
+  const int n = step.batch.size;
+  if (n == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step ", step.batch.step, " of worker ", o_.rank,
+        " has no valid line (every line of its batch was malformed); the "
+        "data-parallel step cannot run without samples"));
+  }
+  const int slots = static_cast<int>(slot_table_.size());
+  const dense::Batch<float> batch = ModelBatch(step);
+  slot_grads_.resize(slots);
+  std::vector<absl::Span<float>> grads;
+  for (int s = 0; s < slots; ++s) {
+    slot_grads_[s].resize(static_cast<size_t>(n) * dim_);
+    grads.push_back(absl::MakeSpan(slot_grads_[s]));
+  }
+  ASSIGN_OR_RETURN(float loss, trainer_->Step(batch, grads));
+  logits_.resize(n);
+  RETURN_IF_ERROR(model_->LastLogits(absl::MakeSpan(logits_)));
+  for (int i = 0; i < n; ++i) {
+    window_.emplace_back(logits_[i], step.batch.labels[i]);
+  }
+  while (window_.size() > kAucWindow) window_.pop_front();
+
+  // Row gradients summed per unique key. SYNC: the servers sum every
+  // worker's push, so each sends 1/W of its mean-loss gradient.
+  const float scale = mode_.mode == proto::ConsistencyConfig::SYNC
+                          ? 1.0f / static_cast<float>(o_.world_size)
+                          : 1.0f;
+  for (TableBatch& table : step.tables) {
+    table.grads.assign(table.unique.size() * dim_, 0.0f);
+  }
+  for (int s = 0; s < slots; ++s) {
+    std::vector<float>& out = step.tables[slot_table_[s]].grads;
+    for (int i = 0; i < n; ++i) {
+      const int32_t u = step.index[static_cast<size_t>(i) * slots + s];
+      const float* g = slot_grads_[s].data() + static_cast<size_t>(i) * dim_;
+      float* target = out.data() + static_cast<size_t>(u) * dim_;
+      for (int k = 0; k < dim_; ++k) target[k] += scale * g[k];
+    }
+  }
+  std::vector<std::future<absl::Status>> pushes;
+  for (size_t t = 0; t < handles_.size(); ++t) {
+    pushes.push_back(client_->PushAsync(handles_[t], step.tables[t].unique,
+                                        step.tables[t].grads,
+                                        step.batch.step));
+  }
+  absl::Status first;
+  for (size_t t = 0; t < pushes.size(); ++t) {
+    absl::Status s = pushes[t].get();
+    if (!s.ok() && first.ok()) {
+      first = absl::Status(s.code(), absl::StrCat("Push to table '",
+                                                  table_names_[t],
+                                                  "': ", s.message()));
+    }
+  }
+  RETURN_IF_ERROR(first);
+  return loss;
+}
+
+absl::StatusOr<EvalPoint> DlrmWorker::Evaluate(int64_t trained_steps) {
+  CriteoReaderOptions options;
+  options.files.assign(c_.test_files().begin(), c_.test_files().end());
+  options.batch_size = kEvalBatch;
+  options.include_tail = true;
+  options.name = "test";
+  ASSIGN_OR_RETURN(std::unique_ptr<CriteoReader> reader,
+                   CriteoReader::Open(options));
+  std::vector<float> logits, labels, batch_logits;
+  while (true) {
+    ASSIGN_OR_RETURN(std::optional<CriteoBatch> batch, reader->Next());
+    if (!batch.has_value()) break;
+    if (batch->size == 0) continue;
+    // Pull at the next step: SYNC and SSP wait for the steps trained so far.
+    std::unique_ptr<PreparedStep> step =
+        Prepare(std::move(*batch), static_cast<uint64_t>(trained_steps));
+    RETURN_IF_ERROR(AwaitPulls(*step));
+    const dense::Batch<float> model_batch = ModelBatch(*step);
+    batch_logits.resize(model_batch.size);
+    RETURN_IF_ERROR(model_->Predict(model_batch, absl::MakeSpan(batch_logits)));
+    logits.insert(logits.end(), batch_logits.begin(), batch_logits.end());
+    labels.insert(labels.end(), step->batch.labels.begin(),
+                  step->batch.labels.end());
+  }
+  EvalPoint point;
+  point.step = trained_steps;
+  point.auc = dense::RocAuc(logits, labels);
+  point.logloss = dense::MeanLogLoss(logits, labels);
+  return point;
+}
+
+void DlrmWorker::Progress(int64_t step, int64_t total, bool force) {
+  const int64_t every = c_.log_every_steps() > 0 ? c_.log_every_steps() : 100;
+  if (!force && step % every != 0) return;
+  const double seconds = absl::ToDoubleSeconds(absl::Now() - start_);
+  const double rate = seconds > 0 ? samples_ * o_.world_size / seconds : 0;
+  std::vector<float> scores, labels;
+  for (const auto& [logit, label] : window_) {
+    scores.push_back(logit);
+    labels.push_back(label);
+  }
+  const double auc = dense::RocAuc(scores, labels);
+  const double loss = loss_count_ > 0 ? loss_sum_ / loss_count_ : 0;
+  const double eta = step > 0 ? seconds / step * (total - step) : 0;
+  history_.push_back(absl::StrFormat("%d,%d,%.6f,%.6f,,,%.3f", step,
+                                     samples_ * o_.world_size, loss, auc,
+                                     seconds));
+  const std::string line = absl::StrFormat(
+      "step %d/%d | %.0f samples/s | loss %.4f | train auc %.4f | eta %.0fs",
+      step, total, rate, loss, auc, eta);
+  loss_sum_ = 0;
+  loss_count_ = 0;
+  if (o_.progress_in_place) {
+    std::fprintf(stderr, "\r%s   ", line.c_str());
+    if (force) std::fprintf(stderr, "\n");
+  } else {
+    log_->info("worker {}: {}", o_.rank, line);
+  }
+}
+
+absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
+  RETURN_IF_ERROR(Setup());
+  DlrmJobResult result;
+  if (!c_.bayes_metrics_file().empty()) {
+    std::ifstream in(c_.bayes_metrics_file());
+    std::stringstream text;
+    text << in.rdbuf();
+    result.bayes_test_auc = JsonNumber(text.str(), "bayes_test_auc");
+    result.bayes_test_logloss = JsonNumber(text.str(), "bayes_test_logloss");
+  }
+  const bool evaluates = o_.rank == 0 && c_.test_files_size() > 0;
+  const int64_t tail_from = total_steps_ - std::max<int64_t>(1, total_steps_ / 10);
+  double tail_sum = 0;
+  int64_t tail_count = 0;
+  start_ = absl::Now();
+
+  std::unique_ptr<PreparedStep> current;
+  if (total_steps_ > 0) {
+    ASSIGN_OR_RETURN(std::optional<CriteoBatch> first, reader_->Next());
+    if (!first.has_value()) {
+      return absl::InternalError("the reader ended before its first step");
+    }
+    current = Prepare(std::move(*first), 0);
+  }
+  for (int64_t step = 0; step < total_steps_; ++step) {
+    RETURN_IF_ERROR(AwaitPulls(*current));
+    // The next batch's Pull runs while this one computes.
+    std::unique_ptr<PreparedStep> next;
+    if (step + 1 < total_steps_) {
+      ASSIGN_OR_RETURN(std::optional<CriteoBatch> batch, reader_->Next());
+      if (!batch.has_value()) {
+        return absl::InternalError(
+            absl::StrCat("the reader ended at step ", step + 1));
+      }
+      next = Prepare(std::move(*batch), static_cast<uint64_t>(step + 1));
+    }
+    absl::StatusOr<float> loss = TrainOn(*current);
+    if (!loss.ok()) {
+      if (next != nullptr) AwaitPulls(*next).IgnoreError();
+      return absl::Status(loss.status().code(),
+                          absl::StrCat("step ", step, ": ",
+                                       loss.status().message()));
+    }
+    samples_ += current->batch.size;
+    loss_sum_ += *loss;
+    ++loss_count_;
+    if (step >= tail_from) {
+      tail_sum += *loss;
+      ++tail_count;
+    }
+    current = std::move(next);
+    Progress(step + 1, total_steps_, step + 1 == total_steps_);
+    if (evaluates && c_.eval_every_steps() > 0 &&
+        (step + 1) % c_.eval_every_steps() == 0 && step + 1 < total_steps_) {
+      ASSIGN_OR_RETURN(EvalPoint point, Evaluate(step + 1));
+      log_->info("step {}: test auc {:.5f} logloss {:.5f}", point.step,
+                 point.auc, point.logloss);
+      history_.push_back(absl::StrFormat("%d,,,,%.6f,%.6f,", point.step,
+                                         point.auc, point.logloss));
+      result.evals.push_back(point);
+    }
+  }
+  result.steps = total_steps_;
+  result.samples = samples_;
+  result.train_seconds = absl::ToDoubleSeconds(absl::Now() - start_);
+  result.samples_per_second =
+      result.train_seconds > 0
+          ? samples_ * o_.world_size / result.train_seconds
+          : 0;
+  result.final_train_loss = tail_count > 0 ? tail_sum / tail_count : 0;
+  const CriteoReaderStats stats = reader_->stats();
+  result.bad_lines = stats.bad_lines;
+  result.parse_lines_per_second =
+      stats.parse_seconds > 0 ? stats.lines_parsed / stats.parse_seconds : 0;
+  if (evaluates) {
+    ASSIGN_OR_RETURN(EvalPoint point, Evaluate(total_steps_));
+    log_->info("final: test auc {:.5f} logloss {:.5f}{}", point.auc,
+               point.logloss,
+               result.bayes_test_auc > 0
+                   ? absl::StrFormat(" (Bayes-optimal auc %.5f logloss %.5f)",
+                                     result.bayes_test_auc,
+                                     result.bayes_test_logloss)
+                   : "");
+    history_.push_back(absl::StrFormat("%d,,,,%.6f,%.6f,", point.step,
+                                       point.auc, point.logloss));
+    result.evals.push_back(point);
+  }
+  // Every worker waits for the others before leaving: a SYNC peer may
+  // still need this worker's pushes to finish its last step.
+  RETURN_IF_ERROR(communicator_->Barrier());
+  if (o_.rank == 0) RETURN_IF_ERROR(WriteOutputs(result));
+  return result;
+}
+
+absl::Status DlrmWorker::WriteOutputs(const DlrmJobResult& result) {
+  if (c_.output_dir().empty()) return absl::OkStatus();
+  std::error_code error;
+  std::filesystem::create_directories(c_.output_dir(), error);
+  if (error) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot create output_dir ", c_.output_dir(), ": ", error.message()));
+  }
+  const std::string dir = c_.output_dir();
+  RETURN_IF_ERROR(
+      dense::SaveParameters(*model_, result.steps, dir + "/dense.params"));
+  std::ofstream history(dir + "/history.csv", std::ios::trunc);
+  history << "step,samples,train_loss,train_auc,test_auc,test_logloss,seconds\n";
+  for (const std::string& line : history_) history << line << "\n";
+  std::ofstream summary(dir + "/summary.json", std::ios::trunc);
+  summary << DlrmJobResultJson(o_, result) << "\n";
+  if (!history.flush() || !summary.flush()) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot write the outputs in ", dir));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateWorkerConfig(const WorkerConfig& c) {
+  if (c.slot_size() != kCriteoSlots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config has ", c.slot_size(), " slots; the Criteo format has ",
+        kCriteoSlots, " categorical columns (one slot each)"));
+  }
+  if (c.table_size() == 0) {
+    return absl::InvalidArgumentError("config has no table");
+  }
+  absl::flat_hash_map<std::string, int> dims;
+  for (const proto::TableConfig& t : c.table()) {
+    if (!dims.emplace(t.name(), t.dim()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", t.name(), "' is defined twice"));
+    }
+    if (t.dim() != c.embedding_dim()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", t.name(), "' has dim ", t.dim(),
+          " but embedding_dim is ", c.embedding_dim()));
+    }
+  }
+  for (int s = 0; s < c.slot_size(); ++s) {
+    if (!dims.contains(c.slot(s).table())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slot ", s, " names table '", c.slot(s).table(),
+                       "', which the config does not define"));
+    }
+  }
+  if (c.train_files_size() == 0) {
+    return absl::InvalidArgumentError("config has no train_files");
+  }
+  if (c.batch_size() < 0 || c.epochs() < 0 || c.max_steps() < 0) {
+    return absl::InvalidArgumentError(
+        "batch_size, epochs and max_steps must not be negative");
+  }
+  if (absl::Status s = ParseMode(c.mode()).status(); !s.ok()) return s;
+  return dense::ValidateModelSpec(ModelSpecOf(c));
+}
+
+absl::StatusOr<DlrmJobResult> RunDlrmJob(const DlrmJobOptions& options) {
+  if (options.store == nullptr || options.servers.empty()) {
+    return absl::InvalidArgumentError(
+        "the DLRM job needs server addresses and a rendezvous store");
+  }
+  DlrmWorker worker(options);
+  return worker.Run();
+}
+
+std::string DlrmJobResultJson(const DlrmJobOptions& o,
+                              const DlrmJobResult& r) {
+  std::vector<std::string> evals;
+  for (const EvalPoint& e : r.evals) {
+    evals.push_back(absl::StrFormat(
+        "{\"step\": %d, \"auc\": %.6f, \"logloss\": %.6f}", e.step, e.auc,
+        e.logloss));
+  }
+  const EvalPoint last = r.evals.empty() ? EvalPoint() : r.evals.back();
+  return absl::StrFormat(
+      "{\"model\": \"dlrm\", \"mode\": \"%s\", \"workers\": %d, "
+      "\"servers\": %d, \"device\": \"%s\", \"steps\": %d, "
+      "\"samples\": %d, \"train_seconds\": %.3f, "
+      "\"samples_per_second\": %.1f, \"final_train_loss\": %.6f, "
+      "\"test_auc\": %.6f, \"test_logloss\": %.6f, "
+      "\"bayes_test_auc\": %.6f, \"bayes_test_logloss\": %.6f, "
+      "\"bad_lines\": %d, \"parse_lines_per_second\": %.0f, "
+      "\"evals\": [%s]}",
+      o.config.mode().empty() ? "sync" : o.config.mode(), o.world_size,
+      static_cast<int>(o.servers.size()), dense::BackendName(o.model.backend),
+      r.steps, r.samples * o.world_size, r.train_seconds,
+      r.samples_per_second, r.final_train_loss, last.auc, last.logloss,
+      r.bayes_test_auc, r.bayes_test_logloss, r.bad_lines,
+      r.parse_lines_per_second, absl::StrJoin(evals, ", "));
+}
+
+}  // namespace embedps::worker

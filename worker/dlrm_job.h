@@ -1,0 +1,83 @@
+// The DLRM training job over parameter servers (`ps_worker --model=dlrm`):
+// one worker of a data-parallel job whose embedding tables live on the
+// ps_server shards and whose dense model is replicated and allreduced.
+//
+// One step t:
+//   read this worker's batch (CriteoReader, parsed on its own thread)
+//   → per table, the batch's unique keys → Pull (issued while step t−1
+//     computes: the next batch's rows arrive during the current compute,
+//     within what the mode allows — SYNC Pulls wait on the server until
+//     step t−1 is applied everywhere)
+//   → pooled slot embeddings → dense forward/backward
+//   → row gradients summed per unique key → Push (SYNC: scaled by
+//     1/workers, so that the server's sum is the gradient of the mean loss
+//     over the global batch)
+//   → AllReduce(mean) of the dense gradients → dense optimizer.
+// Rank 0 evaluates on the test files (AUC, log loss) every
+// eval_every_steps and at the end, and writes the outputs.
+//
+// Thread safety: RunDlrmJob is one worker.
+#ifndef EMBEDPS_WORKER_DLRM_JOB_H_
+#define EMBEDPS_WORKER_DLRM_JOB_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "dense/collective/store.h"
+#include "dense/model.h"
+#include "worker/worker_config.pb.h"
+
+namespace embedps::worker {
+
+struct DlrmJobOptions {
+  WorkerConfig config;
+  int rank = 0;
+  int world_size = 1;
+  // "host:port" of every ps_server shard, in shard order. Required.
+  std::vector<std::string> servers;
+  // Where workers meet for the dense collective (borrowed). Required.
+  dense::Store* store = nullptr;
+  std::string job_name = "dlrm";
+  std::string gloo_host = "127.0.0.1";
+  absl::Duration collective_timeout = absl::Seconds(300);
+  // How long client calls keep retrying an unreachable server.
+  absl::Duration retry_deadline = absl::Seconds(60);
+  dense::ModelOptions model;
+  // Rewrite one progress line in place (a terminal) instead of logging.
+  bool progress_in_place = false;
+};
+
+struct EvalPoint {
+  int64_t step = 0;
+  double auc = 0;
+  double logloss = 0;
+};
+
+struct DlrmJobResult {
+  int64_t steps = 0;
+  int64_t samples = 0;           // this worker's
+  double train_seconds = 0;
+  double samples_per_second = 0;  // all workers (this worker's × workers)
+  double final_train_loss = 0;    // mean over the last 10% of steps
+  std::vector<EvalPoint> evals;   // rank 0
+  double bayes_test_auc = 0;      // 0 when unknown
+  double bayes_test_logloss = 0;
+  int64_t bad_lines = 0;
+  double parse_lines_per_second = 0;
+};
+
+// Validates the configuration against the Criteo format and itself.
+// INVALID_ARGUMENT naming the field.
+absl::Status ValidateWorkerConfig(const WorkerConfig& config);
+
+// Runs this worker to the end of its data (or max_steps).
+absl::StatusOr<DlrmJobResult> RunDlrmJob(const DlrmJobOptions& options);
+
+std::string DlrmJobResultJson(const DlrmJobOptions& options,
+                              const DlrmJobResult& result);
+
+}  // namespace embedps::worker
+
+#endif  // EMBEDPS_WORKER_DLRM_JOB_H_
