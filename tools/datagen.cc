@@ -42,15 +42,15 @@ ABSL_FLAG(std::string, output_dir, "",
           "meta.json go (created if needed)");
 ABSL_FLAG(int64_t, train_rows, 1000000, "training lines");
 ABSL_FLAG(int64_t, test_rows, 100000, "test lines");
-ABSL_FLAG(std::string, vocab, "10,100,1000,10000",
+ABSL_FLAG(std::string, vocab, "10,30,100,1000",
           "values per categorical slot, cycled over the 26 slots");
 ABSL_FLAG(double, zipf, 1.05, "Zipf exponent of the value frequencies");
 ABSL_FLAG(double, bias_std, 0.35, "σ_b of the per-value biases");
-ABSL_FLAG(double, interaction_std, 0.6,
+ABSL_FLAG(double, interaction_std, 0.3,
           "standard deviation of the sum of all pairwise interactions "
           "(sets σ_h)");
 ABSL_FLAG(int32_t, hidden_dim, 4, "k, the dimension of the hidden vectors");
-ABSL_FLAG(double, dense_weight_std, 0.25, "σ of the integer features' weights");
+ABSL_FLAG(double, dense_weight_std, 0.4, "σ of the integer features' weights");
 ABSL_FLAG(double, missing, 0.05, "probability that a feature is missing");
 ABSL_FLAG(double, base_logit, -1.3, "b0");
 ABSL_FLAG(uint64_t, seed, 1, "seed of the planted model and the samples");

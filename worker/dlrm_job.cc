@@ -84,9 +84,9 @@ absl::StatusOr<dense::DenseOptimizerSpec> DenseOptimizerOf(
   } else if (c.decay() == "cosine") {
     spec.decay = dense::DenseOptimizerSpec::Decay::kCosine;
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dense_optimizer.decay '", c.decay(),
-        "' is not constant, linear or cosine"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dense_optimizer.decay '", c.decay(),
+                     "' is not constant, linear or cosine"));
   }
   return spec;
 }
@@ -200,10 +200,10 @@ absl::Status DlrmWorker::Setup() {
         int64_t{c_.step_timeout_s() > 0 ? c_.step_timeout_s() : 300} * 1000);
     absl::StatusOr<client::TableHandle> handle = client_->CreateTable(config);
     if (!handle.ok()) {
-      return absl::Status(handle.status().code(),
-                          absl::StrCat("creating table '", table.name(),
-                                       "' on the servers: ",
-                                       handle.status().message()));
+      return absl::Status(
+          handle.status().code(),
+          absl::StrCat("creating table '", table.name(),
+                       "' on the servers: ", handle.status().message()));
     }
     table_index[table.name()] = static_cast<int>(handles_.size());
     table_names_.push_back(table.name());
@@ -238,15 +238,16 @@ absl::Status DlrmWorker::Setup() {
   collective.gloo_host = o_.gloo_host;
   collective.timeout = o_.collective_timeout;
   collective.job_name = o_.job_name;
-  log_->info("worker {}/{}: {} servers, {} tables, {} steps of {} samples, "
-             "mode {}, {} dense parameters on {}",
-             o_.rank, o_.world_size, o_.servers.size(), handles_.size(),
-             total_steps_, reader.batch_size, c_.mode().empty() ? "sync" : c_.mode(),
-             model_->num_parameters(), dense::BackendName(o_.model.backend));
+  log_->info(
+      "worker {}/{}: {} servers, {} tables, {} steps of {} samples, "
+      "mode {}, {} dense parameters on {}",
+      o_.rank, o_.world_size, o_.servers.size(), handles_.size(), total_steps_,
+      reader.batch_size, c_.mode().empty() ? "sync" : c_.mode(),
+      model_->num_parameters(), dense::BackendName(o_.model.backend));
   ASSIGN_OR_RETURN(communicator_, ConnectCollective(collective, o_.store));
-  ASSIGN_OR_RETURN(trainer_, dense::DataParallelTrainer::Create(
-                                 model_.get(), communicator_.get(),
-                                 optimizer_.get()));
+  ASSIGN_OR_RETURN(trainer_,
+                   dense::DataParallelTrainer::Create(
+                       model_.get(), communicator_.get(), optimizer_.get()));
   return absl::OkStatus();
 }
 
@@ -273,9 +274,8 @@ std::unique_ptr<PreparedStep> DlrmWorker::Prepare(CriteoBatch batch,
   for (size_t t = 0; t < handles_.size(); ++t) {
     TableBatch& table = step->tables[t];
     table.rows.resize(table.unique.size() * dim_);
-    step->pulls.push_back(client_->PullAsync(handles_[t], table.unique,
-                                             absl::MakeSpan(table.rows),
-                                             pull_step));
+    step->pulls.push_back(client_->PullAsync(
+        handles_[t], table.unique, absl::MakeSpan(table.rows), pull_step));
   }
   return step;
 }
@@ -285,9 +285,9 @@ absl::Status DlrmWorker::AwaitPulls(PreparedStep& step) {
   for (size_t t = 0; t < step.pulls.size(); ++t) {
     absl::Status s = step.pulls[t].get();
     if (!s.ok() && first.ok()) {
-      first = absl::Status(s.code(), absl::StrCat("Pull from table '",
-                                                  table_names_[t],
-                                                  "': ", s.message()));
+      first = absl::Status(s.code(),
+                           absl::StrCat("Pull from table '", table_names_[t],
+                                        "': ", s.message()));
     }
   }
   step.pulls.clear();
@@ -362,16 +362,15 @@ absl::StatusOr<float> DlrmWorker::TrainOn(PreparedStep& step) {
   std::vector<std::future<absl::Status>> pushes;
   for (size_t t = 0; t < handles_.size(); ++t) {
     pushes.push_back(client_->PushAsync(handles_[t], step.tables[t].unique,
-                                        step.tables[t].grads,
-                                        step.batch.step));
+                                        step.tables[t].grads, step.batch.step));
   }
   absl::Status first;
   for (size_t t = 0; t < pushes.size(); ++t) {
     absl::Status s = pushes[t].get();
     if (!s.ok() && first.ok()) {
-      first = absl::Status(s.code(), absl::StrCat("Push to table '",
-                                                  table_names_[t],
-                                                  "': ", s.message()));
+      first = absl::Status(
+          s.code(),
+          absl::StrCat("Push to table '", table_names_[t], "': ", s.message()));
     }
   }
   RETURN_IF_ERROR(first);
@@ -449,7 +448,8 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
     result.bayes_test_logloss = JsonNumber(text.str(), "bayes_test_logloss");
   }
   const bool evaluates = o_.rank == 0 && c_.test_files_size() > 0;
-  const int64_t tail_from = total_steps_ - std::max<int64_t>(1, total_steps_ / 10);
+  const int64_t tail_from =
+      total_steps_ - std::max<int64_t>(1, total_steps_ / 10);
   double tail_sum = 0;
   int64_t tail_count = 0;
   start_ = absl::Now();
@@ -477,9 +477,9 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
     absl::StatusOr<float> loss = TrainOn(*current);
     if (!loss.ok()) {
       if (next != nullptr) AwaitPulls(*next).IgnoreError();
-      return absl::Status(loss.status().code(),
-                          absl::StrCat("step ", step, ": ",
-                                       loss.status().message()));
+      return absl::Status(
+          loss.status().code(),
+          absl::StrCat("step ", step, ": ", loss.status().message()));
     }
     samples_ += current->batch.size;
     loss_sum_ += *loss;
@@ -504,9 +504,8 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
   result.samples = samples_;
   result.train_seconds = absl::ToDoubleSeconds(absl::Now() - start_);
   result.samples_per_second =
-      result.train_seconds > 0
-          ? samples_ * o_.world_size / result.train_seconds
-          : 0;
+      result.train_seconds > 0 ? samples_ * o_.world_size / result.train_seconds
+                               : 0;
   result.final_train_loss = tail_count > 0 ? tail_sum / tail_count : 0;
   const CriteoReaderStats stats = reader_->stats();
   result.bad_lines = stats.bad_lines;
@@ -514,13 +513,12 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
       stats.parse_seconds > 0 ? stats.lines_parsed / stats.parse_seconds : 0;
   if (evaluates) {
     ASSIGN_OR_RETURN(EvalPoint point, Evaluate(total_steps_));
-    log_->info("final: test auc {:.5f} logloss {:.5f}{}", point.auc,
-               point.logloss,
-               result.bayes_test_auc > 0
-                   ? absl::StrFormat(" (Bayes-optimal auc %.5f logloss %.5f)",
-                                     result.bayes_test_auc,
-                                     result.bayes_test_logloss)
-                   : "");
+    log_->info(
+        "final: test auc {:.5f} logloss {:.5f}{}", point.auc, point.logloss,
+        result.bayes_test_auc > 0
+            ? absl::StrFormat(" (Bayes-optimal auc %.5f logloss %.5f)",
+                              result.bayes_test_auc, result.bayes_test_logloss)
+            : "");
     history_.push_back(absl::StrFormat("%d,,,,%.6f,%.6f,", point.step,
                                        point.auc, point.logloss));
     result.evals.push_back(point);
@@ -544,7 +542,8 @@ absl::Status DlrmWorker::WriteOutputs(const DlrmJobResult& result) {
   RETURN_IF_ERROR(
       dense::SaveParameters(*model_, result.steps, dir + "/dense.params"));
   std::ofstream history(dir + "/history.csv", std::ios::trunc);
-  history << "step,samples,train_loss,train_auc,test_auc,test_logloss,seconds\n";
+  history
+      << "step,samples,train_loss,train_auc,test_auc,test_logloss,seconds\n";
   for (const std::string& line : history_) history << line << "\n";
   std::ofstream summary(dir + "/summary.json", std::ios::trunc);
   summary << DlrmJobResultJson(o_, result) << "\n";
@@ -573,9 +572,9 @@ absl::Status ValidateWorkerConfig(const WorkerConfig& c) {
           absl::StrCat("table '", t.name(), "' is defined twice"));
     }
     if (t.dim() != c.embedding_dim()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "table '", t.name(), "' has dim ", t.dim(),
-          " but embedding_dim is ", c.embedding_dim()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", t.name(), "' has dim ", t.dim(),
+                       " but embedding_dim is ", c.embedding_dim()));
     }
   }
   for (int s = 0; s < c.slot_size(); ++s) {
@@ -605,13 +604,12 @@ absl::StatusOr<DlrmJobResult> RunDlrmJob(const DlrmJobOptions& options) {
   return worker.Run();
 }
 
-std::string DlrmJobResultJson(const DlrmJobOptions& o,
-                              const DlrmJobResult& r) {
+std::string DlrmJobResultJson(const DlrmJobOptions& o, const DlrmJobResult& r) {
   std::vector<std::string> evals;
   for (const EvalPoint& e : r.evals) {
-    evals.push_back(absl::StrFormat(
-        "{\"step\": %d, \"auc\": %.6f, \"logloss\": %.6f}", e.step, e.auc,
-        e.logloss));
+    evals.push_back(
+        absl::StrFormat("{\"step\": %d, \"auc\": %.6f, \"logloss\": %.6f}",
+                        e.step, e.auc, e.logloss));
   }
   const EvalPoint last = r.evals.empty() ? EvalPoint() : r.evals.back();
   return absl::StrFormat(
@@ -625,10 +623,10 @@ std::string DlrmJobResultJson(const DlrmJobOptions& o,
       "\"evals\": [%s]}",
       o.config.mode().empty() ? "sync" : o.config.mode(), o.world_size,
       static_cast<int>(o.servers.size()), dense::BackendName(o.model.backend),
-      r.steps, r.samples * o.world_size, r.train_seconds,
-      r.samples_per_second, r.final_train_loss, last.auc, last.logloss,
-      r.bayes_test_auc, r.bayes_test_logloss, r.bad_lines,
-      r.parse_lines_per_second, absl::StrJoin(evals, ", "));
+      r.steps, r.samples * o.world_size, r.train_seconds, r.samples_per_second,
+      r.final_train_loss, last.auc, last.logloss, r.bayes_test_auc,
+      r.bayes_test_logloss, r.bad_lines, r.parse_lines_per_second,
+      absl::StrJoin(evals, ", "));
 }
 
 }  // namespace embedps::worker

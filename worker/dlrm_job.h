@@ -57,7 +57,7 @@ struct EvalPoint {
 
 struct DlrmJobResult {
   int64_t steps = 0;
-  int64_t samples = 0;           // this worker's
+  int64_t samples = 0;  // this worker's
   double train_seconds = 0;
   double samples_per_second = 0;  // all workers (this worker's × workers)
   double final_train_loss = 0;    // mean over the last 10% of steps

@@ -12,8 +12,8 @@
 
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,8 +26,8 @@
 #include "common/logging.h"
 #include "dense/collective/file_store.h"
 #include "dense/collective/in_memory_store.h"
-#include "worker/coordination_store.h"
 #include "google/protobuf/text_format.h"
+#include "worker/coordination_store.h"
 #include "worker/dense_job.h"
 #include "worker/dlrm_job.h"
 
@@ -195,9 +195,10 @@ absl::Status RunDlrm() {
   text << file.rdbuf();
   if (!google::protobuf::TextFormat::ParseFromString(text.str(),
                                                      &options.config)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--config ", path, " is not a text-format WorkerConfig (the parse "
-        "error is logged above)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--config ", path,
+                     " is not a text-format WorkerConfig (the parse "
+                     "error is logged above)"));
   }
   WorkerConfig& config = options.config;
   if (!absl::GetFlag(FLAGS_mode).empty()) {
@@ -237,8 +238,7 @@ absl::Status RunDlrm() {
   options.job_name = absl::GetFlag(FLAGS_job_name);
   options.gloo_host = absl::GetFlag(FLAGS_gloo_host);
   options.collective_timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
-  options.retry_deadline =
-      absl::Seconds(absl::GetFlag(FLAGS_retry_deadline_s));
+  options.retry_deadline = absl::Seconds(absl::GetFlag(FLAGS_retry_deadline_s));
   absl::StatusOr<dense::Backend> backend =
       dense::ParseBackend(absl::GetFlag(FLAGS_device));
   if (!backend.ok()) return backend.status();
@@ -247,8 +247,8 @@ absl::Status RunDlrm() {
   options.model.allow_tf32 = absl::GetFlag(FLAGS_allow_tf32);
   options.progress_in_place = isatty(STDERR_FILENO) != 0;
   if (absl::Status s = ValidateWorkerConfig(config); !s.ok()) {
-    return absl::Status(s.code(), absl::StrCat("--config ", path, ": ",
-                                               s.message()));
+    return absl::Status(s.code(),
+                        absl::StrCat("--config ", path, ": ", s.message()));
   }
   absl::StatusOr<std::unique_ptr<dense::Store>> store =
       MakeStore(options.world_size, options.servers[0]);
@@ -265,9 +265,8 @@ absl::Status RunDlrm() {
 absl::Status Run() {
   if (absl::GetFlag(FLAGS_model) == "dlrm") return RunDlrm();
   if (absl::GetFlag(FLAGS_model) != "mlp") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--model: unknown '", absl::GetFlag(FLAGS_model),
-                     "' (dlrm or mlp)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--model: unknown '", absl::GetFlag(FLAGS_model), "' (dlrm or mlp)"));
   }
   DenseJobOptions options;
   options.rank = absl::GetFlag(FLAGS_rank);

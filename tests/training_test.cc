@@ -1,0 +1,215 @@
+// End-to-end DLRM training on a real local cluster: datagen writes a
+// planted data set; real ps_server shards hold the embeddings; real
+// ps_worker processes train, meeting through shard 0's Coordination
+// service and allreducing their dense gradients with Gloo.
+#include <signal.h>
+
+#include <cmath>
+#include <fstream>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_matchers.h"
+#include "gtest/gtest.h"
+#include "tests/child_process.h"
+#include "tests/server_process.h"
+
+namespace embedps::testing {
+namespace {
+
+constexpr char kServer[] = "server/ps_server";
+constexpr char kWorker[] = "worker/ps_worker";
+constexpr char kConfig[] = "deploy/local/dlrm_small.txtpb";
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+double JsonNumber(const std::string& json, const std::string& field) {
+  std::smatch match;
+  if (!std::regex_search(json, match,
+                         std::regex("\"" + field + "\": ([-0-9.e+]+)"))) {
+    ADD_FAILURE() << "no " << field << " in " << json;
+    return NAN;
+  }
+  return std::stod(match[1]);
+}
+
+// One planted data set for the whole suite (small vocabularies, so that
+// a few seconds of training get close to the Bayes-optimal AUC).
+class TrainingTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new std::string(TestTempPath("data"));
+    auto datagen = ChildProcess::Spawn(
+        "tools/datagen", {"--output_dir=" + *data_, "--train_rows=500000",
+                          "--test_rows=50000", "--vocab=5,10,20,50"});
+    ASSERT_OK(datagen.status());
+    ASSERT_OK_AND_ASSIGN(int code, (*datagen)->WaitFor(absl::Seconds(120)));
+    ASSERT_EQ(code, 0);
+  }
+  static void TearDownTestSuite() { delete data_; }
+
+  struct Run {
+    int exit_code = -1;
+    std::string summary;  // summary.json of rank 0
+    std::string log;      // rank 0's stderr
+  };
+
+  // Runs `workers` ps_worker processes against `servers` fresh shards.
+  Run Train(int servers, int workers, const std::vector<std::string>& extra,
+            const std::string& train_file = "") {
+    std::vector<std::unique_ptr<ServerProcess>> shards;
+    std::vector<std::string> addresses;
+    for (int s = 0; s < servers; ++s) {
+      auto shard = ServerProcess::Start(
+          kServer, {absl::StrCat("--shard_index=", s),
+                    absl::StrCat("--num_shards=", servers),
+                    absl::StrCat("--num_workers=", workers)});
+      EXPECT_OK(shard.status());
+      if (!shard.ok()) return {};
+      addresses.push_back((*shard)->address());
+      shards.push_back(std::move(*shard));
+    }
+    Run run;
+    const std::string out = TestTempPath("out");
+    run.log = TestTempPath("worker0.log");
+    std::vector<std::unique_ptr<ChildProcess>> ranks;
+    for (int r = 0; r < workers; ++r) {
+      std::vector<std::string> args = {
+          "--model=dlrm",
+          std::string("--config=") + kConfig,
+          "--servers=" + absl::StrJoin(addresses, ","),
+          absl::StrCat("--rank=", r),
+          absl::StrCat("--world_size=", workers),
+          "--train_data=" +
+              (train_file.empty() ? *data_ + "/train.txt" : train_file),
+          "--test_data=" + *data_ + "/test.txt",
+          "--bayes_metrics=" + *data_ + "/meta.json",
+          "--output_dir=" + out,
+          "--log_level=warn"};
+      args.insert(args.end(), extra.begin(), extra.end());
+      auto p = ChildProcess::Spawn(kWorker, args, "",
+                                   r == 0 ? run.log : "/dev/null");
+      EXPECT_OK(p.status());
+      if (p.ok()) ranks.push_back(std::move(*p));
+    }
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      absl::StatusOr<int> code = ranks[r]->WaitFor(absl::Seconds(300));
+      EXPECT_OK(code.status());
+      if (r == 0 && code.ok()) run.exit_code = *code;
+    }
+    run.summary = ReadFile(out + "/summary.json");
+    return run;
+  }
+
+  static std::string* data_;
+};
+
+std::string* TrainingTest::data_ = nullptr;
+
+// Sync mode: 2 servers + 2 workers reach the Bayes-optimal AUC within
+// 0.01; 1 server + 1 worker with the same global batch reach the same AUC
+// within 0.002.
+TEST_F(TrainingTest, SyncTwoByTwoNearsBayesAndMatchesOneByOne) {
+  const Run two = Train(2, 2, {"--mode=sync"});
+  ASSERT_EQ(two.exit_code, 0) << ReadFile(two.log);
+  const double auc2 = JsonNumber(two.summary, "test_auc");
+  const double bayes = JsonNumber(two.summary, "bayes_test_auc");
+  std::printf("sync 2 servers x 2 workers: test AUC %.5f, Bayes %.5f\n", auc2,
+              bayes);
+  EXPECT_GT(auc2, bayes - 0.01);
+
+  const Run one = Train(1, 1, {"--mode=sync", "--batch_size=1024"});
+  ASSERT_EQ(one.exit_code, 0) << ReadFile(one.log);
+  const double auc1 = JsonNumber(one.summary, "test_auc");
+  std::printf("sync 1 server x 1 worker, batch 1024: test AUC %.5f\n", auc1);
+  EXPECT_NEAR(auc1, auc2, 0.002);
+}
+
+// Async and bounded staleness converge too (their AUC is printed).
+TEST_F(TrainingTest, AsyncAndSspConverge) {
+  for (const std::string mode : {"async", "ssp:2"}) {
+    const Run run = Train(2, 2, {"--mode=" + mode});
+    ASSERT_EQ(run.exit_code, 0) << mode << ": " << ReadFile(run.log);
+    const double auc = JsonNumber(run.summary, "test_auc");
+    const double bayes = JsonNumber(run.summary, "bayes_test_auc");
+    std::printf("%s 2 servers x 2 workers: test AUC %.5f, Bayes %.5f\n",
+                mode.c_str(), auc, bayes);
+    EXPECT_GT(auc, bayes - 0.02) << mode;
+  }
+}
+
+// Malformed lines are counted and skipped; with fatal_bad_lines they stop
+// the job with the file and line named.
+TEST_F(TrainingTest, BadDataIsSkippedOrFatal) {
+  const std::string bad = TestTempPath("bad_train.txt");
+  {
+    std::ifstream in(*data_ + "/train.txt");
+    std::ofstream out(bad);
+    std::string line;
+    for (int i = 0; i < 20000 && std::getline(in, line); ++i) {
+      if (i == 7) out << "1\tnot-a-number\n";
+      if (i == 100) out << line.substr(0, line.size() / 2) << "\n";
+      out << line << "\n";
+    }
+  }
+  const Run skip = Train(1, 1, {}, bad);
+  ASSERT_EQ(skip.exit_code, 0) << ReadFile(skip.log);
+  EXPECT_EQ(JsonNumber(skip.summary, "bad_lines"), 2);
+  EXPECT_NE(ReadFile(skip.log).find(bad + ":8"), std::string::npos)
+      << ReadFile(skip.log);
+
+  const std::string fatal_config = TestTempPath("fatal.txtpb");
+  std::ofstream(fatal_config)
+      << ReadFile(kConfig) << "\nfatal_bad_lines: true\n";
+  auto server = ServerProcess::Start(kServer, {});
+  ASSERT_OK(server.status());
+  const std::string log = TestTempPath("fatal.log");
+  auto worker = ChildProcess::Spawn(
+      kWorker,
+      {"--model=dlrm", "--config=" + fatal_config,
+       "--servers=" + (*server)->address(), "--train_data=" + bad,
+       "--test_data=" + *data_ + "/test.txt"},
+      "", log);
+  ASSERT_OK(worker.status());
+  ASSERT_OK_AND_ASSIGN(int code, (*worker)->WaitFor(absl::Seconds(120)));
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(ReadFile(log).find("malformed line " + bad + ":8"),
+            std::string::npos)
+      << ReadFile(log);
+}
+
+// A server that dies: the worker retries within its deadline, then fails
+// with a clear message instead of hanging.
+TEST_F(TrainingTest, LostServerFailsClearlyAfterTheRetryDeadline) {
+  auto server = ServerProcess::Start(kServer, {});
+  ASSERT_OK(server.status());
+  const std::string log = TestTempPath("lost.log");
+  auto worker = ChildProcess::Spawn(
+      kWorker,
+      {"--model=dlrm", std::string("--config=") + kConfig,
+       "--servers=" + (*server)->address(),
+       "--train_data=" + *data_ + "/train.txt",
+       "--test_data=" + *data_ + "/test.txt", "--retry_deadline_s=3"},
+      "", log);
+  ASSERT_OK(worker.status());
+  absl::SleepFor(absl::Seconds(2));
+  (*server)->Signal(SIGKILL);
+  (*server)->Wait();
+  ASSERT_OK_AND_ASSIGN(int code, (*worker)->WaitFor(absl::Seconds(60)));
+  EXPECT_EQ(code, 1);
+  const std::string text = ReadFile(log);
+  EXPECT_NE(text.find("UNAVAILABLE"), std::string::npos) << text;
+}
+
+}  // namespace
+}  // namespace embedps::testing
