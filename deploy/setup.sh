@@ -15,8 +15,8 @@ packages=(
   protobuf-compiler librocksdb-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libspdlog-dev libfmt-dev libopenblas-dev libcpp-httplib-dev
   zlib1g-dev
-  # Formatting and tooling used by the scripts.
-  clang-format procps
+  # Formatting and tooling used by the scripts (gnuplot: the training plot).
+  clang-format procps gnuplot-nox
 )
 
 missing=()
