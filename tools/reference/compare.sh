@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# embedps against the PyTorch reference DLRM on the same data, same model,
+# same initialization scheme and optimizer settings, in the same run:
+# samples/s and test AUC side by side.
+#
+#   tools/reference/compare.sh [--train_rows=N] [--test_rows=N] [--out=DIR]
+#
+# embedps: 1 ps_server + 1 ps_worker (sync, deploy/local/dlrm_small.txtpb,
+# batch 512). PyTorch: Debian's python3-torch (1.13) single process, with
+# the pthread and the OpenMP builds of OpenBLAS and 1 and 2 threads; the
+# fastest candidate is the one compared against. Installs python3-torch and
+# libopenblas0-openmp if missing (benchmark-only dependencies).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+train_rows=500000
+test_rows=50000
+out=/tmp/embedps-compare
+for arg in "$@"; do
+  case "$arg" in
+    --train_rows=*) train_rows="${arg#*=}" ;;
+    --test_rows=*) test_rows="${arg#*=}" ;;
+    --out=*) out="${arg#*=}" ;;
+    *) sed -n '/^#   tools/p' "$0" >&2; exit 2 ;;
+  esac
+done
+
+deploy/setup.sh
+missing=()
+for pkg in python3-torch libopenblas0-openmp; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$pkg" 2>/dev/null || true)
+  [ "$status" = "installed" ] || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  sudo=""; [ "$(id -u)" -eq 0 ] || sudo=sudo
+  echo "compare: installing ${missing[*]}"
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+bazel build --color=no --curses=no //server:ps_server //worker:ps_worker \
+  //tools:datagen 2>&1 | tail -n 1
+mkdir -p "$out"
+data="$out/data-$train_rows-$test_rows"
+[ -s "$data/meta.json" ] || bazel-bin/tools/datagen --output_dir="$data" \
+  --train_rows="$train_rows" --test_rows="$test_rows" >/dev/null
+
+pids=()
+cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; }
+trap cleanup EXIT
+rm -f "$out/port"
+bazel-bin/server/ps_server --host=127.0.0.1 --port=0 --port_file="$out/port" \
+  --log_level=warn >/dev/null 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do [ -s "$out/port" ] && break; sleep 0.1; done
+echo "== embedps: 1 ps_server + 1 ps_worker"
+bazel-bin/worker/ps_worker --model=dlrm --config=deploy/local/dlrm_small.txtpb \
+  --servers="127.0.0.1:$(sed -n 1p "$out/port")" --mode=sync \
+  --train_data="$data/train.txt" --test_data="$data/test.txt" \
+  --bayes_metrics="$data/meta.json" --log_level=warn >"$out/embedps.json"
+cleanup
+pids=()
+
+results=("$out/embedps.json")
+for blas in pthread openmp; do
+  for threads in 1 2; do
+    echo "== pytorch: openblas-$blas, $threads thread(s)"
+    LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-$blas \
+      /usr/bin/python3 tools/reference/dlrm_torch.py --train="$data/train.txt" \
+      --test="$data/test.txt" --threads="$threads" >"$out/torch-$blas-$threads.json"
+    results+=("$out/torch-$blas-$threads.json")
+  done
+done
+
+/usr/bin/python3 - "$data/meta.json" "${results[@]}" <<'PY'
+import json, sys
+meta = json.load(open(sys.argv[1]))
+runs = [json.load(open(p)) for p in sys.argv[2:]]
+ours, torch_runs = runs[0], runs[1:]
+print(f"\n{'implementation':<34} {'samples/s':>10} {'test AUC':>9} {'logloss':>8}")
+print(f"{'embedps 1 server + 1 worker':<34} {ours['samples_per_second']:>10,.0f} {ours['test_auc']:>9.5f} {ours['test_logloss']:>8.5f}")
+for r in torch_runs:
+    blas = "openmp" if "openmp" in r["blas"] else "pthread"
+    name = f"pytorch {r['torch']} {blas}, {r['threads']} thr"
+    print(f"{name:<34} {r['samples_per_second']:>10,.0f} {r['test_auc']:>9.5f} {r['test_logloss']:>8.5f}")
+best = max(torch_runs, key=lambda r: r["samples_per_second"])
+print(f"{'Bayes-optimal':<34} {'':>10} {meta['bayes_test_auc']:>9.5f} {meta['bayes_test_logloss']:>8.5f}")
+print(f"\nembedps / fastest PyTorch samples/s: {ours['samples_per_second'] / best['samples_per_second']:.2f}x"
+      f"   AUC difference: {ours['test_auc'] - best['test_auc']:+.5f}")
+PY

@@ -1,0 +1,172 @@
+#!/usr/bin/python3
+"""The reference DLRM in PyTorch, single process, CPU: the same model, the
+same initialization scheme and the same optimizer settings as a ps_worker
+config (deploy/local/dlrm_small.txtpb by default), trained on the same
+Criteo-format files, for a side-by-side samples/s and AUC comparison
+(tools/reference/compare.sh).
+
+Runs on Debian's python3-torch (/usr/bin/python3). The files are parsed
+into tensors before the clock starts; samples/s covers the training loop
+only (forward, backward, sparse Adagrad on the embeddings, Adam on the
+dense part). Prints one JSON line.
+
+  dlrm_torch.py --train=train.txt --test=test.txt [--threads=2] [--batch_size=512]
+"""
+import argparse
+import json
+import math
+import time
+
+import numpy as np
+import torch
+from torch import nn
+
+DENSE, SLOTS = 13, 26
+
+
+def parse(path, vocab, grow):
+    """Labels, log1p dense features and per-slot value indices. Each
+    (slot, value) gets a row; test values never seen in training get fresh
+    rows too (embedps creates untrained rows for them the same way)."""
+    labels, dense, cats = [], [], []
+    with open(path) as f:
+        for line in f:
+            fields = line.rstrip("\n").split("\t")
+            if len(fields) != 1 + DENSE + SLOTS:
+                continue
+            labels.append(float(fields[0]))
+            dense.append([math.log1p(max(int(x), 0)) if x else 0.0
+                          for x in fields[1:1 + DENSE]])
+            row = []
+            for s, value in enumerate(fields[1 + DENSE:]):
+                key = (s, value)
+                index = vocab.get(key)
+                if index is None:
+                    index = vocab[key] = len(vocab)
+                row.append(index)
+            cats.append(row)
+    return (torch.tensor(labels), torch.tensor(dense),
+            torch.tensor(cats, dtype=torch.int64))
+
+
+def mlp(widths, relu_last):
+    layers = []
+    for i in range(len(widths) - 1):
+        linear = nn.Linear(widths[i], widths[i + 1])
+        nn.init.xavier_uniform_(linear.weight)
+        nn.init.zeros_(linear.bias)
+        layers.append(linear)
+        if i + 2 < len(widths) or relu_last:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class Dlrm(nn.Module):
+    def __init__(self, rows, dim, bottom, top, init):
+        super().__init__()
+        self.embedding = nn.Embedding(rows, dim, sparse=True)
+        nn.init.uniform_(self.embedding.weight, -init, init)
+        self.bottom = mlp([DENSE] + bottom, relu_last=True)
+        features = 1 + SLOTS
+        self.top = mlp([dim + features * (features - 1) // 2] + top + [1],
+                       relu_last=False)
+        i, j = torch.triu_indices(features, features, offset=1)
+        self.register_buffer("pairs_i", i)
+        self.register_buffer("pairs_j", j)
+
+    def forward(self, dense, cats):
+        z0 = self.bottom(dense)                           # B × d
+        e = self.embedding(cats)                          # B × 26 × d
+        t = torch.cat([z0.unsqueeze(1), e], dim=1)        # B × F × d
+        dots = torch.bmm(t, t.transpose(1, 2))            # B × F × F
+        pairs = dots[:, self.pairs_i, self.pairs_j]       # i < j, i-major
+        return self.top(torch.cat([z0, pairs], dim=1)).squeeze(1)
+
+
+def auc(scores, labels):
+    order = np.argsort(scores, kind="mergesort")
+    s, y = scores[order], labels[order]
+    ranks = np.empty(len(s))
+    i = 0
+    while i < len(s):
+        j = i
+        while j < len(s) and s[j] == s[i]:
+            j += 1
+        ranks[i:j] = 0.5 * (i + 1 + j)
+        i = j
+    pos = y.sum()
+    neg = len(y) - pos
+    return float((ranks[y > 0.5].sum() - pos * (pos + 1) / 2) / (pos * neg))
+
+
+def loaded_blas():
+    """The BLAS library this process loaded (pthread or OpenMP OpenBLAS,
+    chosen with LD_LIBRARY_PATH by compare.sh)."""
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if ".so" in line}
+    for name in ("libopenblas", "libblas"):
+        for path in sorted(paths):
+            if name in path:
+                return path
+    return "?"
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--train", required=True)
+    p.add_argument("--test", required=True)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--batch_size", type=int, default=512)
+    p.add_argument("--dim", type=int, default=16)
+    p.add_argument("--bottom", default="64,16")
+    p.add_argument("--top", default="64,32")
+    p.add_argument("--init", type=float, default=0.05)
+    p.add_argument("--embedding_lr", type=float, default=0.2)
+    p.add_argument("--initial_accumulator", type=float, default=0.01)
+    p.add_argument("--dense_lr", type=float, default=0.003)
+    p.add_argument("--seed", type=int, default=1)
+    a = p.parse_args()
+    torch.set_num_threads(a.threads)
+    torch.manual_seed(a.seed)
+
+    vocab = {}
+    t0 = time.time()
+    y, x, c = parse(a.train, vocab, grow=True)
+    ty, tx, tc = parse(a.test, vocab, grow=True)
+    parse_seconds = time.time() - t0
+
+    model = Dlrm(len(vocab), a.dim, [int(w) for w in a.bottom.split(",")],
+                 [int(w) for w in a.top.split(",")], a.init)
+    sparse = torch.optim.Adagrad([model.embedding.weight], lr=a.embedding_lr,
+                                 initial_accumulator_value=a.initial_accumulator)
+    dense = torch.optim.Adam(list(model.bottom.parameters()) +
+                             list(model.top.parameters()), lr=a.dense_lr)
+    loss_fn = nn.BCEWithLogitsLoss()
+    steps = len(y) // a.batch_size
+    start = time.time()
+    for step in range(steps):
+        s = slice(step * a.batch_size, (step + 1) * a.batch_size)
+        loss = loss_fn(model(x[s], c[s]), y[s])
+        sparse.zero_grad()
+        dense.zero_grad()
+        loss.backward()
+        sparse.step()
+        dense.step()
+    seconds = time.time() - start
+    with torch.no_grad():
+        logits = torch.cat([model(tx[i:i + 8192], tc[i:i + 8192])
+                            for i in range(0, len(ty), 8192)])
+    test_logloss = float(loss_fn(logits, ty))
+    print(json.dumps({
+        "impl": "pytorch", "torch": torch.__version__, "threads": a.threads,
+        "blas": loaded_blas(),
+        "steps": steps, "samples": steps * a.batch_size,
+        "train_seconds": round(seconds, 3),
+        "samples_per_second": round(steps * a.batch_size / seconds, 1),
+        "parse_seconds": round(parse_seconds, 1),
+        "test_auc": round(auc(logits.numpy(), ty.numpy()), 6),
+        "test_logloss": round(test_logloss, 6)}))
+
+
+if __name__ == "__main__":
+    main()
