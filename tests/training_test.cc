@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
 #include "tests/child_process.h"
 #include "tests/server_process.h"
 
@@ -186,6 +187,53 @@ TEST_F(TrainingTest, BadDataIsSkippedOrFatal) {
   EXPECT_NE(ReadFile(log).find("malformed line " + bad + ":8"),
             std::string::npos)
       << ReadFile(log);
+}
+
+// While it trains, a worker serves Prometheus metrics; its summary splits
+// the time between pulls, compute and pushes.
+TEST_F(TrainingTest, WorkerServesMetricsWhileTraining) {
+  auto server = ServerProcess::Start(kServer, {});
+  ASSERT_OK(server.status());
+  const std::string port_file = TestTempPath("metrics_port");
+  const std::string out = TestTempPath("metrics_out");
+  auto worker = ChildProcess::Spawn(
+      kWorker, {"--model=dlrm", std::string("--config=") + kConfig,
+                "--servers=" + (*server)->address(),
+                "--train_data=" + *data_ + "/train.txt",
+                "--test_data=" + *data_ + "/test.txt", "--metrics_port=0",
+                "--metrics_port_file=" + port_file, "--output_dir=" + out,
+                "--log_level=warn"});
+  ASSERT_OK(worker.status());
+  int port = 0;
+  for (int i = 0; i < 300 && port == 0; ++i) {
+    std::ifstream(port_file) >> port;
+    if (port == 0) absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_GT(port, 0) << "no metrics port file";
+  httplib::Client http("127.0.0.1", port);
+  std::string page;
+  for (int i = 0; i < 100; ++i) {
+    auto response = http.Get("/metrics");
+    if (response && response->status == 200 &&
+        response->body.find("embedps_worker_steps_total{rank=\"0\"} 0\n") ==
+            std::string::npos) {
+      page = response->body;
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_NE(page.find("# TYPE embedps_worker_steps_total counter"),
+            std::string::npos)
+      << page;
+  EXPECT_NE(page.find("embedps_worker_pull_wait_seconds_total{rank=\"0\"}"),
+            std::string::npos)
+      << page;
+  ASSERT_OK_AND_ASSIGN(int code, (*worker)->WaitFor(absl::Seconds(120)));
+  EXPECT_EQ(code, 0);
+  const std::string summary = ReadFile(out + "/summary.json");
+  EXPECT_GT(JsonNumber(summary, "compute_seconds"), 0);
+  EXPECT_GE(JsonNumber(summary, "pull_wait_seconds"), 0);
+  EXPECT_GT(JsonNumber(summary, "push_seconds"), 0);
 }
 
 // A server that dies: the worker retries within its deadline, then fails

@@ -26,6 +26,7 @@
 #include "dense/eval_metrics.h"
 #include "worker/collective.h"
 #include "worker/criteo_reader.h"
+#include "worker/worker_metrics.h"
 
 namespace embedps::worker {
 namespace {
@@ -179,11 +180,26 @@ class DlrmWorker {
   int64_t loss_count_ = 0;
   std::deque<std::pair<float, float>> window_;  // (logit, label)
   std::vector<std::string> history_;
+  WorkerMetrics metrics_;
+  std::unique_ptr<MetricsEndpoint> endpoint_;
 };
 
 absl::Status DlrmWorker::Setup() {
   RETURN_IF_ERROR(ValidateWorkerConfig(c_));
   ASSIGN_OR_RETURN(mode_, ParseMode(c_.mode()));
+  metrics_.rank = o_.rank;
+  if (o_.metrics_port >= 0) {
+    ASSIGN_OR_RETURN(
+        endpoint_,
+        MetricsEndpoint::Start(&metrics_, o_.metrics_host, o_.metrics_port));
+    log_->info("worker {}: metrics on http://{}:{}/metrics", o_.rank,
+               o_.metrics_host, endpoint_->port());
+    if (!o_.metrics_port_file.empty()) {
+      const std::string tmp = o_.metrics_port_file + ".tmp";
+      std::ofstream(tmp) << endpoint_->port() << "\n";
+      std::rename(tmp.c_str(), o_.metrics_port_file.c_str());
+    }
+  }
   dim_ = c_.embedding_dim();
   dense::SetBlasThreads(c_.blas_threads() > 0 ? c_.blas_threads() : 1);
 
@@ -224,6 +240,7 @@ absl::Status DlrmWorker::Setup() {
   ASSIGN_OR_RETURN(reader_, CriteoReader::Open(reader));
   total_steps_ = reader_->total_steps();
   if (c_.max_steps() > 0) total_steps_ = std::min(total_steps_, c_.max_steps());
+  metrics_.total_steps = total_steps_;
 
   ASSIGN_OR_RETURN(model_, dense::CreateModel(ModelSpecOf(c_), o_.model));
   ASSIGN_OR_RETURN(dense::DenseOptimizerSpec optimizer,
@@ -334,6 +351,7 @@ absl::StatusOr<float> DlrmWorker::TrainOn(PreparedStep& step) {
     slot_grads_[s].resize(static_cast<size_t>(n) * dim_);
     grads.push_back(absl::MakeSpan(slot_grads_[s]));
   }
+  const absl::Time compute_start = absl::Now();
   ASSIGN_OR_RETURN(float loss, trainer_->Step(batch, grads));
   logits_.resize(n);
   RETURN_IF_ERROR(model_->LastLogits(absl::MakeSpan(logits_)));
@@ -359,6 +377,9 @@ absl::StatusOr<float> DlrmWorker::TrainOn(PreparedStep& step) {
       for (int k = 0; k < dim_; ++k) target[k] += scale * g[k];
     }
   }
+  const absl::Time push_start = absl::Now();
+  metrics_.compute_seconds = metrics_.compute_seconds +
+                             absl::ToDoubleSeconds(push_start - compute_start);
   std::vector<std::future<absl::Status>> pushes;
   for (size_t t = 0; t < handles_.size(); ++t) {
     pushes.push_back(client_->PushAsync(handles_[t], step.tables[t].unique,
@@ -373,6 +394,8 @@ absl::StatusOr<float> DlrmWorker::TrainOn(PreparedStep& step) {
           absl::StrCat("Push to table '", table_names_[t], "': ", s.message()));
     }
   }
+  metrics_.push_seconds =
+      metrics_.push_seconds + absl::ToDoubleSeconds(absl::Now() - push_start);
   RETURN_IF_ERROR(first);
   return loss;
 }
@@ -405,6 +428,8 @@ absl::StatusOr<EvalPoint> DlrmWorker::Evaluate(int64_t trained_steps) {
   point.step = trained_steps;
   point.auc = dense::RocAuc(logits, labels);
   point.logloss = dense::MeanLogLoss(logits, labels);
+  metrics_.test_auc = point.auc;
+  metrics_.test_logloss = point.logloss;
   return point;
 }
 
@@ -421,6 +446,8 @@ void DlrmWorker::Progress(int64_t step, int64_t total, bool force) {
   const double auc = dense::RocAuc(scores, labels);
   const double loss = loss_count_ > 0 ? loss_sum_ / loss_count_ : 0;
   const double eta = step > 0 ? seconds / step * (total - step) : 0;
+  metrics_.train_loss = loss;
+  metrics_.train_auc = auc;
   history_.push_back(absl::StrFormat("%d,%d,%.6f,%.6f,,,%.3f", step,
                                      samples_ * o_.world_size, loss, auc,
                                      seconds));
@@ -463,7 +490,11 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
     current = Prepare(std::move(*first), 0);
   }
   for (int64_t step = 0; step < total_steps_; ++step) {
+    const absl::Time pull_start = absl::Now();
     RETURN_IF_ERROR(AwaitPulls(*current));
+    metrics_.pull_wait_seconds =
+        metrics_.pull_wait_seconds +
+        absl::ToDoubleSeconds(absl::Now() - pull_start);
     // The next batch's Pull runs while this one computes.
     std::unique_ptr<PreparedStep> next;
     if (step + 1 < total_steps_) {
@@ -482,6 +513,9 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
           absl::StrCat("step ", step, ": ", loss.status().message()));
     }
     samples_ += current->batch.size;
+    metrics_.steps = step + 1;
+    metrics_.samples = samples_;
+    metrics_.bad_lines = reader_->stats().bad_lines;
     loss_sum_ += *loss;
     ++loss_count_;
     if (step >= tail_from) {
@@ -511,6 +545,9 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
   result.bad_lines = stats.bad_lines;
   result.parse_lines_per_second =
       stats.parse_seconds > 0 ? stats.lines_parsed / stats.parse_seconds : 0;
+  result.pull_wait_seconds = metrics_.pull_wait_seconds;
+  result.compute_seconds = metrics_.compute_seconds;
+  result.push_seconds = metrics_.push_seconds;
   if (evaluates) {
     ASSIGN_OR_RETURN(EvalPoint point, Evaluate(total_steps_));
     log_->info(
@@ -620,12 +657,14 @@ std::string DlrmJobResultJson(const DlrmJobOptions& o, const DlrmJobResult& r) {
       "\"test_auc\": %.6f, \"test_logloss\": %.6f, "
       "\"bayes_test_auc\": %.6f, \"bayes_test_logloss\": %.6f, "
       "\"bad_lines\": %d, \"parse_lines_per_second\": %.0f, "
-      "\"evals\": [%s]}",
+      "\"pull_wait_seconds\": %.3f, \"compute_seconds\": %.3f, "
+      "\"push_seconds\": %.3f, \"evals\": [%s]}",
       o.config.mode().empty() ? "sync" : o.config.mode(), o.world_size,
       static_cast<int>(o.servers.size()), dense::BackendName(o.model.backend),
       r.steps, r.samples * o.world_size, r.train_seconds, r.samples_per_second,
       r.final_train_loss, last.auc, last.logloss, r.bayes_test_auc,
       r.bayes_test_logloss, r.bad_lines, r.parse_lines_per_second,
+      r.pull_wait_seconds, r.compute_seconds, r.push_seconds,
       absl::StrJoin(evals, ", "));
 }
 

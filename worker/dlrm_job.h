@@ -47,6 +47,11 @@ struct DlrmJobOptions {
   dense::ModelOptions model;
   // Rewrite one progress line in place (a terminal) instead of logging.
   bool progress_in_place = false;
+  // Serve Prometheus metrics on this port (-1: off; 0: pick one) of
+  // metrics_host; with metrics_port_file, write the port there.
+  int metrics_port = -1;
+  std::string metrics_host = "127.0.0.1";
+  std::string metrics_port_file;
 };
 
 struct EvalPoint {
@@ -66,6 +71,10 @@ struct DlrmJobResult {
   double bayes_test_logloss = 0;
   int64_t bad_lines = 0;
   double parse_lines_per_second = 0;
+  // Where this worker's training time went.
+  double pull_wait_seconds = 0;
+  double compute_seconds = 0;
+  double push_seconds = 0;
 };
 
 // Validates the configuration against the Criteo format and itself.

@@ -102,6 +102,13 @@ ABSL_FLAG(std::string, output_dir, "",
           "mlp: rank-<r>.dense and rank-<r>.json go here; dlrm: overrides "
           "the config's output_dir (summary.json, history.csv, "
           "dense.params)");
+ABSL_FLAG(int32_t, metrics_port, -1,
+          "dlrm: serve Prometheus metrics on this port (-1: off, 0: pick "
+          "one)");
+ABSL_FLAG(std::string, metrics_host, "127.0.0.1",
+          "dlrm: the address the metrics endpoint listens on");
+ABSL_FLAG(std::string, metrics_port_file, "",
+          "dlrm: write the metrics port here once it listens");
 ABSL_FLAG(std::string, log_level, "info", "trace, debug, info, warn, error");
 
 namespace embedps::worker {
@@ -246,6 +253,9 @@ absl::Status RunDlrm() {
   options.model.device = absl::GetFlag(FLAGS_cuda_device);
   options.model.allow_tf32 = absl::GetFlag(FLAGS_allow_tf32);
   options.progress_in_place = isatty(STDERR_FILENO) != 0;
+  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  options.metrics_port_file = absl::GetFlag(FLAGS_metrics_port_file);
   if (absl::Status s = ValidateWorkerConfig(config); !s.ok()) {
     return absl::Status(s.code(),
                         absl::StrCat("--config ", path, ": ", s.message()));

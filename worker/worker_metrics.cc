@@ -1,0 +1,76 @@
+#include "worker/worker_metrics.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "httplib.h"
+
+namespace embedps::worker {
+namespace {
+
+void Metric(std::string* out, const char* name, const char* type,
+            const char* help, int rank, double value) {
+  absl::StrAppendFormat(out,
+                        "# HELP %s %s\n# TYPE %s %s\n%s{rank=\"%d\"} %.9g\n",
+                        name, help, name, type, name, rank, value);
+}
+
+}  // namespace
+
+std::string WorkerMetrics::Render() const {
+  std::string out;
+  Metric(&out, "embedps_worker_steps_total", "counter",
+         "training steps completed", rank, steps.load());
+  Metric(&out, "embedps_worker_planned_steps", "gauge",
+         "steps this job will run", rank, total_steps.load());
+  Metric(&out, "embedps_worker_samples_total", "counter",
+         "samples trained on by this worker", rank, samples.load());
+  Metric(&out, "embedps_worker_bad_lines_total", "counter",
+         "malformed data lines skipped", rank, bad_lines.load());
+  Metric(&out, "embedps_worker_pull_wait_seconds_total", "counter",
+         "time spent waiting for embedding Pulls", rank,
+         pull_wait_seconds.load());
+  Metric(&out, "embedps_worker_compute_seconds_total", "counter",
+         "time in forward, backward, dense allreduce and optimizer", rank,
+         compute_seconds.load());
+  Metric(&out, "embedps_worker_push_seconds_total", "counter",
+         "time spent pushing embedding gradients", rank, push_seconds.load());
+  Metric(&out, "embedps_worker_train_loss", "gauge",
+         "mean training loss over the last logged steps", rank,
+         train_loss.load());
+  Metric(&out, "embedps_worker_train_auc", "gauge",
+         "AUC over the most recent training predictions", rank,
+         train_auc.load());
+  Metric(&out, "embedps_worker_test_auc", "gauge",
+         "test AUC of the last evaluation (rank 0)", rank, test_auc.load());
+  Metric(&out, "embedps_worker_test_logloss", "gauge",
+         "test log loss of the last evaluation (rank 0)", rank,
+         test_logloss.load());
+  return out;
+}
+
+absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
+    const WorkerMetrics* metrics, const std::string& host, int port) {
+  std::unique_ptr<MetricsEndpoint> endpoint(new MetricsEndpoint());
+  endpoint->http_ = std::make_unique<httplib::Server>();
+  endpoint->http_->Get(
+      "/metrics", [metrics](const httplib::Request&, httplib::Response& res) {
+        res.set_content(metrics->Render(), "text/plain; version=0.0.4");
+      });
+  endpoint->port_ =
+      port == 0 ? endpoint->http_->bind_to_any_port(host)
+                : (endpoint->http_->bind_to_port(host, port) ? port : -1);
+  if (endpoint->port_ < 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen for metrics on ", host, ":", port));
+  }
+  httplib::Server* http = endpoint->http_.get();
+  endpoint->thread_ = std::thread([http] { http->listen_after_bind(); });
+  return endpoint;
+}
+
+MetricsEndpoint::~MetricsEndpoint() {
+  if (http_ != nullptr) http_->stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+}  // namespace embedps::worker
