@@ -233,7 +233,7 @@ TEST_F(TrainingTest, WorkerServesMetricsWhileTraining) {
   const std::string summary = ReadFile(out + "/summary.json");
   EXPECT_GT(JsonNumber(summary, "compute_seconds"), 0);
   EXPECT_GE(JsonNumber(summary, "pull_wait_seconds"), 0);
-  EXPECT_GT(JsonNumber(summary, "push_seconds"), 0);
+  EXPECT_GE(JsonNumber(summary, "push_seconds"), 0);
 }
 
 // A server that dies: the worker retries within its deadline, then fails

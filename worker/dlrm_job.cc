@@ -130,6 +130,8 @@ struct PreparedStep {
   // size × slots: the position of the sample's key in its table's unique.
   std::vector<int32_t> index;
   std::vector<std::future<absl::Status>> pulls;
+  // The step's Pushes, in flight while the next step computes.
+  std::vector<std::future<absl::Status>> pushes;
 };
 
 class DlrmWorker {
@@ -146,7 +148,9 @@ class DlrmWorker {
   absl::Status AwaitPulls(PreparedStep& step);
   // The model's input for a prepared batch: one row per bag.
   dense::Batch<float> ModelBatch(PreparedStep& step);
+  // Trains on the step and starts its Pushes (AwaitPushes finishes them).
   absl::StatusOr<float> TrainOn(PreparedStep& step);
+  absl::Status AwaitPushes(PreparedStep& step);
   absl::StatusOr<EvalPoint> Evaluate(int64_t trained_steps);
   void Progress(int64_t step, int64_t total, bool force);
   absl::Status WriteOutputs(const DlrmJobResult& result);
@@ -377,27 +381,31 @@ absl::StatusOr<float> DlrmWorker::TrainOn(PreparedStep& step) {
       for (int k = 0; k < dim_; ++k) target[k] += scale * g[k];
     }
   }
-  const absl::Time push_start = absl::Now();
   metrics_.compute_seconds = metrics_.compute_seconds +
-                             absl::ToDoubleSeconds(push_start - compute_start);
-  std::vector<std::future<absl::Status>> pushes;
+                             absl::ToDoubleSeconds(absl::Now() - compute_start);
   for (size_t t = 0; t < handles_.size(); ++t) {
-    pushes.push_back(client_->PushAsync(handles_[t], step.tables[t].unique,
-                                        step.tables[t].grads, step.batch.step));
+    step.pushes.push_back(client_->PushAsync(handles_[t], step.tables[t].unique,
+                                             step.tables[t].grads,
+                                             step.batch.step));
   }
+  return loss;
+}
+
+absl::Status DlrmWorker::AwaitPushes(PreparedStep& step) {
+  const absl::Time start = absl::Now();
   absl::Status first;
-  for (size_t t = 0; t < pushes.size(); ++t) {
-    absl::Status s = pushes[t].get();
+  for (size_t t = 0; t < step.pushes.size(); ++t) {
+    absl::Status s = step.pushes[t].get();
     if (!s.ok() && first.ok()) {
       first = absl::Status(
-          s.code(),
-          absl::StrCat("Push to table '", table_names_[t], "': ", s.message()));
+          s.code(), absl::StrCat("step ", step.batch.step, ": Push to table '",
+                                 table_names_[t], "': ", s.message()));
     }
   }
+  step.pushes.clear();
   metrics_.push_seconds =
-      metrics_.push_seconds + absl::ToDoubleSeconds(absl::Now() - push_start);
-  RETURN_IF_ERROR(first);
-  return loss;
+      metrics_.push_seconds + absl::ToDoubleSeconds(absl::Now() - start);
+  return first;
 }
 
 absl::StatusOr<EvalPoint> DlrmWorker::Evaluate(int64_t trained_steps) {
@@ -481,7 +489,7 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
   int64_t tail_count = 0;
   start_ = absl::Now();
 
-  std::unique_ptr<PreparedStep> current;
+  std::unique_ptr<PreparedStep> current, pushing;
   if (total_steps_ > 0) {
     ASSIGN_OR_RETURN(std::optional<CriteoBatch> first, reader_->Next());
     if (!first.has_value()) {
@@ -522,10 +530,15 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
       tail_sum += *loss;
       ++tail_count;
     }
+    // This step's Pushes run while the next step computes; the previous
+    // step's must be done by now.
+    if (pushing != nullptr) RETURN_IF_ERROR(AwaitPushes(*pushing));
+    pushing = std::move(current);
     current = std::move(next);
     Progress(step + 1, total_steps_, step + 1 == total_steps_);
     if (evaluates && c_.eval_every_steps() > 0 &&
         (step + 1) % c_.eval_every_steps() == 0 && step + 1 < total_steps_) {
+      RETURN_IF_ERROR(AwaitPushes(*pushing));
       ASSIGN_OR_RETURN(EvalPoint point, Evaluate(step + 1));
       log_->info("step {}: test auc {:.5f} logloss {:.5f}", point.step,
                  point.auc, point.logloss);
@@ -534,6 +547,7 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
       result.evals.push_back(point);
     }
   }
+  if (pushing != nullptr) RETURN_IF_ERROR(AwaitPushes(*pushing));
   result.steps = total_steps_;
   result.samples = samples_;
   result.train_seconds = absl::ToDoubleSeconds(absl::Now() - start_);
