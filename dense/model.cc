@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "dense/cpu_model.h"
 #include "dense/cuda_model.h"
 #include "dense/dense_model.pb.h"
@@ -19,22 +20,9 @@ namespace {
 
 constexpr uint32_t kFormatVersion = 1;
 
-absl::Status CheckSize(size_t got, size_t want, absl::string_view what) {
-  if (got == want) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      what, " needs ", want, " values (the model's parameters), got ", got));
-}
-
 absl::Status CopyLastLogits(absl::Span<const float> logits,
                             absl::Span<float> host) {
-  if (logits.empty()) {
-    return absl::FailedPreconditionError("no batch has run yet");
-  }
-  if (host.size() != logits.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the last batch had ", logits.size(), " samples, got room "
-                     "for ", host.size(), " logits"));
-  }
+  RETURN_IF_ERROR(CheckLogitsBufferSize(host.size(), logits.size()));
   std::copy(logits.begin(), logits.end(), host.begin());
   return absl::OkStatus();
 }
@@ -65,27 +53,21 @@ class CpuBackendModel final : public Model {
   absl::Span<float> parameter_buffer() override { return model_->parameters(); }
   absl::Span<float> gradient_buffer() override { return model_->gradients(); }
   absl::Status GetParameters(absl::Span<float> host) override {
-    if (absl::Status s = CheckSize(host.size(), num_parameters(), "parameters");
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(
+        CheckFlatBufferSize(host.size(), num_parameters(), "parameters"));
     std::copy(model_->parameters().begin(), model_->parameters().end(),
               host.begin());
     return absl::OkStatus();
   }
   absl::Status SetParameters(absl::Span<const float> host) override {
-    if (absl::Status s = CheckSize(host.size(), num_parameters(), "parameters");
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(
+        CheckFlatBufferSize(host.size(), num_parameters(), "parameters"));
     std::copy(host.begin(), host.end(), model_->parameters().begin());
     return absl::OkStatus();
   }
   absl::Status GetGradients(absl::Span<float> host) override {
-    if (absl::Status s = CheckSize(host.size(), num_parameters(), "gradients");
-        !s.ok()) {
-      return s;
-    }
+    RETURN_IF_ERROR(
+        CheckFlatBufferSize(host.size(), num_parameters(), "gradients"));
     std::copy(model_->gradients().begin(), model_->gradients().end(),
               host.begin());
     return absl::OkStatus();

@@ -4,16 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/key_hash.h"
+#include "common/hash_random.h"
 
 namespace embedps::dense {
 namespace {
-
-// A double in [0, 1) from 53 bits of a hash.
-double Unit(uint64_t seed, uint64_t index) {
-  return static_cast<double>(MixPair(seed, index) >> 11) *
-         (1.0 / 9007199254740992.0);
-}
 
 absl::Status CheckWidths(const std::vector<int>& widths,
                          absl::string_view field) {
@@ -110,7 +104,7 @@ void InitializeParameters(const ModelSpec& spec, const ModelLayout& layout,
       for (size_t i = 0; i < n; ++i) {
         const size_t index = layer.weight_offset + i;
         parameters[index] =
-            static_cast<T>(limit * (2.0 * Unit(spec.seed, index) - 1.0));
+            static_cast<T>(limit * (2.0 * HashUnit(spec.seed, index) - 1.0));
       }
     }
   }
@@ -190,6 +184,24 @@ absl::Status ValidateRowGradients(const Batch<T>& batch,
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckFlatBufferSize(size_t got, size_t num_parameters,
+                                 absl::string_view what) {
+  if (got == num_parameters) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, " needs ", num_parameters,
+                   " values (the model's parameters), got ", got));
+}
+
+absl::Status CheckLogitsBufferSize(size_t got, size_t last_batch_size) {
+  if (last_batch_size == 0) {
+    return absl::FailedPreconditionError("no batch has run yet");
+  }
+  if (got == last_batch_size) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("the last batch had ", last_batch_size,
+                   " samples, got room for ", got, " logits"));
 }
 
 double TrainingFlopsPerSample(const ModelSpec& spec, const ModelLayout& layout,

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace embedps::dense {
@@ -124,6 +125,14 @@ absl::Status ValidateBatch(const ModelSpec& spec, const Batch<T>& batch,
 template <typename T>
 absl::Status ValidateRowGradients(const Batch<T>& batch,
                                   absl::Span<const absl::Span<T>> gradients);
+
+// Checks every backend makes on host buffers (INVALID_ARGUMENT with the
+// numbers): a flat copy of `what` holds exactly `num_parameters` values;
+// a logits buffer holds exactly the last batch's `last_batch_size`
+// (FAILED_PRECONDITION when no batch has run: size 0).
+absl::Status CheckFlatBufferSize(size_t got, size_t num_parameters,
+                                 absl::string_view what);
+absl::Status CheckLogitsBufferSize(size_t got, size_t last_batch_size);
 
 // Model FLOPs of one forward + backward sample (multiply-adds count 2):
 // the GEMMs, the interaction and the pooling.

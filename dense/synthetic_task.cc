@@ -3,18 +3,13 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/hash_random.h"
 #include "common/key_hash.h"
 
 namespace embedps::dense {
 namespace {
 
 constexpr double kTwoPi = 6.28318530717958647692;
-
-// A double in (0, 1] from 53 bits of a hash.
-double OpenUnit(uint64_t seed, uint64_t index) {
-  return (static_cast<double>(MixPair(seed, index) >> 11) + 1.0) *
-         (1.0 / 9007199254740992.0);
-}
 
 }  // namespace
 
@@ -45,8 +40,8 @@ void SyntheticTask::Fill(int64_t first, int count, absl::Span<float> dense,
       // Box–Muller: two normals from two uniforms.
       const uint64_t index = (sample * ((dim + 1) / 2) + j / 2) * 2;
       const double radius =
-          std::sqrt(-2.0 * std::log(OpenUnit(feature_seed, index)));
-      const double angle = kTwoPi * OpenUnit(feature_seed, index + 1);
+          std::sqrt(-2.0 * std::log(HashUnit(feature_seed, index)));
+      const double angle = kTwoPi * HashUnit(feature_seed, index + 1);
       dense[static_cast<size_t>(r) * dim + j] =
           static_cast<float>(radius * std::cos(angle));
       if (j + 1 < dim) {
@@ -64,7 +59,7 @@ void SyntheticTask::Fill(int64_t first, int count, absl::Span<float> dense,
   for (int r = 0; r < count; ++r) {
     const double z = spec_.teacher_scale * logits_[r];
     const double p = 1.0 / (1.0 + std::exp(-z));
-    labels[r] = OpenUnit(label_seed, static_cast<uint64_t>(first + r)) <= p
+    labels[r] = HashUnit(label_seed, static_cast<uint64_t>(first + r)) <= p
                     ? 1.0f
                     : 0.0f;
     if (!true_logits.empty()) true_logits[r] = static_cast<float>(z);

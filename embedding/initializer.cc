@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/hash_random.h"
 #include "common/key_hash.h"
 
 namespace embedps::embedding {
@@ -11,11 +12,6 @@ namespace {
 constexpr double kTwoPi = 6.283185307179586476925286766559;
 // Truncated normals redraw beyond this many standard deviations.
 constexpr double kTruncationSigmas = 2.0;
-
-// 53 random bits as a double in (0, 1): never 0, so log() is finite.
-double OpenUnitDouble(uint64_t bits) {
-  return (static_cast<double>(bits >> 11) + 0.5) * (1.0 / 9007199254740992.0);
-}
 
 // A standard normal draw by Box–Muller from one 64-bit hash of
 // (seed, key, element, attempt).

@@ -2,10 +2,7 @@
 // --model=mlp ranks meeting through a rendezvous directory, reducing their
 // gradients with Gloo over loopback.
 #include <cmath>
-#include <fstream>
 #include <memory>
-#include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -14,30 +11,13 @@
 #include "dense/model.h"
 #include "gtest/gtest.h"
 #include "tests/child_process.h"
+#include "tests/job_output.h"
 
 namespace embedps::testing {
 namespace {
 
 constexpr char kWorker[] = "worker/ps_worker";
 constexpr int kInputDim = 16;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-// A number field of the job's JSON result.
-double JsonNumber(const std::string& json, const std::string& field) {
-  std::smatch match;
-  const std::regex pattern("\"" + field + "\": ([-0-9.e+]+)");
-  if (!std::regex_search(json, match, pattern)) {
-    ADD_FAILURE() << "no " << field << " in " << json;
-    return NAN;
-  }
-  return std::stod(match[1]);
-}
 
 struct Job {
   std::string output_dir;

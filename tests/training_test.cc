@@ -7,8 +7,6 @@
 #include <cmath>
 #include <fstream>
 #include <memory>
-#include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -18,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "tests/child_process.h"
+#include "tests/job_output.h"
 #include "tests/server_process.h"
 
 namespace embedps::testing {
@@ -26,23 +25,6 @@ namespace {
 constexpr char kServer[] = "server/ps_server";
 constexpr char kWorker[] = "worker/ps_worker";
 constexpr char kConfig[] = "deploy/local/dlrm_small.txtpb";
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
-double JsonNumber(const std::string& json, const std::string& field) {
-  std::smatch match;
-  if (!std::regex_search(json, match,
-                         std::regex("\"" + field + "\": ([-0-9.e+]+)"))) {
-    ADD_FAILURE() << "no " << field << " in " << json;
-    return NAN;
-  }
-  return std::stod(match[1]);
-}
 
 // One planted data set for the whole suite (small vocabularies, so that
 // a few seconds of training get close to the Bayes-optimal AUC).
@@ -187,6 +169,23 @@ TEST_F(TrainingTest, BadDataIsSkippedOrFatal) {
   EXPECT_NE(ReadFile(log).find("malformed line " + bad + ":8"),
             std::string::npos)
       << ReadFile(log);
+}
+
+// datagen refuses flags it cannot use, saying which.
+TEST_F(TrainingTest, DatagenRefusesBadFlags) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{
+           {"--train_rows=10"},  // no --output_dir
+           {"--output_dir=" + TestTempPath("dg"), "--vocab=10,0"},
+           {"--output_dir=" + TestTempPath("dg"), "--vocab=ten"}}) {
+    const std::string log = TestTempPath("datagen.log");
+    ASSERT_OK_AND_ASSIGN(auto p,
+                         ChildProcess::Spawn("tools/datagen", args, "", log));
+    ASSERT_OK_AND_ASSIGN(int code, p->WaitFor(absl::Seconds(30)));
+    EXPECT_EQ(code, 2) << args.back();
+    EXPECT_NE(ReadFile(log).find("datagen: --"), std::string::npos)
+        << ReadFile(log);
+  }
 }
 
 // While it trains, a worker serves Prometheus metrics; its summary splits

@@ -33,6 +33,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/hash_random.h"
 #include "common/key_hash.h"
 #include "dense/eval_metrics.h"
 #include "tools/key_distributions.h"
@@ -60,16 +61,6 @@ namespace {
 
 constexpr int kDense = 13;
 constexpr int kSlots = 26;
-
-// A normal from a hash (Box–Muller).
-double HashNormal(uint64_t seed, uint64_t index) {
-  const double u1 =
-      (static_cast<double>(MixPair(seed, 2 * index) >> 11) + 1.0) /
-      9007199254740993.0;
-  const double u2 = static_cast<double>(MixPair(seed, 2 * index + 1) >> 11) /
-                    9007199254740992.0;
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
-}
 
 struct PlantedModel {
   std::vector<int64_t> vocab;   // per slot
@@ -101,8 +92,9 @@ struct Row {
 
 class Generator {
  public:
-  explicit Generator(const PlantedModel& model)
-      : model_(model), rng_(MixPair(model.seed, 7)) {}
+  // `missing`: the probability that a feature is left empty.
+  Generator(const PlantedModel& model, double missing)
+      : model_(model), missing_(missing), rng_(MixPair(model.seed, 7)) {}
 
   Row Next() {
     const PlantedModel& m = model_;
@@ -145,10 +137,9 @@ class Generator {
     return row;
   }
 
-  double missing_ = 0;
-
  private:
   const PlantedModel& model_;
+  const double missing_;
   std::mt19937_64 rng_;
 };
 
@@ -192,8 +183,7 @@ int Run() {
     m.b0 -= m.dense_weight.back() * (m.dense_mean.back() + 0.2);
   }
 
-  Generator generator(m);
-  generator.missing_ = absl::GetFlag(FLAGS_missing);
+  Generator generator(m, absl::GetFlag(FLAGS_missing));
   const absl::Time start = absl::Now();
   int64_t positives = 0;
   std::vector<float> test_probability, test_label;

@@ -106,35 +106,18 @@ class LineReader {
 };
 
 absl::StatusOr<int64_t> CountLines(const std::string& path) {
-  gzFile file = gzopen(path.c_str(), "rb");
-  if (file == nullptr) {
-    return absl::NotFoundError(absl::StrCat("cannot open data file ", path,
-                                            ": ", std::strerror(errno)));
-  }
-  gzbuffer(file, kChunk);
-  std::vector<char> buffer(kChunk);
+  absl::StatusOr<std::unique_ptr<LineReader>> reader =
+      LineReader::Open(path, /*max_line_bytes=*/0);
+  if (!reader.ok()) return reader.status();
   int64_t lines = 0;
-  char last = '\n';
+  absl::string_view line;
+  bool too_long = false;
   while (true) {
-    const int got = gzread(file, buffer.data(), kChunk);
-    if (got < 0) {
-      int code = 0;
-      const std::string error = gzerror(file, &code);
-      gzclose(file);
-      return absl::DataLossError(absl::StrCat("reading ", path, ": ", error));
-    }
-    if (got == 0) break;
-    for (const char* p = buffer.data(); p < buffer.data() + got;) {
-      const void* nl = std::memchr(p, '\n', buffer.data() + got - p);
-      if (nl == nullptr) break;
-      ++lines;
-      p = static_cast<const char*>(nl) + 1;
-    }
-    last = buffer[got - 1];
+    absl::StatusOr<bool> more = (*reader)->Next(&line, &too_long);
+    if (!more.ok()) return more.status();
+    if (!*more) return lines;
+    ++lines;
   }
-  gzclose(file);
-  if (last != '\n') ++lines;  // a last line without its newline
-  return lines;
 }
 
 int HexDigit(char c) {

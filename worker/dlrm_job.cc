@@ -184,6 +184,7 @@ class DlrmWorker {
   int64_t loss_count_ = 0;
   std::deque<std::pair<float, float>> window_;  // (logit, label)
   std::vector<std::string> history_;
+  std::vector<CriteoBatch> test_batches_;  // rank 0, after the first eval
   WorkerMetrics metrics_;
   std::unique_ptr<MetricsEndpoint> endpoint_;
 };
@@ -409,21 +410,26 @@ absl::Status DlrmWorker::AwaitPushes(PreparedStep& step) {
 }
 
 absl::StatusOr<EvalPoint> DlrmWorker::Evaluate(int64_t trained_steps) {
-  CriteoReaderOptions options;
-  options.files.assign(c_.test_files().begin(), c_.test_files().end());
-  options.batch_size = kEvalBatch;
-  options.include_tail = true;
-  options.name = "test";
-  ASSIGN_OR_RETURN(std::unique_ptr<CriteoReader> reader,
-                   CriteoReader::Open(options));
+  if (test_batches_.empty()) {
+    // Parsed once, kept for every later evaluation.
+    CriteoReaderOptions options;
+    options.files.assign(c_.test_files().begin(), c_.test_files().end());
+    options.batch_size = kEvalBatch;
+    options.include_tail = true;
+    options.name = "test";
+    ASSIGN_OR_RETURN(std::unique_ptr<CriteoReader> reader,
+                     CriteoReader::Open(options));
+    while (true) {
+      ASSIGN_OR_RETURN(std::optional<CriteoBatch> batch, reader->Next());
+      if (!batch.has_value()) break;
+      if (batch->size > 0) test_batches_.push_back(std::move(*batch));
+    }
+  }
   std::vector<float> logits, labels, batch_logits;
-  while (true) {
-    ASSIGN_OR_RETURN(std::optional<CriteoBatch> batch, reader->Next());
-    if (!batch.has_value()) break;
-    if (batch->size == 0) continue;
+  for (const CriteoBatch& batch : test_batches_) {
     // Pull at the next step: SYNC and SSP wait for the steps trained so far.
     std::unique_ptr<PreparedStep> step =
-        Prepare(std::move(*batch), static_cast<uint64_t>(trained_steps));
+        Prepare(batch, static_cast<uint64_t>(trained_steps));
     RETURN_IF_ERROR(AwaitPulls(*step));
     const dense::Batch<float> model_batch = ModelBatch(*step);
     batch_logits.resize(model_batch.size);
@@ -643,6 +649,10 @@ absl::Status ValidateWorkerConfig(const WorkerConfig& c) {
         "batch_size, epochs and max_steps must not be negative");
   }
   if (absl::Status s = ParseMode(c.mode()).status(); !s.ok()) return s;
+  if (absl::Status s = DenseOptimizerOf(c.dense_optimizer(), 0).status();
+      !s.ok()) {
+    return s;
+  }
   return dense::ValidateModelSpec(ModelSpecOf(c));
 }
 

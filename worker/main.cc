@@ -188,6 +188,14 @@ std::vector<std::string> SplitList(const std::string& text) {
   return absl::StrSplit(text, ',', absl::SkipEmpty());
 }
 
+// A non-empty comma-separated flag replaces the config's file list.
+void ReplaceFiles(const std::string& flag,
+                  google::protobuf::RepeatedPtrField<std::string>* files) {
+  if (flag.empty()) return;
+  files->Clear();
+  for (const std::string& f : SplitList(flag)) *files->Add() = f;
+}
+
 absl::Status RunDlrm() {
   DlrmJobOptions options;
   const std::string path = absl::GetFlag(FLAGS_config);
@@ -211,18 +219,8 @@ absl::Status RunDlrm() {
   if (!absl::GetFlag(FLAGS_mode).empty()) {
     config.set_mode(absl::GetFlag(FLAGS_mode));
   }
-  if (!absl::GetFlag(FLAGS_train_data).empty()) {
-    config.clear_train_files();
-    for (const std::string& f : SplitList(absl::GetFlag(FLAGS_train_data))) {
-      config.add_train_files(f);
-    }
-  }
-  if (!absl::GetFlag(FLAGS_test_data).empty()) {
-    config.clear_test_files();
-    for (const std::string& f : SplitList(absl::GetFlag(FLAGS_test_data))) {
-      config.add_test_files(f);
-    }
-  }
+  ReplaceFiles(absl::GetFlag(FLAGS_train_data), config.mutable_train_files());
+  ReplaceFiles(absl::GetFlag(FLAGS_test_data), config.mutable_test_files());
   if (!absl::GetFlag(FLAGS_bayes_metrics).empty()) {
     config.set_bayes_metrics_file(absl::GetFlag(FLAGS_bayes_metrics));
   }

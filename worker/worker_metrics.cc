@@ -5,46 +5,45 @@
 #include "httplib.h"
 
 namespace embedps::worker {
-namespace {
-
-void Metric(std::string* out, const char* name, const char* type,
-            const char* help, int rank, double value) {
-  absl::StrAppendFormat(out,
-                        "# HELP %s %s\n# TYPE %s %s\n%s{rank=\"%d\"} %.9g\n",
-                        name, help, name, type, name, rank, value);
-}
-
-}  // namespace
-
 std::string WorkerMetrics::Render() const {
+  struct Row {
+    const char* name;
+    const char* type;
+    const char* help;
+    double value;
+  };
+  const Row rows[] = {
+      {"embedps_worker_steps_total", "counter", "training steps completed",
+       static_cast<double>(steps.load())},
+      {"embedps_worker_planned_steps", "gauge", "steps this job will run",
+       static_cast<double>(total_steps.load())},
+      {"embedps_worker_samples_total", "counter",
+       "samples trained on by this worker",
+       static_cast<double>(samples.load())},
+      {"embedps_worker_bad_lines_total", "counter",
+       "malformed data lines skipped", static_cast<double>(bad_lines.load())},
+      {"embedps_worker_pull_wait_seconds_total", "counter",
+       "time spent waiting for embedding Pulls", pull_wait_seconds.load()},
+      {"embedps_worker_compute_seconds_total", "counter",
+       "time in forward, backward, dense allreduce and optimizer",
+       compute_seconds.load()},
+      {"embedps_worker_push_seconds_total", "counter",
+       "time spent waiting for embedding Pushes", push_seconds.load()},
+      {"embedps_worker_train_loss", "gauge",
+       "mean training loss over the last logged steps", train_loss.load()},
+      {"embedps_worker_train_auc", "gauge",
+       "AUC over the most recent training predictions", train_auc.load()},
+      {"embedps_worker_test_auc", "gauge",
+       "test AUC of the last evaluation (rank 0)", test_auc.load()},
+      {"embedps_worker_test_logloss", "gauge",
+       "test log loss of the last evaluation (rank 0)", test_logloss.load()},
+  };
   std::string out;
-  Metric(&out, "embedps_worker_steps_total", "counter",
-         "training steps completed", rank, steps.load());
-  Metric(&out, "embedps_worker_planned_steps", "gauge",
-         "steps this job will run", rank, total_steps.load());
-  Metric(&out, "embedps_worker_samples_total", "counter",
-         "samples trained on by this worker", rank, samples.load());
-  Metric(&out, "embedps_worker_bad_lines_total", "counter",
-         "malformed data lines skipped", rank, bad_lines.load());
-  Metric(&out, "embedps_worker_pull_wait_seconds_total", "counter",
-         "time spent waiting for embedding Pulls", rank,
-         pull_wait_seconds.load());
-  Metric(&out, "embedps_worker_compute_seconds_total", "counter",
-         "time in forward, backward, dense allreduce and optimizer", rank,
-         compute_seconds.load());
-  Metric(&out, "embedps_worker_push_seconds_total", "counter",
-         "time spent pushing embedding gradients", rank, push_seconds.load());
-  Metric(&out, "embedps_worker_train_loss", "gauge",
-         "mean training loss over the last logged steps", rank,
-         train_loss.load());
-  Metric(&out, "embedps_worker_train_auc", "gauge",
-         "AUC over the most recent training predictions", rank,
-         train_auc.load());
-  Metric(&out, "embedps_worker_test_auc", "gauge",
-         "test AUC of the last evaluation (rank 0)", rank, test_auc.load());
-  Metric(&out, "embedps_worker_test_logloss", "gauge",
-         "test log loss of the last evaluation (rank 0)", rank,
-         test_logloss.load());
+  for (const Row& r : rows) {
+    absl::StrAppendFormat(
+        &out, "# HELP %s %s\n# TYPE %s %s\n%s{rank=\"%d\"} %.9g\n", r.name,
+        r.help, r.name, r.type, r.name, rank, r.value);
+  }
   return out;
 }
 

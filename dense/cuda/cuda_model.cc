@@ -170,20 +170,13 @@ class CudaModel final : public Model {
   }
 
   absl::Status LastLogits(absl::Span<float> host) override {
-    if (last_batch_size_ == 0) {
-      return absl::FailedPreconditionError("no batch has run yet");
-    }
-    if (host.size() != static_cast<size_t>(last_batch_size_)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("the last batch had ", last_batch_size_,
-                       " samples, got room for ", host.size(), " logits"));
-    }
+    RETURN_IF_ERROR(CheckLogitsBufferSize(host.size(), last_batch_size_));
     RETURN_IF_ERROR(MakeCurrent());
-    RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(host.data(), top_activations_.back().data(),
-                        host.size() * sizeof(float), cudaMemcpyDeviceToHost,
-                        stream_),
-        "copying logits to the host"));
+    RETURN_IF_ERROR(
+        CudaStatus(cudaMemcpyAsync(host.data(), top_activations_.back().data(),
+                                   host.size() * sizeof(float),
+                                   cudaMemcpyDeviceToHost, stream_),
+                   "copying logits to the host"));
     return Synchronize("LastLogits");
   }
 
@@ -201,7 +194,8 @@ class CudaModel final : public Model {
     return CopyToHost(gradients_, host, "gradients");
   }
   absl::Status SetParameters(absl::Span<const float> host) override {
-    RETURN_IF_ERROR(CheckSize(host.size(), "parameters"));
+    RETURN_IF_ERROR(
+        CheckFlatBufferSize(host.size(), layout_.num_parameters, "parameters"));
     RETURN_IF_ERROR(MakeCurrent());
     RETURN_IF_ERROR(CudaStatus(cudaMemcpyAsync(parameters_.data(), host.data(),
                                                host.size() * sizeof(float),
@@ -270,16 +264,10 @@ class CudaModel final : public Model {
     return CudaStatus(cudaStreamSynchronize(stream_), what);
   }
 
-  absl::Status CheckSize(size_t got, absl::string_view what) const {
-    if (got == layout_.num_parameters) return absl::OkStatus();
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " needs ", layout_.num_parameters,
-                     " values (the model's parameters), got ", got));
-  }
-
   absl::Status CopyToHost(const DeviceArray<float>& from,
                           absl::Span<float> host, absl::string_view what) {
-    RETURN_IF_ERROR(CheckSize(host.size(), what));
+    RETURN_IF_ERROR(
+        CheckFlatBufferSize(host.size(), layout_.num_parameters, what));
     RETURN_IF_ERROR(MakeCurrent());
     RETURN_IF_ERROR(CudaStatus(
         cudaMemcpyAsync(host.data(), from.data(), host.size() * sizeof(float),
