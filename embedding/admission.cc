@@ -1,16 +1,30 @@
 #include "embedding/admission.h"
 
 #include <algorithm>
+#include <cstring>
 
+#include "absl/strings/str_cat.h"
 #include "common/key_hash.h"
 
 namespace embedps::embedding {
 namespace {
 
+absl::Status MergeNothing(absl::string_view state) {
+  if (state.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "saved admission state has ", state.size(),
+      " bytes but this table's admission policy keeps no state (was the "
+      "admission kind changed?)"));
+}
+
 class AlwaysAdmit final : public AdmissionFilter {
  public:
   bool RecordSighting(uint64_t) override { return true; }
   uint64_t bytes() const override { return 0; }
+  std::string SaveState() const override { return ""; }
+  absl::Status MergeState(absl::string_view state) override {
+    return MergeNothing(state);
+  }
 };
 
 class CountMinAdmission final : public AdmissionFilter {
@@ -45,6 +59,36 @@ class CountMinAdmission final : public AdmissionFilter {
 
   uint64_t bytes() const override { return counters_.capacity(); }
 
+  // Layout: sightings since the last aging (uint64, little-endian), then
+  // the counters.
+  std::string SaveState() const override {
+    std::string state(sizeof(uint64_t) + counters_.size(), '\0');
+    std::memcpy(state.data(), &sightings_, sizeof(uint64_t));
+    std::memcpy(state.data() + sizeof(uint64_t), counters_.data(),
+                counters_.size());
+    return state;
+  }
+
+  absl::Status MergeState(absl::string_view state) override {
+    if (state.size() != sizeof(uint64_t) + counters_.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("saved count-min admission state has ", state.size(),
+                       " bytes; this table's sketch needs ",
+                       sizeof(uint64_t) + counters_.size(),
+                       " (was sketch_counters or num_stripes changed?)"));
+    }
+    uint64_t sightings;
+    std::memcpy(&sightings, state.data(), sizeof(sightings));
+    const uint8_t* saved =
+        reinterpret_cast<const uint8_t*>(state.data()) + sizeof(uint64_t);
+    for (size_t i = 0; i < counters_.size(); ++i) {
+      counters_[i] = static_cast<uint8_t>(
+          std::min<uint32_t>(255, uint32_t{counters_[i]} + saved[i]));
+    }
+    sightings_ = std::min(sightings_ + sightings, aging_period_ - 1);
+    return absl::OkStatus();
+  }
+
  private:
   void Age() {
     for (uint8_t& c : counters_) c >>= 1;
@@ -72,6 +116,10 @@ class ProbabilityAdmission final : public AdmissionFilter {
     return MixPair(seed_ ^ key, ++sightings_) <= threshold_;
   }
   uint64_t bytes() const override { return 0; }
+  std::string SaveState() const override { return ""; }
+  absl::Status MergeState(absl::string_view state) override {
+    return MergeNothing(state);
+  }
 
  private:
   const uint64_t threshold_;

@@ -20,8 +20,11 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "embedding/table_spec.h"
 
 namespace embedps::embedding {
@@ -41,6 +44,14 @@ class AdmissionFilter {
 
   // Bytes the filter holds in memory.
   virtual uint64_t bytes() const = 0;
+
+  // The filter's state for a checkpoint (empty for stateless filters).
+  virtual std::string SaveState() const = 0;
+
+  // Adds a saved state to this filter's (counters add, saturating), so
+  // that the states of several shards' filters combine into one.
+  // INVALID_ARGUMENT if `state` is not of this filter's kind and size.
+  virtual absl::Status MergeState(absl::string_view state) = 0;
 };
 
 }  // namespace embedps::embedding

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <new>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "embedding/initializer.h"
 #include "embedding/internal/huge_page_allocator.h"
 #include "embedding/internal/row_arena.h"
+#include "embedding/internal/spill_store.h"
 #include "embedding/optimizer.h"
 
 namespace embedps::embedding {
@@ -42,12 +44,21 @@ constexpr uint64_t kMaxRowsPerStripe = kNoRow - 1;
 constexpr size_t kIndexPrefetchDistance = 16;
 constexpr size_t kRowPrefetchDistance = 8;
 
-// The first 16 bytes of every row.
+// The first 16 bytes of every row. Bytes 8.. of a row are its record
+// (RowRecordBytes): the form it has in the spill tier and in checkpoints.
 struct RowHeader {
   uint64_t key;
   uint32_t last_touch;
-  uint32_t access_count;
+  // Pulls (saturating at kCountMask), kDirtyBit and kReferencedBit.
+  uint32_t access_word;
 };
+constexpr uint32_t kCountMask = (uint32_t{1} << 30) - 1;
+// Changed since the table's last snapshot (only resident rows carry it;
+// spilled changed rows are listed in SpillState::dirty_keys).
+constexpr uint32_t kDirtyBit = uint32_t{1} << 30;
+// Touched since the CLOCK hand last passed the row.
+constexpr uint32_t kReferencedBit = uint32_t{1} << 31;
+constexpr size_t kRecordOffset = 8;
 static_assert(sizeof(RowHeader) == 16, "header must stay 16 bytes");
 constexpr int32_t kHeaderFloats = sizeof(RowHeader) / sizeof(float);
 
@@ -88,11 +99,27 @@ using RowIndex =
                         embedding_internal::HugePageAllocator<RowId>>;
 
 struct StripeCounters {
+  uint64_t spills = 0;
+  uint64_t promotions = 0;
   uint64_t admitted = 0;
   uint64_t admission_rejected = 0;
   uint64_t pushes_dropped = 0;
   uint64_t evicted = 0;
   uint64_t erased = 0;
+};
+
+// What a stripe knows of its keys outside memory and of its changes.
+struct SpillState {
+  // Bumped by every spill-tier write of this stripe's keys: a MultiGet made
+  // without the lock is current iff the generation did not move meanwhile.
+  uint64_t generation = 0;
+  // Next row id the CLOCK hand inspects.
+  RowId clock_hand = 0;
+  uint64_t spilled_rows = 0;
+  // Spilled rows changed since the last snapshot.
+  absl::flat_hash_set<uint64_t> dirty_keys;
+  // Keys removed since the last snapshot (kept once a snapshot was taken).
+  absl::flat_hash_set<uint64_t> removed_keys;
 };
 
 // One lock stripe: a mutex, the row index, the row arena and the admission
@@ -133,6 +160,13 @@ class Stripe {
   StripeCounters& counters() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     return counters_;
   }
+  SpillState& spill() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return spill_; }
+  const SpillState& spill() const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    return spill_;
+  }
+  const AdmissionFilter& admission() const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    return *admission_;
+  }
   const StripeCounters& counters() const ABSL_SHARED_LOCKS_REQUIRED(mu) {
     return counters_;
   }
@@ -158,7 +192,7 @@ class Stripe {
     RowHeader& header = MutableHeader(id);
     header.key = key;
     header.last_touch = touch;
-    header.access_count = 0;
+    header.access_word = 0;
     return id;
   }
 
@@ -168,6 +202,11 @@ class Stripe {
     index_.erase(KeyProbe{header.key, hash});
     header.last_touch = kFreeRowMark;
     free_rows_.push_back(id);
+  }
+
+  // Only while no other thread can see the stripe (construction).
+  uint64_t AdmissionBytesUnlocked() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return admission_->bytes();
   }
 
   // Bytes of rows handed out (the arena's untouched tail is address space,
@@ -192,6 +231,7 @@ class Stripe {
   std::vector<RowId> free_rows_ ABSL_GUARDED_BY(mu);
   std::unique_ptr<AdmissionFilter> admission_ ABSL_GUARDED_BY(mu);
   StripeCounters counters_ ABSL_GUARDED_BY(mu);
+  SpillState spill_ ABSL_GUARDED_BY(mu);
 };
 
 size_t RowHash::operator()(RowId id) const {
@@ -218,16 +258,194 @@ struct BatchScratch {
   absl::flat_hash_map<RowId, uint32_t> repeated_slot;
   std::vector<float> repeated_sums;
   std::vector<int32_t> deferred;  // stripes whose lock was busy
+  // Spill tier: batch positions left for the second pass, and each
+  // stripe's SpillState::generation when the first pass saw it.
+  std::vector<uint32_t> missed_positions;
+  std::vector<uint64_t> generation_seen;
 };
 
-BatchScratch& ThreadScratch() {
-  thread_local BatchScratch scratch;
-  return scratch;
+// `which` 0 serves a request's batch, 1 its second pass over the misses.
+BatchScratch& ThreadScratch(int which = 0) {
+  thread_local BatchScratch scratch[2];
+  return scratch[which];
 }
+
+// Rows read from the spill tier for one request: key -> record.
+class FetchedRows {
+ public:
+  explicit FetchedRows(size_t record_bytes) : record_bytes_(record_bytes) {}
+
+  // Reads `keys` (distinct) in one MultiGet; found ones replace what was
+  // fetched before, missing ones are forgotten.
+  absl::Status Fetch(embedding_internal::SpillStore& store,
+                     absl::Span<const uint64_t> keys) {
+    if (keys.empty()) return absl::OkStatus();
+    const size_t base = records_.size();
+    records_.resize(base + keys.size() * record_bytes_);
+    found_.assign(keys.size(), false);
+    bool* found = reinterpret_cast<bool*>(found_.data());
+    RETURN_IF_ERROR(store.MultiGet(keys, records_.data() + base,
+                                   absl::MakeSpan(found, keys.size())));
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (found[i]) {
+        offset_[keys[i]] = base + i * record_bytes_;
+      } else {
+        offset_.erase(keys[i]);
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // The record of `key`, or null if it is not spilled.
+  const char* Find(uint64_t key) const {
+    auto it = offset_.find(key);
+    return it == offset_.end() ? nullptr : records_.data() + it->second;
+  }
+
+ private:
+  const size_t record_bytes_;
+  std::vector<char> records_;
+  std::vector<char> found_;  // bools; std::vector<bool> has no data()
+  absl::flat_hash_map<uint64_t, size_t> offset_;
+};
+
+// Spill-tier writes one stripe collects under its lock.
+struct SpillWrites {
+  std::vector<uint64_t> put_keys;
+  std::vector<char> put_records;
+  std::vector<uint64_t> delete_keys;
+  bool empty() const { return put_keys.empty() && delete_keys.empty(); }
+  void clear() {
+    put_keys.clear();
+    put_records.clear();
+    delete_keys.clear();
+  }
+};
+
+// How a pass over a stripe's batch treats keys without a resident row.
+struct MissPolicy {
+  // First pass with a spill tier: record the batch position here and leave
+  // the key for the second pass.
+  std::vector<uint32_t>* defer = nullptr;
+  // Second pass: spilled rows to promote, and where the stripe's spill
+  // deletes go.
+  const FetchedRows* fetched = nullptr;
+  SpillWrites* writes = nullptr;
+};
+
+// Distinct keys of `keys`, sorted.
+std::vector<uint64_t> SortedUnique(absl::Span<const uint64_t> keys) {
+  std::vector<uint64_t> unique(keys.begin(), keys.end());
+  std::sort(unique.begin(), unique.end());
+  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+  return unique;
+}
+
+// What TakeSnapshot copied: resident rows (and removed keys) sorted by key,
+// plus, with a spill tier, a RocksDB snapshot for the spilled rows (all of
+// them for a full snapshot, the changed ones for an incremental one).
+class CopiedSnapshot final : public TableSnapshot {
+ public:
+  struct Entry {
+    uint64_t key;
+    // Into records; kRemoved for a removed key.
+    size_t offset;
+  };
+  static constexpr size_t kRemoved = SIZE_MAX;
+
+  CopiedSnapshot(bool incremental, size_t record_bytes)
+      : incremental_(incremental), record_bytes_(record_bytes) {}
+
+  bool incremental() const override { return incremental_; }
+  size_t record_bytes() const override { return record_bytes_; }
+  const std::vector<std::string>& admission_states() const override {
+    return admission_states_;
+  }
+  uint64_t copied_rows() const override { return copied_rows_; }
+
+  absl::Status ForEach(absl::FunctionRef<absl::Status(uint64_t, const char*)>
+                           visit) const override {
+    size_t next = 0;
+    const auto emit_until = [&](uint64_t bound, bool inclusive) {
+      while (next < entries_.size() &&
+             (entries_[next].key < bound ||
+              (inclusive && entries_[next].key == bound))) {
+        const Entry& entry = entries_[next++];
+        RETURN_IF_ERROR(visit(entry.key, entry.offset == kRemoved
+                                             ? nullptr
+                                             : records_.data() + entry.offset));
+      }
+      return absl::OkStatus();
+    };
+    if (spill_view_ != nullptr && !incremental_) {
+      // Tiers hold disjoint keys: merge the two sorted streams.
+      std::vector<char> clean(record_bytes_);
+      RETURN_IF_ERROR(spill_view_->ForEach(
+          [&](uint64_t key, const char* record) -> absl::Status {
+            RETURN_IF_ERROR(emit_until(key, false));
+            return visit(key, CleanRecord(record, clean.data()));
+          }));
+    }
+    return emit_until(UINT64_MAX, true);
+  }
+
+  // Filled by the table while it is paused, then sorted by Finish.
+  std::vector<Entry> entries_;
+  std::vector<char> records_;
+  std::vector<std::string> admission_states_;
+  std::unique_ptr<embedding_internal::SpillStore::ReadView> spill_view_;
+  uint64_t copied_rows_ = 0;
+
+  // Appends a record (its access word stripped of flags).
+  void AddRecord(uint64_t key, const char* record) {
+    const size_t at = records_.size();
+    records_.resize(at + record_bytes_);
+    std::memcpy(records_.data() + at, record, record_bytes_);
+    uint32_t word;
+    std::memcpy(&word, records_.data() + at + 4, sizeof(word));
+    word &= kCountMask;
+    std::memcpy(records_.data() + at + 4, &word, sizeof(word));
+    entries_.push_back(Entry{key, at});
+  }
+
+  // After the pause: reads the changed spilled rows (incremental) and
+  // sorts everything by key.
+  absl::Status Finish(absl::Span<const uint64_t> spilled_dirty_keys) {
+    if (!spilled_dirty_keys.empty()) {
+      std::vector<char> fetched(spilled_dirty_keys.size() * record_bytes_);
+      std::unique_ptr<bool[]> found(new bool[spilled_dirty_keys.size()]());
+      RETURN_IF_ERROR(spill_view_->MultiGet(
+          spilled_dirty_keys, fetched.data(),
+          absl::MakeSpan(found.get(), spilled_dirty_keys.size())));
+      for (size_t i = 0; i < spilled_dirty_keys.size(); ++i) {
+        if (found[i]) {
+          AddRecord(spilled_dirty_keys[i], fetched.data() + i * record_bytes_);
+        }
+      }
+    }
+    std::sort(entries_.begin(), entries_.end(),
+              [](const Entry& a, const Entry& b) { return a.key < b.key; });
+    return absl::OkStatus();
+  }
+
+ private:
+  const char* CleanRecord(const char* record, char* out) const {
+    std::memcpy(out, record, record_bytes_);
+    uint32_t word;
+    std::memcpy(&word, out + 4, sizeof(word));
+    word &= kCountMask;
+    std::memcpy(out + 4, &word, sizeof(word));
+    return out;
+  }
+
+  const bool incremental_;
+  const size_t record_bytes_;
+};
 
 class MemoryTable final : public Table {
  public:
-  MemoryTable(const TableSpec& spec, TableOptions options)
+  MemoryTable(const TableSpec& spec, TableOptions options,
+              std::unique_ptr<embedding_internal::SpillStore> spill)
       : spec_(spec),
         options_(std::move(options)),
         dim_(spec.dim),
@@ -235,13 +453,25 @@ class MemoryTable final : public Table {
         state_floats_(optimizer_->state_floats()),
         row_floats_(RoundUp4(kHeaderFloats + dim_ + state_floats_)),
         stripe_mask_(static_cast<uint32_t>(spec.num_stripes - 1)),
-        epoch_(options_.clock()) {
+        record_bytes_(RowRecordBytes(dim_, state_floats_)),
+        epoch_(options_.clock()),
+        spill_(std::move(spill)) {
     stripes_.reserve(spec.num_stripes);
     for (int32_t s = 0; s < spec.num_stripes; ++s) {
       stripes_.push_back(std::make_unique<Stripe>(
           row_floats_,
           AdmissionFilter::Create(spec.admission, MixPair(spec.seed, s),
                                   spec.num_stripes)));
+    }
+    if (spill_ != nullptr) {
+      // The budget covers rows and their index slots (5 bytes over a load
+      // factor of at least 7/16); each stripe gets an equal share, less
+      // its admission sketch.
+      const uint64_t per_stripe = spec.memory_budget_bytes / spec.num_stripes;
+      const uint64_t sketch = stripes_[0]->AdmissionBytesUnlocked();
+      const uint64_t row_cost = sizeof(float) * row_floats_ + 12;
+      max_resident_per_stripe_ = std::max<uint64_t>(
+          1, per_stripe > sketch ? (per_stripe - sketch) / row_cost : 0);
     }
   }
 
@@ -256,12 +486,36 @@ class MemoryTable final : public Table {
     pulled_keys_.fetch_add(keys.size(), std::memory_order_relaxed);
     if (keys.empty()) return absl::OkStatus();
     const uint32_t touch = Touch(context);
-    BatchScratch& scratch = GroupByStripe(keys);
-    return ForEachStripe(
-        scratch, [&](Stripe& stripe, uint32_t begin,
-                     uint32_t end) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          return PullGroup(stripe, keys, values, scratch, begin, end, touch);
-        });
+    BatchScratch& scratch = GroupByStripe(keys, ThreadScratch(0));
+    const MissPolicy first_pass = FirstPassPolicy(scratch);
+    RETURN_IF_ERROR(ForEachStripe(
+        scratch, [&](Stripe& stripe, uint32_t s, uint32_t begin, uint32_t end)
+                     ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                       RecordGeneration(scratch, stripe, s);
+                       return PullGroup(stripe, keys, values, scratch, begin,
+                                        end, touch, first_pass);
+                     }));
+    if (spill_ == nullptr || scratch.missed_positions.empty()) {
+      return absl::OkStatus();
+    }
+    // Second pass: the keys without a resident row, with their spilled
+    // rows read in one MultiGet.
+    const std::vector<uint32_t> missed = SortedMisses(scratch);
+    std::vector<uint64_t> miss_keys(missed.size());
+    for (size_t i = 0; i < missed.size(); ++i) miss_keys[i] = keys[missed[i]];
+    std::vector<float> miss_values(missed.size() * dim_);
+    RETURN_IF_ERROR(ResolveMisses(
+        miss_keys, scratch.generation_seen,
+        [&](Stripe& stripe, BatchScratch& sub, uint32_t begin, uint32_t end,
+            const MissPolicy& policy) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return PullGroup(stripe, miss_keys, absl::MakeSpan(miss_values), sub,
+                           begin, end, touch, policy);
+        }));
+    for (size_t i = 0; i < missed.size(); ++i) {
+      std::memcpy(values.data() + static_cast<size_t>(missed[i]) * dim_,
+                  miss_values.data() + i * dim_, sizeof(float) * dim_);
+    }
+    return absl::OkStatus();
   }
 
   absl::Status Push(absl::Span<const uint64_t> keys,
@@ -275,12 +529,36 @@ class MemoryTable final : public Table {
     pushed_keys_.fetch_add(keys.size(), std::memory_order_relaxed);
     if (keys.empty()) return absl::OkStatus();
     const uint32_t touch = Touch(context);
-    BatchScratch& scratch = GroupByStripe(keys);
-    return ForEachStripe(
-        scratch, [&](Stripe& stripe, uint32_t begin,
-                     uint32_t end) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          return PushGroup(stripe, keys, grads, scratch, begin, end, touch);
-        });
+    BatchScratch& scratch = GroupByStripe(keys, ThreadScratch(0));
+    const MissPolicy first_pass = FirstPassPolicy(scratch);
+    RETURN_IF_ERROR(ForEachStripe(
+        scratch, [&](Stripe& stripe, uint32_t s, uint32_t begin, uint32_t end)
+                     ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                       RecordGeneration(scratch, stripe, s);
+                       return PushGroup(stripe, keys, grads, scratch, begin,
+                                        end, touch, first_pass);
+                     }));
+    if (spill_ == nullptr || scratch.missed_positions.empty()) {
+      return absl::OkStatus();
+    }
+    // Second pass, as in Pull. Positions stay in batch order, so repeated
+    // keys sum their gradients in the same order as without a spill tier.
+    const std::vector<uint32_t> missed = SortedMisses(scratch);
+    std::vector<uint64_t> miss_keys(missed.size());
+    std::vector<float> miss_grads(missed.size() * dim_);
+    for (size_t i = 0; i < missed.size(); ++i) {
+      miss_keys[i] = keys[missed[i]];
+      std::memcpy(miss_grads.data() + i * dim_,
+                  grads.data() + static_cast<size_t>(missed[i]) * dim_,
+                  sizeof(float) * dim_);
+    }
+    return ResolveMisses(miss_keys, scratch.generation_seen,
+                         [&](Stripe& stripe, BatchScratch& sub, uint32_t begin,
+                             uint32_t end, const MissPolicy& policy)
+                             ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                               return PushGroup(stripe, miss_keys, miss_grads,
+                                                sub, begin, end, touch, policy);
+                             });
   }
 
   absl::StatusOr<uint64_t> Lookup(absl::Span<const uint64_t> keys,
@@ -297,13 +575,15 @@ class MemoryTable final : public Table {
     lookup_requests_.fetch_add(1, std::memory_order_relaxed);
     looked_up_keys_.fetch_add(keys.size(), std::memory_order_relaxed);
     uint64_t hits = 0;
-    BatchScratch& scratch = GroupByStripe(keys);
+    BatchScratch& scratch = GroupByStripe(keys, ThreadScratch(0));
+    const MissPolicy first_pass = FirstPassPolicy(scratch);
     for (int32_t s = 0; s < static_cast<int32_t>(stripes_.size()); ++s) {
       const uint32_t begin = scratch.group_begin[s];
       const uint32_t end = scratch.group_begin[s + 1];
       if (begin == end) continue;
       const Stripe& stripe = *stripes_[s];
       ReaderMutexLock lock(&stripe.mu);
+      RecordGeneration(scratch, stripe, s);
       for (uint32_t j = begin; j < end; ++j) {
         const uint32_t pos = scratch.order[j];
         float* out = values.data() + static_cast<size_t>(pos) * dim_;
@@ -316,28 +596,62 @@ class MemoryTable final : public Table {
           ++hits;
         } else {
           std::fill(out, out + dim_, 0.0f);
+          if (first_pass.defer != nullptr) first_pass.defer->push_back(pos);
         }
       }
     }
-    return hits;
+    if (spill_ == nullptr || scratch.missed_positions.empty()) return hits;
+    ASSIGN_OR_RETURN(const uint64_t spilled_hits,
+                     LookupSpilled(keys, values, found, scratch));
+    return hits + spilled_hits;
   }
 
-  uint64_t Erase(absl::Span<const uint64_t> keys) override {
+  absl::StatusOr<uint64_t> Erase(absl::Span<const uint64_t> keys) override {
+    BatchScratch& scratch = GroupByStripe(keys, ThreadScratch(0));
     uint64_t erased = 0;
-    for (uint64_t key : keys) {
-      const uint64_t hash = KeyHash(key);
-      Stripe& stripe = StripeOf(hash);
+    std::vector<uint64_t> not_resident;
+    for (size_t s = 0; s < stripes_.size(); ++s) {
+      const uint32_t begin = scratch.group_begin[s];
+      const uint32_t end = scratch.group_begin[s + 1];
+      if (begin == end) continue;
+      Stripe& stripe = *stripes_[s];
       MutexLock lock(&stripe.mu);
-      auto it = stripe.index().find(KeyProbe{key, hash}, hash);
-      if (it == stripe.index().end()) continue;
-      stripe.FreeRow(*it, hash);
-      ++stripe.counters().erased;
-      ++erased;
+      not_resident.clear();
+      for (uint32_t j = begin; j < end; ++j) {
+        const uint64_t key = keys[scratch.order[j]];
+        auto it = stripe.index().find(KeyProbe{key, scratch.hashes[j]},
+                                      scratch.hashes[j]);
+        if (it == stripe.index().end()) {
+          not_resident.push_back(key);
+          continue;
+        }
+        stripe.FreeRow(*it, scratch.hashes[j]);
+        NoteRemoved(stripe, key);
+        ++stripe.counters().erased;
+        ++erased;
+      }
+      if (spill_ == nullptr || not_resident.empty()) continue;
+      // Spilled rows: found with one MultiGet under the lock, deleted in
+      // one batch.
+      const std::vector<uint64_t> candidates = SortedUnique(not_resident);
+      FetchedRows fetched(record_bytes_);
+      RETURN_IF_ERROR(fetched.Fetch(*spill_, candidates));
+      SpillWrites writes;
+      for (uint64_t key : candidates) {
+        if (fetched.Find(key) == nullptr) continue;
+        writes.delete_keys.push_back(key);
+        --stripe.spill().spilled_rows;
+        stripe.spill().dirty_keys.erase(key);
+        NoteRemoved(stripe, key);
+        ++stripe.counters().erased;
+        ++erased;
+      }
+      RETURN_IF_ERROR(SettleSpill(stripe, writes));
     }
     return erased;
   }
 
-  uint64_t SweepExpired() override {
+  absl::StatusOr<uint64_t> SweepExpired() override {
     if (spec_.eviction.ttl == 0) return 0;
     const uint64_t now =
         spec_.eviction.ttl_unit == EvictionSpec::TtlUnit::kSteps
@@ -354,8 +668,8 @@ class MemoryTable final : public Table {
         for (RowId id = begin; id < end; ++id) {
           const RowHeader& header = stripe.Header(id);
           if (header.last_touch == kFreeRowMark) continue;
-          if (header.last_touch < now &&
-              now - header.last_touch > spec_.eviction.ttl) {
+          if (Expired(header.last_touch, now)) {
+            NoteRemoved(stripe, header.key);
             stripe.FreeRow(id, KeyHash(header.key));
             ++stripe.counters().evicted;
             ++evicted;
@@ -363,10 +677,16 @@ class MemoryTable final : public Table {
         }
       }
     }
+    if (spill_ != nullptr) {
+      absl::StatusOr<uint64_t> spilled = SweepSpilled(now);
+      if (!spilled.ok()) return spilled.status();
+      evicted += *spilled;
+    }
     return evicted;
   }
 
-  void Scan(absl::FunctionRef<void(const RowView&)> visit) const override {
+  absl::Status Scan(
+      absl::FunctionRef<void(const RowView&)> visit) const override {
     for (const auto& stripe_ptr : stripes_) {
       const Stripe& stripe = *stripe_ptr;
       for (RowId begin = 0;; begin += kRowsPerLockHold) {
@@ -381,10 +701,23 @@ class MemoryTable final : public Table {
           visit(RowView{
               header.key, absl::MakeConstSpan(row + kHeaderFloats, dim_),
               absl::MakeConstSpan(row + kHeaderFloats + dim_, state_floats_),
-              header.access_count, header.last_touch});
+              header.access_word & kCountMask, header.last_touch});
         }
       }
     }
+    if (spill_ == nullptr) return absl::OkStatus();
+    std::vector<float> floats(dim_ + state_floats_);
+    return spill_->NewReadView()->ForEach([&](uint64_t key,
+                                              const char* record) {
+      uint32_t word[2];
+      std::memcpy(word, record, sizeof(word));
+      std::memcpy(floats.data(), record + sizeof(word),
+                  sizeof(float) * floats.size());
+      visit(RowView{key, absl::MakeConstSpan(floats.data(), dim_),
+                    absl::MakeConstSpan(floats.data() + dim_, state_floats_),
+                    word[1] & kCountMask, word[0]});
+      return absl::OkStatus();
+    });
   }
 
   TableStats Stats() const override {
@@ -392,7 +725,8 @@ class MemoryTable final : public Table {
     for (const auto& stripe_ptr : stripes_) {
       const Stripe& stripe = *stripe_ptr;
       ReaderMutexLock lock(&stripe.mu);
-      stats.rows += stripe.index().size();
+      stats.resident_rows += stripe.index().size();
+      stats.spilled_rows += stripe.spill().spilled_rows;
       stats.resident_bytes += stripe.ResidentBytes();
       const StripeCounters& c = stripe.counters();
       stats.admitted += c.admitted;
@@ -400,6 +734,16 @@ class MemoryTable final : public Table {
       stats.pushes_dropped += c.pushes_dropped;
       stats.evicted += c.evicted;
       stats.erased += c.erased;
+      stats.spills += c.spills;
+      stats.promotions += c.promotions;
+    }
+    stats.rows = stats.resident_rows + stats.spilled_rows;
+    if (spill_ != nullptr) {
+      const embedding_internal::SpillStoreStats spill = spill_->Stats();
+      stats.spilled_disk_bytes = spill_->DiskBytes();
+      stats.spill_multigets = spill.multiget_calls;
+      stats.spill_multiget_keys = spill.multiget_keys;
+      stats.spill_multiget_micros = spill.multiget_micros;
     }
     stats.resident_bytes += sizeof(*this) + stripes_.size() * sizeof(Stripe);
     stats.payload_bytes = stats.rows *
@@ -481,8 +825,8 @@ class MemoryTable final : public Table {
 
   // Sorts batch positions by stripe (a counting sort) into the thread's
   // scratch, with each key's hash.
-  BatchScratch& GroupByStripe(absl::Span<const uint64_t> keys) const {
-    BatchScratch& scratch = ThreadScratch();
+  BatchScratch& GroupByStripe(absl::Span<const uint64_t> keys,
+                              BatchScratch& scratch) const {
     const size_t n = keys.size();
     const size_t num_stripes = stripes_.size();
     scratch.order.resize(n);
@@ -527,7 +871,7 @@ class MemoryTable final : public Table {
       if (begin == end) continue;
       Stripe& stripe = *stripes_[s];
       if (stripe.mu.TryLock()) {
-        status.Update(work(stripe, begin, end));
+        status.Update(work(stripe, s, begin, end));
         stripe.mu.Unlock();
       } else {
         scratch.deferred.push_back(static_cast<int32_t>(s));
@@ -536,8 +880,8 @@ class MemoryTable final : public Table {
     for (int32_t s : scratch.deferred) {
       Stripe& stripe = *stripes_[s];
       MutexLock lock(&stripe.mu);
-      status.Update(
-          work(stripe, scratch.group_begin[s], scratch.group_begin[s + 1]));
+      status.Update(work(stripe, static_cast<uint32_t>(s),
+                         scratch.group_begin[s], scratch.group_begin[s + 1]));
     }
     return status;
   }
@@ -592,14 +936,37 @@ class MemoryTable final : public Table {
     InitialRow(spec_.initializer, spec_.seed, key,
                absl::MakeSpan(row + kHeaderFloats, dim_));
     optimizer_->InitState(row + kHeaderFloats + dim_);
+    stripe.MutableHeader(id).access_word = kDirtyBit | kReferencedBit;
     stripe.index().insert(id);
     ++stripe.counters().admitted;
+    SpillState& spill = stripe.spill();
+    if (!spill.removed_keys.empty()) spill.removed_keys.erase(key);
+    return id;
+  }
+
+  // Moves a spilled row back into memory; its spill-tier copy is deleted
+  // with the stripe's next SettleSpill.
+  absl::StatusOr<RowId> PromoteRow(Stripe& stripe, uint64_t key,
+                                   const char* record, SpillWrites& writes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    ASSIGN_OR_RETURN(const RowId id, stripe.AllocateRow(key, 0));
+    std::memcpy(reinterpret_cast<char*>(stripe.Row(id)) + kRecordOffset, record,
+                record_bytes_);
+    RowHeader& header = stripe.MutableHeader(id);
+    SpillState& spill = stripe.spill();
+    header.access_word = (header.access_word & kCountMask) | kReferencedBit;
+    if (spill.dirty_keys.erase(key) > 0) header.access_word |= kDirtyBit;
+    stripe.index().insert(id);
+    --spill.spilled_rows;
+    ++stripe.counters().promotions;
+    writes.delete_keys.push_back(key);
     return id;
   }
 
   absl::Status PullGroup(Stripe& stripe, absl::Span<const uint64_t> keys,
                          absl::Span<float> values, BatchScratch& scratch,
-                         uint32_t begin, uint32_t end, uint32_t touch)
+                         uint32_t begin, uint32_t end, uint32_t touch,
+                         const MissPolicy& policy)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     // One pass, three stages in flight: the index slots of key j+16 are
     // prefetched, key j+8 is looked up and its row prefetched, and row j is
@@ -645,6 +1012,11 @@ class MemoryTable final : public Table {
         auto it = stripe.index().find(probe, probe.hash);
         if (it != stripe.index().end()) {
           id = *it;
+        } else if (policy.defer != nullptr) {
+          policy.defer->push_back(pos);
+          continue;
+        } else if (const char* record = Spilled(policy, key)) {
+          ASSIGN_OR_RETURN(id, PromoteRow(stripe, key, record, *policy.writes));
         } else if (stripe.admission().RecordSighting(key)) {
           ASSIGN_OR_RETURN(id, CreateRow(stripe, key, touch));
         } else {
@@ -656,7 +1028,9 @@ class MemoryTable final : public Table {
       }
       RowHeader& header = stripe.MutableHeader(id);
       header.last_touch = touch;
-      if (header.access_count != UINT32_MAX) ++header.access_count;
+      uint32_t word = header.access_word;
+      if ((word & kCountMask) != kCountMask) ++word;
+      header.access_word = word | kReferencedBit;
       std::memcpy(out, stripe.Row(id) + kHeaderFloats, sizeof(float) * dim_);
     }
     return absl::OkStatus();
@@ -664,7 +1038,8 @@ class MemoryTable final : public Table {
 
   absl::Status PushGroup(Stripe& stripe, absl::Span<const uint64_t> keys,
                          absl::Span<const float> grads, BatchScratch& scratch,
-                         uint32_t begin, uint32_t end, uint32_t touch)
+                         uint32_t begin, uint32_t end, uint32_t touch,
+                         const MissPolicy& policy)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     FindRows(stripe, keys, scratch, begin, end, /*for_write=*/true);
     const bool create_missing =
@@ -676,6 +1051,11 @@ class MemoryTable final : public Table {
       auto it = stripe.index().find(probe, probe.hash);
       if (it != stripe.index().end()) {
         scratch.rows[j] = *it;  // created by an earlier duplicate
+      } else if (policy.defer != nullptr) {
+        policy.defer->push_back(scratch.order[j]);
+      } else if (const char* record = Spilled(policy, key)) {
+        ASSIGN_OR_RETURN(scratch.rows[j],
+                         PromoteRow(stripe, key, record, *policy.writes));
       } else if (create_missing) {
         ASSIGN_OR_RETURN(scratch.rows[j], CreateRow(stripe, key, touch));
       } else {
@@ -735,11 +1115,377 @@ class MemoryTable final : public Table {
     return absl::OkStatus();
   }
 
+  // --- Checkpoints -------------------------------------------------------
+
+  absl::StatusOr<std::unique_ptr<TableSnapshot>> TakeSnapshot(
+      bool incremental) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    const bool first = !tracking_changes_.load(std::memory_order_relaxed);
+    auto snapshot =
+        std::make_unique<CopiedSnapshot>(incremental && !first, record_bytes_);
+    const bool only_changed = snapshot->incremental();
+    std::vector<uint64_t> spilled_dirty;
+    // The pause: every stripe locked (in index order, the only place that
+    // holds more than one), resident rows copied, change sets reset.
+    for (auto& stripe : stripes_) stripe->mu.Lock();
+    for (auto& stripe_ptr : stripes_) {
+      Stripe& stripe = *stripe_ptr;
+      for (RowId id = 0; id < stripe.used_rows(); ++id) {
+        RowHeader& header = stripe.MutableHeader(id);
+        if (header.last_touch == kFreeRowMark) continue;
+        if (!only_changed || (header.access_word & kDirtyBit)) {
+          snapshot->AddRecord(
+              header.key,
+              reinterpret_cast<const char*>(stripe.Row(id)) + kRecordOffset);
+        }
+        header.access_word &= ~kDirtyBit;
+      }
+      SpillState& spill = stripe.spill();
+      if (only_changed) {
+        spilled_dirty.insert(spilled_dirty.end(), spill.dirty_keys.begin(),
+                             spill.dirty_keys.end());
+        for (uint64_t key : spill.removed_keys) {
+          snapshot->entries_.push_back(
+              CopiedSnapshot::Entry{key, CopiedSnapshot::kRemoved});
+        }
+      }
+      spill.dirty_keys.clear();
+      spill.removed_keys.clear();
+      snapshot->admission_states_.push_back(stripe.admission().SaveState());
+    }
+    snapshot->copied_rows_ = snapshot->entries_.size();
+    if (spill_ != nullptr) snapshot->spill_view_ = spill_->NewReadView();
+    tracking_changes_.store(true, std::memory_order_relaxed);
+    for (auto it = stripes_.rbegin(); it != stripes_.rend(); ++it) {
+      (*it)->mu.Unlock();
+    }
+    std::sort(spilled_dirty.begin(), spilled_dirty.end());
+    RETURN_IF_ERROR(snapshot->Finish(spilled_dirty));
+    return std::unique_ptr<TableSnapshot>(std::move(snapshot));
+  }
+
+  absl::Status RestoreRows(absl::Span<const uint64_t> keys,
+                           absl::Span<const char> records) override {
+    if (records.size() != keys.size() * record_bytes_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("RestoreRows of table '", spec_.name, "': ", keys.size(),
+                       " keys need ", keys.size() * record_bytes_,
+                       " bytes of records, got ", records.size()));
+    }
+    BatchScratch& scratch = GroupByStripe(keys, ThreadScratch(0));
+    std::vector<uint64_t> not_resident;
+    for (size_t s = 0; s < stripes_.size(); ++s) {
+      const uint32_t begin = scratch.group_begin[s];
+      const uint32_t end = scratch.group_begin[s + 1];
+      if (begin == end) continue;
+      Stripe& stripe = *stripes_[s];
+      MutexLock lock(&stripe.mu);
+      SpillState& spill = stripe.spill();
+      SpillWrites writes;
+      if (spill_ != nullptr) {
+        // Rows restored over spilled ones replace them.
+        not_resident.clear();
+        for (uint32_t j = begin; j < end; ++j) {
+          const uint64_t key = keys[scratch.order[j]];
+          if (!stripe.index().contains(KeyProbe{key, scratch.hashes[j]})) {
+            not_resident.push_back(key);
+          }
+        }
+        const std::vector<uint64_t> candidates = SortedUnique(not_resident);
+        FetchedRows fetched(record_bytes_);
+        RETURN_IF_ERROR(fetched.Fetch(*spill_, candidates));
+        for (uint64_t key : candidates) {
+          if (fetched.Find(key) == nullptr) continue;
+          writes.delete_keys.push_back(key);
+          --spill.spilled_rows;
+          spill.dirty_keys.erase(key);
+        }
+      }
+      for (uint32_t j = begin; j < end; ++j) {
+        const uint32_t pos = scratch.order[j];
+        const uint64_t key = keys[pos];
+        auto it = stripe.index().find(KeyProbe{key, scratch.hashes[j]},
+                                      scratch.hashes[j]);
+        RowId id;
+        if (it != stripe.index().end()) {
+          id = *it;
+        } else {
+          ASSIGN_OR_RETURN(id, stripe.AllocateRow(key, 0));
+          stripe.index().insert(id);
+        }
+        std::memcpy(reinterpret_cast<char*>(stripe.Row(id)) + kRecordOffset,
+                    records.data() + static_cast<size_t>(pos) * record_bytes_,
+                    record_bytes_);
+        stripe.MutableHeader(id).access_word &= kCountMask;
+        if (!spill.removed_keys.empty()) spill.removed_keys.erase(key);
+      }
+      if (spill_ != nullptr) RETURN_IF_ERROR(SettleSpill(stripe, writes));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status MergeAdmissionStates(
+      const std::vector<std::string>& states) override {
+    if (states.size() != stripes_.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "table '", spec_.name, "' has ", stripes_.size(),
+          " lock stripes but the saved admission state has ", states.size()));
+    }
+    for (size_t s = 0; s < stripes_.size(); ++s) {
+      Stripe& stripe = *stripes_[s];
+      MutexLock lock(&stripe.mu);
+      RETURN_IF_ERROR(stripe.admission().MergeState(states[s]));
+    }
+    return absl::OkStatus();
+  }
+
+  // --- Spill tier -------------------------------------------------------
+
+  // The first pass of a batch defers misses when there is a spill tier.
+  MissPolicy FirstPassPolicy(BatchScratch& scratch) const {
+    if (spill_ == nullptr) return MissPolicy{};
+    scratch.missed_positions.clear();
+    scratch.generation_seen.assign(stripes_.size(), 0);
+    return MissPolicy{&scratch.missed_positions, nullptr, nullptr};
+  }
+
+  void RecordGeneration(BatchScratch& scratch, const Stripe& stripe,
+                        uint32_t s) const
+      ABSL_SHARED_LOCKS_REQUIRED(stripe.mu) {
+    if (spill_ != nullptr)
+      scratch.generation_seen[s] = stripe.spill().generation;
+  }
+
+  // The deferred positions in batch order.
+  static std::vector<uint32_t> SortedMisses(const BatchScratch& scratch) {
+    std::vector<uint32_t> missed = scratch.missed_positions;
+    std::sort(missed.begin(), missed.end());
+    return missed;
+  }
+
+  static const char* Spilled(const MissPolicy& policy, uint64_t key) {
+    return policy.fetched == nullptr ? nullptr : policy.fetched->Find(key);
+  }
+
+  bool Expired(uint32_t last_touch, uint64_t now) const {
+    return last_touch < now && now - last_touch > spec_.eviction.ttl;
+  }
+
+  void NoteRemoved(Stripe& stripe, uint64_t key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    if (tracking_changes_.load(std::memory_order_relaxed)) {
+      stripe.spill().removed_keys.insert(key);
+    }
+  }
+
+  // The second pass over a batch's misses: one MultiGet for all of them
+  // without locks, then each stripe under its lock runs `work` with the
+  // fetched rows to promote (re-reading its keys first if the stripe wrote
+  // to the spill tier since the first pass saw it), and settles its spill
+  // writes and evictions.
+  template <typename Work>
+  absl::Status ResolveMisses(absl::Span<const uint64_t> miss_keys,
+                             absl::Span<const uint64_t> generation_seen,
+                             Work&& work) {
+    FetchedRows fetched(record_bytes_);
+    RETURN_IF_ERROR(fetched.Fetch(*spill_, SortedUnique(miss_keys)));
+    BatchScratch& sub = GroupByStripe(miss_keys, ThreadScratch(1));
+    SpillWrites writes;
+    std::vector<uint64_t> stripe_keys;
+    absl::Status status;
+    for (size_t s = 0; s < stripes_.size(); ++s) {
+      const uint32_t begin = sub.group_begin[s];
+      const uint32_t end = sub.group_begin[s + 1];
+      if (begin == end) continue;
+      Stripe& stripe = *stripes_[s];
+      MutexLock lock(&stripe.mu);
+      if (stripe.spill().generation != generation_seen[s]) {
+        stripe_keys.clear();
+        for (uint32_t j = begin; j < end; ++j) {
+          stripe_keys.push_back(miss_keys[sub.order[j]]);
+        }
+        RETURN_IF_ERROR(fetched.Fetch(*spill_, SortedUnique(stripe_keys)));
+      }
+      writes.clear();
+      status.Update(work(stripe, sub, begin, end,
+                         MissPolicy{nullptr, &fetched, &writes}));
+      status.Update(SettleSpill(stripe, writes));
+    }
+    return status;
+  }
+
+  // Lookup's second pass: reads the misses from the spill tier; stripes
+  // whose tier changed since the first pass are read again under their
+  // lock. Returns the keys found.
+  absl::StatusOr<uint64_t> LookupSpilled(absl::Span<const uint64_t> keys,
+                                         absl::Span<float> values,
+                                         absl::Span<bool> found,
+                                         const BatchScratch& scratch) {
+    const std::vector<uint32_t> missed = SortedMisses(scratch);
+    std::vector<uint64_t> miss_keys(missed.size());
+    for (size_t i = 0; i < missed.size(); ++i) miss_keys[i] = keys[missed[i]];
+    FetchedRows fetched(record_bytes_);
+    RETURN_IF_ERROR(fetched.Fetch(*spill_, SortedUnique(miss_keys)));
+    BatchScratch& sub = GroupByStripe(miss_keys, ThreadScratch(1));
+    uint64_t hits = 0;
+    std::vector<uint64_t> stripe_keys;
+    for (size_t s = 0; s < stripes_.size(); ++s) {
+      const uint32_t begin = sub.group_begin[s];
+      const uint32_t end = sub.group_begin[s + 1];
+      if (begin == end) continue;
+      const Stripe& stripe = *stripes_[s];
+      ReaderMutexLock lock(&stripe.mu);
+      const bool changed =
+          stripe.spill().generation != scratch.generation_seen[s];
+      if (changed) {
+        stripe_keys.clear();
+        for (uint32_t j = begin; j < end; ++j) {
+          stripe_keys.push_back(miss_keys[sub.order[j]]);
+        }
+        RETURN_IF_ERROR(fetched.Fetch(*spill_, SortedUnique(stripe_keys)));
+      }
+      for (uint32_t j = begin; j < end; ++j) {
+        const uint32_t pos = missed[sub.order[j]];
+        float* out = values.data() + static_cast<size_t>(pos) * dim_;
+        const char* source = nullptr;
+        if (changed) {
+          // Promoted since the first pass?
+          auto it = stripe.index().find(KeyProbe{keys[pos], sub.hashes[j]},
+                                        sub.hashes[j]);
+          if (it != stripe.index().end()) {
+            source =
+                reinterpret_cast<const char*>(stripe.Row(*it)) + kRecordOffset;
+          }
+        }
+        if (source == nullptr) source = fetched.Find(keys[pos]);
+        if (source == nullptr) continue;
+        std::memcpy(out, source + 8, sizeof(float) * dim_);
+        found[pos] = true;
+        ++hits;
+      }
+    }
+    return hits;
+  }
+
+  // Under the stripe's lock: picks rows to spill if the stripe holds more
+  // than its share of the budget, writes them and `writes` in one atomic
+  // batch, and only then frees them. On error nothing is freed.
+  absl::Status SettleSpill(Stripe& stripe, SpillWrites& writes)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    std::vector<RowId> victims;
+    SelectVictims(stripe, victims);
+    SpillState& spill = stripe.spill();
+    for (RowId id : victims) {
+      const RowHeader& header = stripe.Header(id);
+      writes.put_keys.push_back(header.key);
+      const size_t at = writes.put_records.size();
+      writes.put_records.resize(at + record_bytes_);
+      char* record = writes.put_records.data() + at;
+      std::memcpy(record,
+                  reinterpret_cast<const char*>(stripe.Row(id)) + kRecordOffset,
+                  record_bytes_);
+      const uint32_t word = header.access_word & kCountMask;
+      std::memcpy(record + 4, &word, sizeof(word));
+    }
+    if (writes.empty()) return absl::OkStatus();
+    RETURN_IF_ERROR(spill_->Write(writes.put_keys, writes.put_records.data(),
+                                  writes.delete_keys));
+    ++spill.generation;
+    for (RowId id : victims) {
+      const RowHeader& header = stripe.Header(id);
+      if (header.access_word & kDirtyBit) spill.dirty_keys.insert(header.key);
+      stripe.FreeRow(id, KeyHash(header.key));
+    }
+    spill.spilled_rows += victims.size();
+    stripe.counters().spills += victims.size();
+    writes.clear();
+    return absl::OkStatus();
+  }
+
+  // CLOCK: rows touched since the hand last passed lose their reference bit
+  // and stay; the first unreferenced rows are chosen, until the stripe is
+  // 1/16 below its share (so that eviction runs in batches). At most two
+  // revolutions, so every row is visited at most twice.
+  void SelectVictims(Stripe& stripe, std::vector<RowId>& victims)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    const uint64_t resident = stripe.index().size();
+    if (resident <= max_resident_per_stripe_) return;
+    const uint64_t target =
+        max_resident_per_stripe_ - max_resident_per_stripe_ / 16;
+    const uint64_t wanted = resident - target;
+    const RowId used = stripe.used_rows();
+    RowId hand = stripe.spill().clock_hand;
+    for (uint64_t steps = 0; victims.size() < wanted && steps <= 2ull * used;
+         ++steps) {
+      if (hand >= used) hand = 0;
+      RowHeader& header = stripe.MutableHeader(hand);
+      if (header.last_touch != kFreeRowMark) {
+        if (header.access_word & kReferencedBit) {
+          header.access_word &= ~kReferencedBit;
+        } else {
+          // Chosen rows get the bit back as a mark, so that the hand's
+          // second revolution does not choose them twice.
+          victims.push_back(hand);
+          header.access_word |= kReferencedBit;
+        }
+      }
+      ++hand;
+    }
+    stripe.spill().clock_hand = hand;
+  }
+
+  // TTL over the spill tier: expired rows found by a scan, then checked
+  // again and deleted under each stripe's lock.
+  absl::StatusOr<uint64_t> SweepSpilled(uint64_t now) {
+    std::vector<uint64_t> expired;
+    RETURN_IF_ERROR(
+        spill_->NewReadView()->ForEach([&](uint64_t key, const char* record) {
+          uint32_t last_touch;
+          std::memcpy(&last_touch, record, sizeof(last_touch));
+          if (Expired(last_touch, now)) expired.push_back(key);
+          return absl::OkStatus();
+        }));
+    if (expired.empty()) return 0;
+    BatchScratch& scratch = GroupByStripe(expired, ThreadScratch(0));
+    uint64_t evicted = 0;
+    std::vector<uint64_t> stripe_keys;
+    for (size_t s = 0; s < stripes_.size(); ++s) {
+      const uint32_t begin = scratch.group_begin[s];
+      const uint32_t end = scratch.group_begin[s + 1];
+      if (begin == end) continue;
+      Stripe& stripe = *stripes_[s];
+      MutexLock lock(&stripe.mu);
+      stripe_keys.clear();
+      for (uint32_t j = begin; j < end; ++j) {
+        stripe_keys.push_back(expired[scratch.order[j]]);
+      }
+      FetchedRows fetched(record_bytes_);
+      RETURN_IF_ERROR(fetched.Fetch(*spill_, stripe_keys));
+      SpillWrites writes;
+      for (uint64_t key : stripe_keys) {
+        const char* record = fetched.Find(key);
+        if (record == nullptr) continue;  // promoted meanwhile
+        uint32_t last_touch;
+        std::memcpy(&last_touch, record, sizeof(last_touch));
+        if (!Expired(last_touch, now)) continue;
+        writes.delete_keys.push_back(key);
+        --stripe.spill().spilled_rows;
+        stripe.spill().dirty_keys.erase(key);
+        NoteRemoved(stripe, key);
+        ++stripe.counters().evicted;
+        ++evicted;
+      }
+      RETURN_IF_ERROR(SettleSpill(stripe, writes));
+    }
+    return evicted;
+  }
+
   void ApplyToRow(Stripe& stripe, RowId id, const float* grad, uint32_t touch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     float* row = stripe.Row(id);
     optimizer_->Apply(row + kHeaderFloats, row + kHeaderFloats + dim_, grad);
-    stripe.MutableHeader(id).last_touch = touch;
+    RowHeader& header = stripe.MutableHeader(id);
+    header.last_touch = touch;
+    header.access_word |= kDirtyBit | kReferencedBit;
   }
 
   // Constant after construction.
@@ -750,8 +1496,16 @@ class MemoryTable final : public Table {
   const int32_t state_floats_;
   const int32_t row_floats_;
   const uint32_t stripe_mask_;
+  const size_t record_bytes_;
   const absl::Time epoch_;
   std::vector<std::unique_ptr<Stripe>> stripes_;
+  // Null for a memory-only table.
+  const std::unique_ptr<embedding_internal::SpillStore> spill_;
+  // With a spill tier: resident rows a stripe may hold.
+  uint64_t max_resident_per_stripe_ = UINT64_MAX;
+  // Set by the first snapshot: from then on removals are recorded for
+  // incremental snapshots. Read and written under stripe locks.
+  std::atomic<bool> tracking_changes_{false};
 
   std::atomic<uint32_t> rotation_{0};
   std::atomic<uint64_t> latest_step_{0};
@@ -768,7 +1522,18 @@ absl::StatusOr<std::unique_ptr<Table>> Table::Create(const TableSpec& spec,
   if (!options.clock) {
     return absl::InvalidArgumentError("TableOptions.clock must not be empty");
   }
-  return std::unique_ptr<Table>(new MemoryTable(spec, std::move(options)));
+  std::unique_ptr<embedding_internal::SpillStore> spill;
+  if (!options.spill_directory.empty() && spec.memory_budget_bytes > 0) {
+    embedding_internal::SpillStoreOptions spill_options;
+    spill_options.path = options.spill_directory;
+    spill_options.record_bytes = RowRecordBytes(
+        spec.dim, OptimizerStateFloats(spec.optimizer, spec.dim));
+    spill_options.block_cache_bytes = options.spill_block_cache_bytes;
+    ASSIGN_OR_RETURN(spill,
+                     embedding_internal::SpillStore::Open(spill_options));
+  }
+  return std::unique_ptr<Table>(
+      new MemoryTable(spec, std::move(options), std::move(spill)));
 }
 
 }  // namespace embedps::embedding

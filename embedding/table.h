@@ -13,6 +13,12 @@
 // equality read the key from the row, so a row costs 16 bytes of header plus
 // about 5/load-factor bytes of index beyond its floats.
 //
+// Spill tier (TableOptions::spill_directory): rows beyond the memory budget
+// live in RocksDB; a batch's misses are read with one MultiGet and promoted,
+// and cold rows (CLOCK over a per-row reference bit) are written out in
+// batches. Each key is in exactly one tier at any time a stripe lock is
+// free. Optimizer state and metadata travel with the row.
+//
 // Thread safety: all methods are thread-safe. Operations on different
 // stripes run in parallel; a batch is atomic per stripe, not as a whole.
 #ifndef EMBEDPS_EMBEDDING_TABLE_H_
@@ -21,6 +27,8 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -42,11 +50,22 @@ struct TableOptions {
   // Wall clock for TTLs in seconds; tests pass a fake one.
   // Default: absl::Now.
   std::function<absl::Time()> clock = [] { return absl::Now(); };
+  // Directory of the table's spill tier (a RocksDB instance; emptied when
+  // the table is created). With a directory and a memory budget in the
+  // spec, cold rows move there when the resident rows exceed the budget and
+  // come back when touched. Empty: memory only, and the budget is only
+  // reported (TableStats::over_budget). Default: empty.
+  std::string spill_directory;
+  // RocksDB block cache of the spill tier. Default: 64 MiB.
+  uint64_t spill_block_cache_bytes = uint64_t{64} << 20;
 };
 
 // Counters since the table was created; a snapshot, summed over stripes.
 struct TableStats {
+  // Rows in memory plus rows in the spill tier.
   uint64_t rows = 0;
+  uint64_t resident_rows = 0;
+  uint64_t spilled_rows = 0;
   // Bytes held: row arenas, indexes, free lists and the admission sketch.
   uint64_t resident_bytes = 0;
   // rows × (dim + optimizer state) × 4: what the rows themselves need.
@@ -71,6 +90,42 @@ struct TableStats {
   uint64_t pull_requests = 0;
   uint64_t push_requests = 0;
   uint64_t lookup_requests = 0;
+  // Spill tier (zeros for a memory-only table): bytes of its files on disk,
+  // rows moved out (spills) and back in (promotions), and its batched reads.
+  uint64_t spilled_disk_bytes = 0;
+  uint64_t spills = 0;
+  uint64_t promotions = 0;
+  uint64_t spill_multigets = 0;
+  uint64_t spill_multiget_keys = 0;
+  uint64_t spill_multiget_micros = 0;
+};
+
+// The byte layout of one row outside memory (the spill tier and
+// checkpoints), little-endian: last_touch (uint32), access count (uint32),
+// the embedding (dim floats), the optimizer state (floats).
+inline size_t RowRecordBytes(int32_t dim, int32_t state_floats) {
+  return 8 + sizeof(float) * (static_cast<size_t>(dim) + state_floats);
+}
+
+// A point-in-time copy of a table for a checkpoint. Taking it is the only
+// part that holds the table's locks; reading it afterwards does not.
+class TableSnapshot {
+ public:
+  virtual ~TableSnapshot() = default;
+  // True if it holds only the rows changed and the keys removed since the
+  // previous snapshot of the same table.
+  virtual bool incremental() const = 0;
+  // Bytes of every record (RowRecordBytes of the table).
+  virtual size_t record_bytes() const = 0;
+  // Calls visit(key, record) for every row and visit(key, nullptr) for every
+  // removed key, in increasing key order; stops at the first error.
+  virtual absl::Status ForEach(
+      absl::FunctionRef<absl::Status(uint64_t, const char*)> visit) const = 0;
+  // State of the admission filter, one string per lock stripe (empty for
+  // stateless filters).
+  virtual const std::vector<std::string>& admission_states() const = 0;
+  // Rows in memory that were copied while the table was paused.
+  virtual uint64_t copied_rows() const = 0;
 };
 
 // One row as Scan shows it. Valid only during the visit.
@@ -122,19 +177,47 @@ class Table {
 
   // Removes the rows of `keys` (absent keys are ignored); returns how many
   // rows were removed.
-  virtual uint64_t Erase(absl::Span<const uint64_t> keys) = 0;
+  // Errors only from the spill tier.
+  virtual absl::StatusOr<uint64_t> Erase(absl::Span<const uint64_t> keys) = 0;
 
   // Removes rows untouched for longer than the spec's TTL (none when TTL is
   // off). Holds each stripe's lock for at most a few thousand rows at a
   // time, so concurrent Pulls and Pushes proceed. Returns rows removed.
-  virtual uint64_t SweepExpired() = 0;
+  // Spilled rows are swept too (one scan of the spill tier). Errors only
+  // from the spill tier.
+  virtual absl::StatusOr<uint64_t> SweepExpired() = 0;
 
   // Calls `visit` for every row, one lock stripe at a time, under that
   // stripe's lock: `visit` must not call into this table. Rows changed by
-  // concurrent writers may be seen before or after the change.
-  virtual void Scan(absl::FunctionRef<void(const RowView&)> visit) const = 0;
+  // concurrent writers may be seen before or after the change; with a spill
+  // tier, a row moving between tiers meanwhile may be seen twice or not at
+  // all (checkpoints use TakeSnapshot, which is exact). Spilled rows come
+  // after the resident ones. Errors only from reading the spill tier.
+  virtual absl::Status Scan(
+      absl::FunctionRef<void(const RowView&)> visit) const = 0;
 
   virtual TableStats Stats() const = 0;
+
+  // Copies what a checkpoint needs: every row (full) or the rows changed
+  // and the keys removed since the previous snapshot (incremental; the
+  // first snapshot of a table is always full). Pushes and Pulls wait while
+  // the resident part is copied; rows in the spill tier are read later
+  // from a RocksDB snapshot. Every snapshot starts a new change set.
+  virtual absl::StatusOr<std::unique_ptr<TableSnapshot>> TakeSnapshot(
+      bool incremental) = 0;
+
+  // Checkpoint restore: stores records (RowRecordBytes each) for `keys`,
+  // replacing rows that exist; the restored rows count as unchanged for the
+  // next incremental snapshot. INVALID_ARGUMENT if the sizes disagree.
+  virtual absl::Status RestoreRows(absl::Span<const uint64_t> keys,
+                                   absl::Span<const char> records) = 0;
+
+  // Checkpoint restore: merges saved admission states (one per stripe, as
+  // TableSnapshot::admission_states) into the filters by saturating
+  // addition, so states of several old shards combine into one.
+  // INVALID_ARGUMENT if the shapes disagree.
+  virtual absl::Status MergeAdmissionStates(
+      const std::vector<std::string>& states) = 0;
 };
 
 }  // namespace embedps::embedding

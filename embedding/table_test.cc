@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "embedding/initializer.h"
 #include "gmock/gmock.h"
@@ -38,15 +39,50 @@ std::vector<float> InitialOf(const TableSpec& spec, uint64_t key) {
   return row;
 }
 
+// Every test of the Table contract runs twice: against a memory-only table
+// and against one whose memory budget is one row per stripe, so that nearly
+// every row lives in the spill tier (RocksDB) between touches.
+class TableContractTest : public ::testing::TestWithParam<bool> {
+ protected:
+  bool spilling() const { return GetParam(); }
+
+  absl::StatusOr<std::unique_ptr<Table>> MakeTable(TableSpec spec,
+                                                   TableOptions options = {}) {
+    if (spilling()) {
+      spec.memory_budget_bytes = 1;
+      options.spill_directory = absl::StrCat(
+          ::testing::TempDir(), "/spill_",
+          ::testing::UnitTest::GetInstance()->current_test_info()->name(), "_",
+          tables_made_++);
+    }
+    return Table::Create(spec, std::move(options));
+  }
+
+ private:
+  int tables_made_ = 0;
+};
+
+INSTANTIATE_TEST_SUITE_P(MemoryAndSpill, TableContractTest,
+                         ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Spilling" : "MemoryOnly";
+                         });
+
+// Erase and SweepExpired fail only on spill-tier errors.
+uint64_t Value(absl::StatusOr<uint64_t> result) {
+  EXPECT_OK(result.status());
+  return result.ok() ? *result : 0;
+}
+
 std::vector<float> PullOne(Table& table, uint64_t key) {
   std::vector<float> row(table.spec().dim);
   EXPECT_OK(table.Pull({{key}}, absl::MakeSpan(row)));
   return row;
 }
 
-TEST(TableTest, PullCreatesRowsWithTheirInitialValues) {
+TEST_P(TableContractTest, PullCreatesRowsWithTheirInitialValues) {
   const TableSpec spec = SgdSpec();
-  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  ASSERT_OK_AND_ASSIGN(auto table, MakeTable(spec));
   const std::vector<uint64_t> keys = {0, 1, 42, ~uint64_t{0}, 1ull << 63};
   std::vector<float> values(keys.size() * kDim);
   ASSERT_OK(table->Pull(keys, absl::MakeSpan(values)));
@@ -62,9 +98,9 @@ TEST(TableTest, PullCreatesRowsWithTheirInitialValues) {
   EXPECT_EQ(stats.pull_requests, 1u);
 }
 
-TEST(TableTest, PullReturnsDuplicatesAndKeepsOrder) {
+TEST_P(TableContractTest, PullReturnsDuplicatesAndKeepsOrder) {
   const TableSpec spec = SgdSpec();
-  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  ASSERT_OK_AND_ASSIGN(auto table, MakeTable(spec));
   const std::vector<uint64_t> keys = {9, 3, 9, 9, 3, 77};
   std::vector<float> values(keys.size() * kDim);
   ASSERT_OK(table->Pull(keys, absl::MakeSpan(values)));
@@ -76,9 +112,9 @@ TEST(TableTest, PullReturnsDuplicatesAndKeepsOrder) {
   EXPECT_EQ(table->Stats().rows, 3u);
 }
 
-TEST(TableTest, PushAppliesSgdExactly) {
+TEST_P(TableContractTest, PushAppliesSgdExactly) {
   const TableSpec spec = SgdSpec();
-  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  ASSERT_OK_AND_ASSIGN(auto table, MakeTable(spec));
   const std::vector<float> before = PullOne(*table, 12);
   std::vector<float> grad(kDim);
   for (int d = 0; d < kDim; ++d) grad[d] = 0.25f * d;
@@ -90,12 +126,12 @@ TEST(TableTest, PushAppliesSgdExactly) {
 
 // Adagrad distinguishes "one update with the summed gradient" from "two
 // updates": a+=(g1+g2)² then one step, versus two steps.
-TEST(TableTest, DuplicateKeysInOnePushAreSummedAndAppliedOnce) {
+TEST_P(TableContractTest, DuplicateKeysInOnePushAreSummedAndAppliedOnce) {
   TableSpec spec = SgdSpec();
   spec.optimizer.kind = OptimizerSpec::Kind::kAdagrad;
   spec.optimizer.learning_rate = 0.1f;
-  ASSERT_OK_AND_ASSIGN(auto with_duplicates, Table::Create(spec));
-  ASSERT_OK_AND_ASSIGN(auto pre_summed, Table::Create(spec));
+  ASSERT_OK_AND_ASSIGN(auto with_duplicates, MakeTable(spec));
+  ASSERT_OK_AND_ASSIGN(auto pre_summed, MakeTable(spec));
 
   const std::vector<uint64_t> dup_keys = {5, 6, 5, 5};
   std::vector<float> dup_grads(dup_keys.size() * kDim);
@@ -116,10 +152,10 @@ TEST(TableTest, DuplicateKeysInOnePushAreSummedAndAppliedOnce) {
   EXPECT_EQ(with_duplicates->Stats().rows, 2u);
 }
 
-TEST(TableTest, ManyRowsAcrossChunksAndRehashesKeepTheirValues) {
+TEST_P(TableContractTest, ManyRowsAcrossChunksAndRehashesKeepTheirValues) {
   TableSpec spec = SgdSpec();
   spec.num_stripes = 4;
-  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  ASSERT_OK_AND_ASSIGN(auto table, MakeTable(spec));
   constexpr int kKeys = 50000;
   std::vector<uint64_t> keys(kKeys);
   std::mt19937_64 rng(3);
@@ -139,9 +175,9 @@ TEST(TableTest, ManyRowsAcrossChunksAndRehashesKeepTheirValues) {
   EXPECT_EQ(table->Stats().rows, static_cast<uint64_t>(kKeys));
 }
 
-TEST(TableTest, LookupIsReadOnlyAndReportsMisses) {
+TEST_P(TableContractTest, LookupIsReadOnlyAndReportsMisses) {
   const TableSpec spec = SgdSpec();
-  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  ASSERT_OK_AND_ASSIGN(auto table, MakeTable(spec));
   const std::vector<float> row = PullOne(*table, 1);
   std::vector<float> values(3 * kDim, -1.0f);
   bool found[3];
@@ -159,9 +195,9 @@ TEST(TableTest, LookupIsReadOnlyAndReportsMisses) {
   EXPECT_EQ(stats.looked_up_keys, 3u);
 }
 
-TEST(TableTest, EraseRemovesRowsAndFreedRowsAreReused) {
+TEST_P(TableContractTest, EraseRemovesRowsAndFreedRowsAreReused) {
   const TableSpec spec = SgdSpec();
-  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  ASSERT_OK_AND_ASSIGN(auto table, MakeTable(spec));
   std::vector<uint64_t> keys(1000);
   for (int i = 0; i < 1000; ++i) keys[i] = i;
   std::vector<float> values(keys.size() * kDim);
@@ -170,8 +206,10 @@ TEST(TableTest, EraseRemovesRowsAndFreedRowsAreReused) {
   std::vector<float> grads(keys.size() * kDim, 1.0f);
   ASSERT_OK(table->Push(keys, grads));
 
-  EXPECT_EQ(table->Erase(absl::MakeConstSpan(keys).subspan(0, 500)), 500u);
-  EXPECT_EQ(table->Erase({{0, 1, 999999}}), 0u);  // already gone / never there
+  EXPECT_EQ(Value(table->Erase(absl::MakeConstSpan(keys).subspan(0, 500))),
+            500u);
+  EXPECT_EQ(Value(table->Erase({{0, 1, 999999}})),
+            0u);  // already gone / never there
   EXPECT_EQ(table->Stats().rows, 500u);
   EXPECT_EQ(table->Stats().erased, 500u);
 
@@ -183,31 +221,31 @@ TEST(TableTest, EraseRemovesRowsAndFreedRowsAreReused) {
   EXPECT_LE(table->Stats().resident_bytes, bytes_full + 64 * 1024);
 }
 
-TEST(TableTest, ScanVisitsEveryRowOnceWithItsState) {
+TEST_P(TableContractTest, ScanVisitsEveryRowOnceWithItsState) {
   TableSpec spec = SgdSpec();
   spec.optimizer.kind = OptimizerSpec::Kind::kAdagrad;
-  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  ASSERT_OK_AND_ASSIGN(auto table, MakeTable(spec));
   std::vector<uint64_t> keys(3000);
   for (int i = 0; i < 3000; ++i) keys[i] = i * 7919;
   std::vector<float> values(keys.size() * kDim);
   ASSERT_OK(table->Pull(keys, absl::MakeSpan(values), AccessContext{4}));
-  EXPECT_EQ(table->Erase({{0}}), 1u);
+  EXPECT_EQ(Value(table->Erase({{0}})), 1u);
   std::map<uint64_t, int> visits;
-  table->Scan([&](const RowView& row) {
+  ASSERT_OK(table->Scan([&](const RowView& row) {
     ++visits[row.key];
     EXPECT_EQ(row.embedding.size(), static_cast<size_t>(kDim));
     EXPECT_EQ(row.optimizer_state.size(), static_cast<size_t>(kDim));
     EXPECT_EQ(row.access_count, 1u);
     EXPECT_EQ(row.last_touch, 4u);
-  });
+  }));
   EXPECT_EQ(visits.size(), 2999u);
   for (const auto& [key, count] : visits) EXPECT_EQ(count, 1) << key;
   EXPECT_EQ(visits.count(0), 0u);
 }
 
-TEST(TableTest, BadInputIsRefusedAndChangesNothing) {
+TEST_P(TableContractTest, BadInputIsRefusedAndChangesNothing) {
   const TableSpec spec = SgdSpec("bad_input");
-  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  ASSERT_OK_AND_ASSIGN(auto table, MakeTable(spec));
   const std::vector<float> before = PullOne(*table, 1);
   const std::vector<uint64_t> keys = {1, 2};
   std::vector<float> too_few(2 * kDim - 1);
@@ -250,25 +288,25 @@ TEST(TableTest, BadInputIsRefusedAndChangesNothing) {
   EXPECT_OK(table->Pull({}, {}));
   EXPECT_OK(table->Push({}, {}));
   EXPECT_THAT(table->Lookup({}, {}, {}), ::embedps::testing::IsOk());
-  EXPECT_EQ(table->Erase({}), 0u);
+  EXPECT_EQ(Value(table->Erase({})), 0u);
   EXPECT_EQ(table->Stats().rows, 1u);
 }
 
-TEST(TableTest, TtlInStepsEvictsUntouchedRows) {
+TEST_P(TableContractTest, TtlInStepsEvictsUntouchedRows) {
   TableSpec spec = SgdSpec();
   spec.eviction.ttl = 10;
   spec.eviction.ttl_unit = EvictionSpec::TtlUnit::kSteps;
-  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  ASSERT_OK_AND_ASSIGN(auto table, MakeTable(spec));
   std::vector<float> v(2 * kDim);
   ASSERT_OK(table->Pull({{1, 2}}, absl::MakeSpan(v), AccessContext{100}));
   std::vector<float> g(kDim, 1.0f);
   ASSERT_OK(table->Push({{2}}, g, AccessContext{105}));  // a push touches too
   ASSERT_OK(table->Pull({{3}}, absl::MakeSpan(v).subspan(0, kDim),
                         AccessContext{110}));
-  EXPECT_EQ(table->SweepExpired(), 0u);  // 110-100 is not > 10
+  EXPECT_EQ(Value(table->SweepExpired()), 0u);  // 110-100 is not > 10
   ASSERT_OK(table->Pull({{3}}, absl::MakeSpan(v).subspan(0, kDim),
                         AccessContext{111}));
-  EXPECT_EQ(table->SweepExpired(), 1u);  // key 1
+  EXPECT_EQ(Value(table->SweepExpired()), 1u);  // key 1
   bool found[3];
   std::vector<float> lv(3 * kDim);
   ASSERT_OK_AND_ASSIGN(
@@ -279,44 +317,44 @@ TEST(TableTest, TtlInStepsEvictsUntouchedRows) {
   EXPECT_EQ(table->Stats().evicted, 1u);
   ASSERT_OK(table->Pull({{3}}, absl::MakeSpan(v).subspan(0, kDim),
                         AccessContext{200}));
-  EXPECT_EQ(table->SweepExpired(), 1u);  // key 2 (touched at 105)
+  EXPECT_EQ(Value(table->SweepExpired()), 1u);  // key 2 (touched at 105)
   EXPECT_EQ(table->Stats().rows, 1u);
 }
 
-TEST(TableTest, TtlInSecondsUsesTheClock) {
+TEST_P(TableContractTest, TtlInSecondsUsesTheClock) {
   TableSpec spec = SgdSpec();
   spec.eviction.ttl = 60;
   spec.eviction.ttl_unit = EvictionSpec::TtlUnit::kSeconds;
   auto now = std::make_shared<std::atomic<int64_t>>(1000);
   TableOptions options;
   options.clock = [now] { return absl::FromUnixSeconds(now->load()); };
-  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec, options));
+  ASSERT_OK_AND_ASSIGN(auto table, MakeTable(spec, options));
   std::vector<float> v(kDim);
   ASSERT_OK(table->Pull({{1}}, absl::MakeSpan(v)));
   now->store(1030);
   ASSERT_OK(table->Pull({{2}}, absl::MakeSpan(v)));
   now->store(1061);
-  EXPECT_EQ(table->SweepExpired(), 1u);
+  EXPECT_EQ(Value(table->SweepExpired()), 1u);
   now->store(1091);
-  EXPECT_EQ(table->SweepExpired(), 1u);
+  EXPECT_EQ(Value(table->SweepExpired()), 1u);
   EXPECT_EQ(table->Stats().rows, 0u);
 }
 
-TEST(TableTest, TtlOffNeverEvicts) {
-  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(SgdSpec()));
+TEST_P(TableContractTest, TtlOffNeverEvicts) {
+  ASSERT_OK_AND_ASSIGN(auto table, MakeTable(SgdSpec()));
   std::vector<float> v(kDim);
   ASSERT_OK(table->Pull({{1}}, absl::MakeSpan(v), AccessContext{1}));
   ASSERT_OK(table->Pull({{2}}, absl::MakeSpan(v), AccessContext{1u << 30}));
-  EXPECT_EQ(table->SweepExpired(), 0u);
+  EXPECT_EQ(Value(table->SweepExpired()), 0u);
 }
 
 // The sweep releases stripe locks every few thousand rows: Pulls of live
 // rows run while it removes expired ones, and see correct values.
-TEST(TableTest, SweepRunsAlongsidePulls) {
+TEST_P(TableContractTest, SweepRunsAlongsidePulls) {
   TableSpec spec = SgdSpec();
   spec.num_stripes = 1;  // one stripe: the sweep and pulls contend
   spec.eviction.ttl = 5;
-  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  ASSERT_OK_AND_ASSIGN(auto table, MakeTable(spec));
   constexpr int kStale = 200000;
   std::vector<uint64_t> stale(kStale);
   for (int i = 0; i < kStale; ++i) stale[i] = 1000000 + i;
@@ -336,7 +374,7 @@ TEST(TableTest, SweepRunsAlongsidePulls) {
       pulls_during_sweep.fetch_add(1);
     }
   });
-  EXPECT_EQ(table->SweepExpired(), static_cast<uint64_t>(kStale));
+  EXPECT_EQ(Value(table->SweepExpired()), static_cast<uint64_t>(kStale));
   sweeping.store(false);
   puller.join();
   EXPECT_EQ(table->Stats().rows, live.size());
@@ -344,7 +382,7 @@ TEST(TableTest, SweepRunsAlongsidePulls) {
               pulls_during_sweep.load());
 }
 
-TEST(TableTest, MemoryIsAccountedAndOverBudgetIsVisible) {
+TEST(MemoryTableTest, MemoryIsAccountedAndOverBudgetIsVisible) {
   TableSpec spec = SgdSpec();
   spec.optimizer.kind = OptimizerSpec::Kind::kAdagrad;
   spec.memory_budget_bytes = 4 << 20;

@@ -1,0 +1,239 @@
+#include "embedding/internal/spill_store.h"
+
+#include <cstring>
+#include <filesystem>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "rocksdb/cache.h"
+#include "rocksdb/db.h"
+#include "rocksdb/filter_policy.h"
+#include "rocksdb/options.h"
+#include "rocksdb/table.h"
+#include "rocksdb/write_batch.h"
+
+namespace embedps::embedding_internal {
+namespace {
+
+absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what,
+                       absl::string_view path) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("spill store ", what, " in '", path,
+                                          "': ", status.ToString()));
+}
+
+// See docs/architecture.md ("Spill tier") for why each option.
+rocksdb::Options SpillOptions(const SpillStoreOptions& options) {
+  rocksdb::Options rocks;
+  rocks.create_if_missing = true;
+  rocks.error_if_exists = true;
+  rocks.IncreaseParallelism(2);
+  rocks.max_background_jobs = 2;
+  // Rows are float vectors: general-purpose compression gains little and
+  // would cost CPU on every promoted row.
+  rocks.compression = rocksdb::kNoCompression;
+  rocks.bottommost_compression = rocksdb::kNoCompression;
+  rocks.write_buffer_size = 64 << 20;
+  rocks.max_write_buffer_number = 4;
+  rocks.target_file_size_base = 64 << 20;
+  rocks.max_bytes_for_level_base = 256 << 20;
+  rocksdb::BlockBasedTableOptions table;
+  table.block_cache = rocksdb::NewLRUCache(options.block_cache_bytes);
+  // Promotions look up keys that are often not spilled (new keys): a bloom
+  // filter answers most of those misses without reading a block.
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  table.whole_key_filtering = true;
+  table.block_size = 4096;
+  rocks.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  return rocks;
+}
+
+}  // namespace
+
+void EncodeKey(uint64_t key, char out[8]) {
+  for (int i = 7; i >= 0; --i) {
+    out[i] = static_cast<char>(key & 0xff);
+    key >>= 8;
+  }
+}
+
+uint64_t DecodeKey(const char in[8]) {
+  uint64_t key = 0;
+  for (int i = 0; i < 8; ++i) key = (key << 8) | static_cast<uint8_t>(in[i]);
+  return key;
+}
+
+absl::StatusOr<std::unique_ptr<SpillStore>> SpillStore::Open(
+    const SpillStoreOptions& options) {
+  if (options.path.empty() || options.record_bytes == 0) {
+    return absl::InvalidArgumentError(
+        "a spill store needs a directory and a record size");
+  }
+  std::error_code error;
+  std::filesystem::remove_all(options.path, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot empty the spill directory '", options.path,
+                     "': ", error.message()));
+  }
+  std::filesystem::create_directories(options.path, error);
+  if (error) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create the spill directory '", options.path,
+                     "': ", error.message()));
+  }
+  rocksdb::DB* db = nullptr;
+  const rocksdb::Status status =
+      rocksdb::DB::Open(SpillOptions(options), options.path, &db);
+  if (!status.ok()) return FromRocks(status, "open", options.path);
+  return std::unique_ptr<SpillStore>(new SpillStore(
+      options.path, options.record_bytes, std::unique_ptr<rocksdb::DB>(db)));
+}
+
+SpillStore::SpillStore(std::string path, size_t record_bytes,
+                       std::unique_ptr<rocksdb::DB> db)
+    : path_(std::move(path)), record_bytes_(record_bytes), db_(std::move(db)) {}
+
+SpillStore::~SpillStore() {
+  if (db_ != nullptr) db_->Close().PermitUncheckedError();
+}
+
+absl::Status SpillStore::MultiGet(absl::Span<const uint64_t> keys,
+                                  char* records, absl::Span<bool> found) {
+  return MultiGetAt(nullptr, keys, records, found);
+}
+
+absl::Status SpillStore::MultiGetAt(const rocksdb::Snapshot* snapshot,
+                                    absl::Span<const uint64_t> keys,
+                                    char* records,
+                                    absl::Span<bool> found) const {
+  const size_t n = keys.size();
+  if (n == 0) return absl::OkStatus();
+  const absl::Time start = absl::Now();
+  std::vector<char> encoded(n * 8);
+  std::vector<rocksdb::Slice> slices(n);
+  for (size_t i = 0; i < n; ++i) {
+    EncodeKey(keys[i], &encoded[i * 8]);
+    slices[i] = rocksdb::Slice(&encoded[i * 8], 8);
+  }
+  std::vector<rocksdb::PinnableSlice> values(n);
+  std::vector<rocksdb::Status> statuses(n);
+  rocksdb::ReadOptions read;
+  read.snapshot = snapshot;
+  db_->MultiGet(read, db_->DefaultColumnFamily(), n, slices.data(),
+                values.data(), statuses.data());
+  uint64_t hits = 0;
+  for (size_t i = 0; i < n; ++i) {
+    if (statuses[i].IsNotFound()) {
+      found[i] = false;
+      continue;
+    }
+    if (!statuses[i].ok()) return FromRocks(statuses[i], "MultiGet", path_);
+    if (values[i].size() != record_bytes_) {
+      return absl::DataLossError(absl::StrCat(
+          "spill store in '", path_, "': row of key ", keys[i], " has ",
+          values[i].size(), " bytes, expected ", record_bytes_));
+    }
+    std::memcpy(records + i * record_bytes_, values[i].data(), record_bytes_);
+    found[i] = true;
+    ++hits;
+  }
+  multiget_calls_.fetch_add(1, std::memory_order_relaxed);
+  multiget_keys_.fetch_add(n, std::memory_order_relaxed);
+  multiget_found_.fetch_add(hits, std::memory_order_relaxed);
+  multiget_micros_.fetch_add(absl::ToInt64Microseconds(absl::Now() - start),
+                             std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+absl::Status SpillStore::Write(absl::Span<const uint64_t> put_keys,
+                               const char* put_records,
+                               absl::Span<const uint64_t> delete_keys) {
+  if (put_keys.empty() && delete_keys.empty()) return absl::OkStatus();
+  rocksdb::WriteBatch batch(put_keys.size() * (record_bytes_ + 24) +
+                            delete_keys.size() * 24);
+  char key[8];
+  // Deletes first: a key both deleted and put in one batch ends up stored.
+  for (uint64_t k : delete_keys) {
+    EncodeKey(k, key);
+    absl::Status status =
+        FromRocks(batch.Delete(rocksdb::Slice(key, 8)), "batch delete", path_);
+    if (!status.ok()) return status;
+  }
+  for (size_t i = 0; i < put_keys.size(); ++i) {
+    EncodeKey(put_keys[i], key);
+    absl::Status status = FromRocks(
+        batch.Put(
+            rocksdb::Slice(key, 8),
+            rocksdb::Slice(put_records + i * record_bytes_, record_bytes_)),
+        "batch put", path_);
+    if (!status.ok()) return status;
+  }
+  rocksdb::WriteOptions write;
+  // The spill tier is rebuilt from a checkpoint after a crash, never
+  // replayed: a WAL would double the bytes written for nothing.
+  write.disableWAL = true;
+  absl::Status status = FromRocks(db_->Write(write, &batch), "write", path_);
+  if (!status.ok()) return status;
+  write_batches_.fetch_add(1, std::memory_order_relaxed);
+  rows_written_.fetch_add(put_keys.size(), std::memory_order_relaxed);
+  rows_deleted_.fetch_add(delete_keys.size(), std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+std::unique_ptr<SpillStore::ReadView> SpillStore::NewReadView() const {
+  return std::unique_ptr<ReadView>(new ReadView(this, db_->GetSnapshot()));
+}
+
+SpillStore::ReadView::~ReadView() { store_->db_->ReleaseSnapshot(snapshot_); }
+
+absl::Status SpillStore::ReadView::ForEach(
+    absl::FunctionRef<absl::Status(uint64_t, const char*)> visit) const {
+  rocksdb::ReadOptions read;
+  read.snapshot = snapshot_;
+  // A checkpoint reads every spilled row once: keep them out of the cache.
+  read.fill_cache = false;
+  read.readahead_size = 2 << 20;
+  std::unique_ptr<rocksdb::Iterator> it(store_->db_->NewIterator(read));
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const rocksdb::Slice key = it->key();
+    const rocksdb::Slice value = it->value();
+    if (key.size() != 8 || value.size() != store_->record_bytes_) {
+      return absl::DataLossError(absl::StrCat(
+          "spill store in '", store_->path_, "': an entry of ", key.size(), "+",
+          value.size(), " bytes, expected 8+", store_->record_bytes_));
+    }
+    absl::Status status = visit(DecodeKey(key.data()), value.data());
+    if (!status.ok()) return status;
+  }
+  return FromRocks(it->status(), "scan", store_->path_);
+}
+
+absl::Status SpillStore::ReadView::MultiGet(absl::Span<const uint64_t> keys,
+                                            char* records,
+                                            absl::Span<bool> found) const {
+  return store_->MultiGetAt(snapshot_, keys, records, found);
+}
+
+SpillStoreStats SpillStore::Stats() const {
+  SpillStoreStats stats;
+  stats.multiget_calls = multiget_calls_.load(std::memory_order_relaxed);
+  stats.multiget_keys = multiget_keys_.load(std::memory_order_relaxed);
+  stats.multiget_found = multiget_found_.load(std::memory_order_relaxed);
+  stats.multiget_micros = multiget_micros_.load(std::memory_order_relaxed);
+  stats.write_batches = write_batches_.load(std::memory_order_relaxed);
+  stats.rows_written = rows_written_.load(std::memory_order_relaxed);
+  stats.rows_deleted = rows_deleted_.load(std::memory_order_relaxed);
+  return stats;
+}
+
+uint64_t SpillStore::DiskBytes() const {
+  uint64_t bytes = 0;
+  db_->GetIntProperty(rocksdb::DB::Properties::kTotalSstFilesSize, &bytes);
+  return bytes;
+}
+
+}  // namespace embedps::embedding_internal

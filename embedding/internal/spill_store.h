@@ -1,0 +1,122 @@
+// SpillStore: the on-disk tier of one table, a RocksDB instance holding the
+// rows that left memory. Keys are the row keys (8 bytes, big-endian, so the
+// store's order is numeric order); values are fixed-size row records.
+//
+// The store is a cache of the table, not its durable copy: Open wipes the
+// directory, and writes skip the write-ahead log (after a crash the table is
+// restored from its last checkpoint, never from the spill directory). See
+// docs/architecture.md ("Spill tier") for every option and why.
+//
+// Thread safety: all methods are thread-safe (RocksDB's guarantees).
+#ifndef EMBEDPS_EMBEDDING_INTERNAL_SPILL_STORE_H_
+#define EMBEDPS_EMBEDDING_INTERNAL_SPILL_STORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace rocksdb {
+class DB;
+class Snapshot;
+}  // namespace rocksdb
+
+namespace embedps::embedding_internal {
+
+struct SpillStoreOptions {
+  // Directory of the RocksDB instance; created, and emptied if it exists.
+  std::string path;
+  // Bytes of every record.
+  size_t record_bytes = 0;
+  // RocksDB block cache (uncompressed blocks of recently read rows).
+  uint64_t block_cache_bytes = uint64_t{64} << 20;
+};
+
+struct SpillStoreStats {
+  uint64_t multiget_calls = 0;
+  uint64_t multiget_keys = 0;
+  uint64_t multiget_found = 0;
+  uint64_t multiget_micros = 0;
+  uint64_t write_batches = 0;
+  uint64_t rows_written = 0;
+  uint64_t rows_deleted = 0;
+};
+
+class SpillStore {
+ public:
+  // A consistent read view (a RocksDB snapshot) for checkpoints.
+  class ReadView {
+   public:
+    ~ReadView();
+    ReadView(const ReadView&) = delete;
+    ReadView& operator=(const ReadView&) = delete;
+
+    // Calls `visit(key, record)` for every stored row in increasing key
+    // order; stops at the first error `visit` returns.
+    absl::Status ForEach(
+        absl::FunctionRef<absl::Status(uint64_t, const char*)> visit) const;
+
+    // As SpillStore::MultiGet, as of the view.
+    absl::Status MultiGet(absl::Span<const uint64_t> keys, char* records,
+                          absl::Span<bool> found) const;
+
+   private:
+    friend class SpillStore;
+    ReadView(const SpillStore* store, const rocksdb::Snapshot* snapshot)
+        : store_(store), snapshot_(snapshot) {}
+    const SpillStore* store_;
+    const rocksdb::Snapshot* snapshot_;
+  };
+
+  static absl::StatusOr<std::unique_ptr<SpillStore>> Open(
+      const SpillStoreOptions& options);
+  ~SpillStore();
+
+  size_t record_bytes() const { return record_bytes_; }
+
+  // One batched read of `keys` (distinct, any order): the record of key i,
+  // when stored, goes to records + i·record_bytes and found[i] is set.
+  // DATA_LOSS if a stored value has the wrong size; INTERNAL/IO errors from
+  // RocksDB name the directory.
+  absl::Status MultiGet(absl::Span<const uint64_t> keys, char* records,
+                        absl::Span<bool> found);
+
+  // One atomic batch: stores put_keys[i] → put_records + i·record_bytes and
+  // removes delete_keys (absent keys are fine).
+  absl::Status Write(absl::Span<const uint64_t> put_keys,
+                     const char* put_records,
+                     absl::Span<const uint64_t> delete_keys);
+
+  std::unique_ptr<ReadView> NewReadView() const;
+
+  SpillStoreStats Stats() const;
+  // Bytes the instance occupies on disk (SST files), from RocksDB.
+  uint64_t DiskBytes() const;
+
+ private:
+  SpillStore(std::string path, size_t record_bytes,
+             std::unique_ptr<rocksdb::DB> db);
+  absl::Status MultiGetAt(const rocksdb::Snapshot* snapshot,
+                          absl::Span<const uint64_t> keys, char* records,
+                          absl::Span<bool> found) const;
+
+  const std::string path_;
+  const size_t record_bytes_;
+  std::unique_ptr<rocksdb::DB> db_;
+  mutable std::atomic<uint64_t> multiget_calls_{0}, multiget_keys_{0},
+      multiget_found_{0}, multiget_micros_{0};
+  std::atomic<uint64_t> write_batches_{0}, rows_written_{0}, rows_deleted_{0};
+};
+
+// The 8-byte big-endian form of a key, and back.
+void EncodeKey(uint64_t key, char out[8]);
+uint64_t DecodeKey(const char in[8]);
+
+}  // namespace embedps::embedding_internal
+
+#endif  // EMBEDPS_EMBEDDING_INTERNAL_SPILL_STORE_H_

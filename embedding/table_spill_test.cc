@@ -1,0 +1,153 @@
+// The spill tier beyond the shared contract (table_test): rows that spill
+// and come back continue exactly as rows that never left memory, and every
+// request reads the tier with at most one batched MultiGet.
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_matchers.h"
+#include "embedding/table.h"
+#include "gtest/gtest.h"
+
+namespace embedps::embedding {
+namespace {
+
+constexpr int kDim = 8;
+
+struct SavedRow {
+  std::vector<float> embedding;
+  std::vector<float> state;
+  uint32_t access_count;
+  uint32_t last_touch;
+  bool operator==(const SavedRow& other) const {
+    // Bitwise: memcmp, so that -0.0 vs 0.0 or NaN payloads would differ.
+    return embedding.size() == other.embedding.size() &&
+           state.size() == other.state.size() &&
+           std::memcmp(embedding.data(), other.embedding.data(),
+                       embedding.size() * sizeof(float)) == 0 &&
+           std::memcmp(state.data(), other.state.data(),
+                       state.size() * sizeof(float)) == 0 &&
+           access_count == other.access_count && last_touch == other.last_touch;
+  }
+};
+
+std::map<uint64_t, SavedRow> AllRows(const Table& table) {
+  std::map<uint64_t, SavedRow> rows;
+  EXPECT_OK(table.Scan([&](const RowView& row) {
+    EXPECT_EQ(rows.count(row.key), 0u) << "row seen twice: " << row.key;
+    rows[row.key] =
+        SavedRow{{row.embedding.begin(), row.embedding.end()},
+                 {row.optimizer_state.begin(), row.optimizer_state.end()},
+                 row.access_count,
+                 row.last_touch};
+  }));
+  return rows;
+}
+
+TableSpec SpecWith(OptimizerSpec::Kind kind) {
+  TableSpec spec;
+  spec.name = absl::StrCat("opt", static_cast<int>(kind));
+  spec.dim = kDim;
+  spec.seed = 17;
+  spec.num_stripes = 4;
+  spec.optimizer.kind = kind;
+  spec.optimizer.learning_rate = 0.05f;
+  spec.optimizer.ftrl_l1 = 0.001f;
+  spec.optimizer.ftrl_l2 = 0.01f;
+  return spec;
+}
+
+class SpillTrajectoryTest
+    : public ::testing::TestWithParam<OptimizerSpec::Kind> {};
+
+TEST_P(SpillTrajectoryTest, SpilledRowsContinueBitForBit) {
+  const TableSpec spec = SpecWith(GetParam());
+  ASSERT_OK_AND_ASSIGN(auto in_memory, Table::Create(spec));
+  TableSpec budgeted = spec;
+  // Room for about 40 of the 2000 rows per stripe.
+  budgeted.memory_budget_bytes =
+      4 * 40 *
+      (16 + RowRecordBytes(kDim, OptimizerStateFloats(spec.optimizer, kDim)) +
+       12);
+  TableOptions options;
+  options.spill_directory =
+      absl::StrCat(::testing::TempDir(), "/trajectory_", spec.name);
+  ASSERT_OK_AND_ASSIGN(auto spilling, Table::Create(budgeted, options));
+
+  std::mt19937_64 rng(7);
+  std::uniform_int_distribution<uint64_t> key_of(0, 1999);
+  std::normal_distribution<float> grad_of(0.0f, 1.0f);
+  constexpr int kRounds = 150;
+  constexpr int kBatch = 300;
+  for (int round = 0; round < kRounds; ++round) {
+    std::vector<uint64_t> keys(kBatch);
+    for (uint64_t& key : keys) key = key_of(rng) * 0x9E3779B97F4A7C15ull;
+    std::vector<float> grads(kBatch * kDim);
+    for (float& g : grads) g = grad_of(rng);
+    const AccessContext context{static_cast<uint64_t>(round)};
+    std::vector<float> want(kBatch * kDim), got(kBatch * kDim);
+    ASSERT_OK(in_memory->Pull(keys, absl::MakeSpan(want), context));
+    ASSERT_OK(spilling->Pull(keys, absl::MakeSpan(got), context));
+    for (size_t i = 0; i < want.size(); ++i) {
+      ASSERT_EQ(want[i], got[i])
+          << "round " << round << " position " << i / kDim << " key "
+          << keys[i / kDim] << " first seen at "
+          << (std::find(keys.begin(), keys.end(), keys[i / kDim]) -
+              keys.begin());
+    }
+    ASSERT_OK(in_memory->Push(keys, grads, context));
+    ASSERT_OK(spilling->Push(keys, grads, context));
+  }
+  const TableStats stats = spilling->Stats();
+  EXPECT_GT(stats.spills, 10000u);
+  EXPECT_GT(stats.promotions, 10000u);
+  EXPECT_GT(stats.spilled_rows, stats.resident_rows);
+  EXPECT_EQ(stats.rows, in_memory->Stats().rows);
+  // Batched: never more than one MultiGet per request (one thread here, so
+  // the re-read under a lock never triggers).
+  EXPECT_LE(stats.spill_multigets, 2u * kRounds);
+  EXPECT_GT(stats.spill_multiget_keys, stats.spill_multigets * 50);
+  std::printf("spills %lu promotions %lu multigets %lu keys %lu\n",
+              static_cast<unsigned long>(stats.spills),
+              static_cast<unsigned long>(stats.promotions),
+              static_cast<unsigned long>(stats.spill_multigets),
+              static_cast<unsigned long>(stats.spill_multiget_keys));
+
+  const auto want_rows = AllRows(*in_memory);
+  const auto got_rows = AllRows(*spilling);
+  ASSERT_EQ(want_rows.size(), got_rows.size());
+  int differing = 0;
+  for (const auto& [key, row] : want_rows) {
+    auto it = got_rows.find(key);
+    ASSERT_NE(it, got_rows.end()) << key;
+    differing += !(it->second == row);
+  }
+  EXPECT_EQ(differing, 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryOptimizer, SpillTrajectoryTest,
+    ::testing::Values(OptimizerSpec::Kind::kSgd, OptimizerSpec::Kind::kAdagrad,
+                      OptimizerSpec::Kind::kRowWiseAdagrad,
+                      OptimizerSpec::Kind::kAdam, OptimizerSpec::Kind::kFtrl),
+    [](const ::testing::TestParamInfo<OptimizerSpec::Kind>& info) {
+      return std::string(OptimizerKindName(info.param));
+    });
+
+TEST(SpillTest, ASpillDirectoryThatCannotBeCreatedIsAClearError) {
+  TableSpec spec = SpecWith(OptimizerSpec::Kind::kSgd);
+  spec.memory_budget_bytes = 1 << 20;
+  TableOptions options;
+  options.spill_directory = "/proc/embedps_cannot_be_here/spill";
+  EXPECT_THAT(Table::Create(spec, options).status(),
+              ::embedps::testing::StatusIs(
+                  absl::StatusCode::kFailedPrecondition,
+                  ::testing::HasSubstr("/proc/embedps_cannot_be_here/spill")));
+}
+
+}  // namespace
+}  // namespace embedps::embedding
