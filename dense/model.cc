@@ -1,7 +1,5 @@
 #include "dense/model.h"
 
-#include <zlib.h>
-
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -10,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_io.h"
 #include "common/status_macros.h"
 #include "dense/cpu_model.h"
 #include "dense/cuda_model.h"
@@ -79,12 +78,6 @@ class CpuBackendModel final : public Model {
  private:
   std::unique_ptr<CpuModel<float>> model_;
 };
-
-uint32_t Crc32(const std::string& bytes) {
-  return static_cast<uint32_t>(
-      crc32(0L, reinterpret_cast<const Bytef*>(bytes.data()),
-            static_cast<uInt>(bytes.size())));
-}
 
 }  // namespace
 

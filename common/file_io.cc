@@ -1,0 +1,118 @@
+#include "common/file_io.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace embedps {
+namespace {
+
+absl::Status ErrnoError(absl::string_view what, const std::string& path) {
+  const int error = errno;
+  const std::string message =
+      absl::StrCat("cannot ", what, " '", path, "': ", std::strerror(error));
+  if (error == ENOENT) return absl::NotFoundError(message);
+  return absl::UnavailableError(message);
+}
+
+// Closes a file descriptor on scope exit.
+class FileDescriptor {
+ public:
+  explicit FileDescriptor(int fd) : fd_(fd) {}
+  ~FileDescriptor() {
+    if (fd_ >= 0) close(fd_);
+  }
+  FileDescriptor(const FileDescriptor&) = delete;
+  FileDescriptor& operator=(const FileDescriptor&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+}  // namespace
+
+uint32_t Crc32(absl::string_view bytes, uint32_t crc) {
+  // zlib takes uInt lengths: feed large inputs in pieces.
+  constexpr size_t kPiece = size_t{1} << 30;
+  while (!bytes.empty()) {
+    const size_t n = std::min(bytes.size(), kPiece);
+    crc = static_cast<uint32_t>(
+        crc32(crc, reinterpret_cast<const Bytef*>(bytes.data()),
+              static_cast<uInt>(n)));
+    bytes.remove_prefix(n);
+  }
+  return crc;
+}
+
+absl::StatusOr<uint32_t> FileCrc32(const std::string& path) {
+  FileDescriptor fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoError("open", path);
+  posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
+  std::vector<char> buffer(size_t{4} << 20);
+  uint32_t crc = 0;
+  while (true) {
+    const ssize_t n = read(fd.get(), buffer.data(), buffer.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("read", path);
+    }
+    if (n == 0) return crc;
+    crc = Crc32(absl::string_view(buffer.data(), static_cast<size_t>(n)), crc);
+  }
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  FileDescriptor fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoError("open", path);
+  std::string contents;
+  char buffer[1 << 16];
+  while (true) {
+    const ssize_t n = read(fd.get(), buffer, sizeof(buffer));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoError("read", path);
+    }
+    if (n == 0) return contents;
+    contents.append(buffer, static_cast<size_t>(n));
+  }
+}
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::string_view bytes) {
+  const std::string temporary = path + ".tmp";
+  {
+    FileDescriptor fd(open(temporary.c_str(),
+                           O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (fd.get() < 0) return ErrnoError("create", temporary);
+    while (!bytes.empty()) {
+      const ssize_t n = write(fd.get(), bytes.data(), bytes.size());
+      if (n < 0) {
+        if (errno == EINTR) continue;
+        return ErrnoError("write", temporary);
+      }
+      bytes.remove_prefix(static_cast<size_t>(n));
+    }
+    if (fsync(fd.get()) != 0) return ErrnoError("sync", temporary);
+  }
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    return ErrnoError(absl::StrCat("rename '", temporary, "' to"), path);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SyncPath(const std::string& path) {
+  FileDescriptor fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (fd.get() < 0) return ErrnoError("open", path);
+  if (fsync(fd.get()) != 0) return ErrnoError("sync", path);
+  return absl::OkStatus();
+}
+
+}  // namespace embedps

@@ -1,0 +1,36 @@
+// Checksums and atomic writes of whole files, for everything embedps
+// persists (checkpoints, manifests, dense parameters).
+#ifndef EMBEDPS_COMMON_FILE_IO_H_
+#define EMBEDPS_COMMON_FILE_IO_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace embedps {
+
+// zlib's CRC-32 of `bytes`, continuing from `crc` (0 to start).
+uint32_t Crc32(absl::string_view bytes, uint32_t crc = 0);
+
+// CRC-32 of a whole file, read in large chunks. NOT_FOUND / UNAVAILABLE
+// naming the file if it cannot be read.
+absl::StatusOr<uint32_t> FileCrc32(const std::string& path);
+
+// Reads a whole file. NOT_FOUND naming the file if it does not exist.
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
+
+// Writes `bytes` to `path + ".tmp"`, flushes it to disk (fsync) and renames
+// it to `path`: readers see the old file or the whole new one, never a part.
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::string_view bytes);
+
+// fsync of a file or a directory (after a rename, the directory holds the
+// new name durably only once it is synced).
+absl::Status SyncPath(const std::string& path);
+
+}  // namespace embedps
+
+#endif  // EMBEDPS_COMMON_FILE_IO_H_

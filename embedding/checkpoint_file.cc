@@ -1,0 +1,236 @@
+#include "embedding/checkpoint_file.h"
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <cstring>
+#include <memory>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
+#include "embedding/internal/spill_store.h"
+#include "rocksdb/env.h"
+#include "rocksdb/options.h"
+#include "rocksdb/sst_file_reader.h"
+#include "rocksdb/sst_file_writer.h"
+#include "rocksdb/table.h"
+
+namespace embedps::embedding {
+namespace {
+
+using embedding_internal::DecodeKey;
+using embedding_internal::EncodeKey;
+
+constexpr char kMetaPrefix[] = "\xff\xff\xff\xff\xff\xff\xff\xff";
+constexpr size_t kMetaPrefixBytes = 8;
+constexpr char kFormatTag[] = "embedps-table-file v1";
+// Rows handed to Table::RestoreRows at a time.
+constexpr size_t kRestoreBatch = 16384;
+
+std::string MetaKey(absl::string_view suffix) {
+  return absl::StrCat(absl::string_view(kMetaPrefix, kMetaPrefixBytes), suffix);
+}
+
+// The NUL makes it sort before the admission keys; spelled with its length
+// because a C string would end at it.
+std::string InfoKey() { return MetaKey(absl::string_view("\0info", 5)); }
+
+std::string AdmissionKey(uint32_t stripe) {
+  char index[4] = {static_cast<char>(stripe >> 24),
+                   static_cast<char>(stripe >> 16),
+                   static_cast<char>(stripe >> 8), static_cast<char>(stripe)};
+  return MetaKey(
+      absl::StrCat("\x01"
+                   "admission",
+                   absl::string_view(index, 4)));
+}
+
+absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what,
+                       const std::string& path) {
+  if (status.ok()) return absl::OkStatus();
+  const std::string message = absl::StrCat(
+      "checkpoint file '", path, "': ", what, ": ", status.ToString());
+  if (status.IsCorruption() || status.IsIncomplete()) {
+    return absl::DataLossError(message);
+  }
+  if (status.IsNotFound() || status.IsPathNotFound()) {
+    return absl::NotFoundError(message);
+  }
+  return absl::UnavailableError(message);
+}
+
+rocksdb::Options FileOptions() {
+  rocksdb::Options options;
+  // Rows are floats: compression buys little and costs the write rate.
+  options.compression = rocksdb::kNoCompression;
+  rocksdb::BlockBasedTableOptions table;
+  // Large blocks: checkpoints are written and read sequentially.
+  table.block_size = 256 << 10;
+  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  return options;
+}
+
+}  // namespace
+
+absl::StatusOr<TableFileSummary> WriteTableFile(const TableSnapshot& snapshot,
+                                                const std::string& path) {
+  const std::string temporary = path + ".tmp";
+  const rocksdb::Options options = FileOptions();
+  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(options), options);
+  RETURN_IF_ERROR(FromRocks(writer.Open(temporary), "open", temporary));
+  TableFileSummary summary;
+  char key[8];
+  RETURN_IF_ERROR(snapshot.ForEach([&](uint64_t row_key, const char* record) {
+    EncodeKey(row_key, key);
+    const rocksdb::Slice value =
+        record == nullptr ? rocksdb::Slice()
+                          : rocksdb::Slice(record, snapshot.record_bytes());
+    ++(record == nullptr ? summary.removed : summary.rows);
+    return FromRocks(writer.Put(rocksdb::Slice(key, 8), value), "put",
+                     temporary);
+  }));
+  const auto& states = snapshot.admission_states();
+  RETURN_IF_ERROR(FromRocks(
+      writer.Put(
+          InfoKey(),
+          absl::StrCat(kFormatTag, " record_bytes=", snapshot.record_bytes(),
+                       " incremental=", snapshot.incremental() ? 1 : 0,
+                       " stripes=", states.size())),
+      "put", temporary));
+  for (uint32_t s = 0; s < states.size(); ++s) {
+    if (states[s].empty()) continue;
+    RETURN_IF_ERROR(
+        FromRocks(writer.Put(AdmissionKey(s), states[s]), "put", temporary));
+  }
+  rocksdb::ExternalSstFileInfo info;
+  RETURN_IF_ERROR(FromRocks(writer.Finish(&info), "finish", temporary));
+  RETURN_IF_ERROR(SyncPath(temporary));
+  ASSIGN_OR_RETURN(summary.crc32, FileCrc32(temporary));
+  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot rename '", temporary,
+                                               "' to '", path,
+                                               "': ", std::strerror(errno)));
+  }
+  summary.bytes = info.file_size;
+  return summary;
+}
+
+absl::StatusOr<TableFileRestore> RestoreTableFile(
+    const std::string& path, uint32_t expected_crc32, Table& table,
+    absl::FunctionRef<bool(uint64_t)> keep) {
+  ASSIGN_OR_RETURN(const uint32_t crc, FileCrc32(path));
+  if (crc != expected_crc32) {
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint file '", path, "' is corrupt or truncated: CRC-32 ", crc,
+        ", the manifest says ", expected_crc32));
+  }
+  const rocksdb::Options options = FileOptions();
+  rocksdb::SstFileReader reader(options);
+  RETURN_IF_ERROR(FromRocks(reader.Open(path), "open", path));
+  RETURN_IF_ERROR(FromRocks(reader.VerifyChecksum(), "verify", path));
+
+  const size_t record_bytes = RowRecordBytes(
+      table.spec().dim,
+      OptimizerStateFloats(table.spec().optimizer, table.spec().dim));
+  rocksdb::ReadOptions read;
+  read.verify_checksums = true;
+  read.readahead_size = 4 << 20;
+  std::unique_ptr<rocksdb::Iterator> it(reader.NewIterator(read));
+
+  // The info entry first: it names the record size.
+  it->Seek(InfoKey());
+  if (!it->Valid() || it->key() != InfoKey()) {
+    RETURN_IF_ERROR(FromRocks(it->status(), "read", path));
+    return absl::DataLossError(
+        absl::StrCat("checkpoint file '", path,
+                     "' has no info entry (not an embedps "
+                     "table file, or cut short)"));
+  }
+  TableFileRestore result;
+  size_t file_record_bytes = 0;
+  size_t stripes = 0;
+  {
+    const std::string info = it->value().ToString();
+    if (!absl::StartsWith(info, kFormatTag)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint file '", path, "' has format '", info,
+                       "'; this build reads '", kFormatTag, "'"));
+    }
+    for (absl::string_view field : absl::StrSplit(info, ' ')) {
+      std::pair<absl::string_view, absl::string_view> kv =
+          absl::StrSplit(field, absl::MaxSplits('=', 1));
+      uint64_t value = 0;
+      if (!absl::SimpleAtoi(kv.second, &value)) continue;
+      if (kv.first == "record_bytes") file_record_bytes = value;
+      if (kv.first == "incremental") result.incremental = value != 0;
+      if (kv.first == "stripes") stripes = value;
+    }
+  }
+  if (file_record_bytes != record_bytes) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint file '", path, "' holds rows of ",
+                     file_record_bytes, " bytes; table '", table.spec().name,
+                     "' needs ", record_bytes, " (dim or optimizer changed?)"));
+  }
+  result.admission_states.assign(stripes, "");
+
+  std::vector<uint64_t> keys;
+  std::vector<char> records;
+  std::vector<uint64_t> removed;
+  const auto flush = [&]() -> absl::Status {
+    if (!keys.empty()) RETURN_IF_ERROR(table.RestoreRows(keys, records));
+    if (!removed.empty()) RETURN_IF_ERROR(table.Erase(removed).status());
+    keys.clear();
+    records.clear();
+    removed.clear();
+    return absl::OkStatus();
+  };
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const rocksdb::Slice key = it->key();
+    const rocksdb::Slice value = it->value();
+    if (key.size() != 8) {
+      const std::string prefix = MetaKey(
+          "\x01"
+          "admission");
+      if (key.size() == prefix.size() + 4 && key.starts_with(prefix)) {
+        const uint32_t stripe = static_cast<uint32_t>(
+            DecodeKey(key.data() + key.size() - 8) & 0xffffffffu);
+        if (stripe >= stripes) {
+          return absl::DataLossError(absl::StrCat(
+              "checkpoint file '", path, "': admission state of stripe ",
+              stripe, " but the file has ", stripes, " stripes"));
+        }
+        result.admission_states[stripe] = value.ToString();
+      }
+      continue;
+    }
+    const uint64_t row_key = DecodeKey(key.data());
+    if (!keep(row_key)) {
+      ++result.skipped;
+      continue;
+    }
+    if (value.empty()) {
+      removed.push_back(row_key);
+      ++result.removed;
+    } else if (value.size() != record_bytes) {
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint file '", path, "': row of key ", row_key, " has ",
+          value.size(), " bytes, expected ", record_bytes));
+    } else {
+      keys.push_back(row_key);
+      records.insert(records.end(), value.data(), value.data() + value.size());
+      ++result.rows;
+    }
+    if (keys.size() + removed.size() >= kRestoreBatch) {
+      RETURN_IF_ERROR(flush());
+    }
+  }
+  RETURN_IF_ERROR(FromRocks(it->status(), "read", path));
+  RETURN_IF_ERROR(flush());
+  return result;
+}
+
+}  // namespace embedps::embedding

@@ -1,0 +1,61 @@
+// The checkpoint of one table on one shard: a RocksDB SST file (sorted,
+// block-checksummed; written with SstFileWriter, read with SstFileReader).
+//
+// Format version 1 (docs/checkpoints.md):
+//   row key (8 bytes, big-endian) -> the row's record (RowRecordBytes), or
+//                                    an empty value: the key was removed
+//                                    (incremental files only)
+//   8 x 0xFF + "\x00info"        -> "embedps-table-file v1 record_bytes=R
+//                                    incremental=0|1 stripes=S"
+//   8 x 0xFF + "\x01admission" + stripe (4 bytes, big-endian)
+//                                 -> that stripe's admission state
+// The metadata keys are longer than 8 bytes and start with eight 0xFF
+// bytes, so they sort after every row key.
+#ifndef EMBEDPS_EMBEDDING_CHECKPOINT_FILE_H_
+#define EMBEDPS_EMBEDDING_CHECKPOINT_FILE_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "embedding/table.h"
+
+namespace embedps::embedding {
+
+struct TableFileSummary {
+  uint64_t rows = 0;
+  uint64_t removed = 0;
+  uint64_t bytes = 0;
+  // zlib CRC-32 of the whole file (for the manifest).
+  uint32_t crc32 = 0;
+};
+
+// Writes `snapshot` to `path` (via `path + ".tmp"`, synced, then renamed).
+// UNAVAILABLE/INTERNAL naming the file on I/O errors.
+absl::StatusOr<TableFileSummary> WriteTableFile(const TableSnapshot& snapshot,
+                                                const std::string& path);
+
+struct TableFileRestore {
+  uint64_t rows = 0;
+  uint64_t removed = 0;
+  // Rows and removals of keys `keep` refused (another shard's).
+  uint64_t skipped = 0;
+  bool incremental = false;
+  std::vector<std::string> admission_states;
+};
+
+// Applies a table file to `table`: rows of keys `keep` accepts are restored
+// (RestoreRows, in batches), removed keys are erased. The whole file is
+// first checked against `expected_crc32` and RocksDB's block checksums.
+// DATA_LOSS naming the file if it is truncated or corrupt;
+// FAILED_PRECONDITION naming it if its record size is not the table's.
+absl::StatusOr<TableFileRestore> RestoreTableFile(
+    const std::string& path, uint32_t expected_crc32, Table& table,
+    absl::FunctionRef<bool(uint64_t)> keep);
+
+}  // namespace embedps::embedding
+
+#endif  // EMBEDPS_EMBEDDING_CHECKPOINT_FILE_H_

@@ -1,0 +1,275 @@
+#include "embedding/checkpoint_file.h"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/key_hash.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace embedps::embedding {
+namespace {
+
+using ::embedps::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr int kDim = 4;
+
+// Every field of every row, bitwise.
+std::map<uint64_t, std::string> Contents(const Table& table) {
+  std::map<uint64_t, std::string> rows;
+  EXPECT_OK(table.Scan([&](const RowView& row) {
+    std::string bytes(reinterpret_cast<const char*>(row.embedding.data()),
+                      row.embedding.size() * sizeof(float));
+    bytes.append(reinterpret_cast<const char*>(row.optimizer_state.data()),
+                 row.optimizer_state.size() * sizeof(float));
+    bytes.append(absl::StrCat("|", row.access_count, "|", row.last_touch));
+    rows[row.key] = bytes;
+  }));
+  return rows;
+}
+
+TableSpec AdamSpec() {
+  TableSpec spec;
+  spec.name = "ckpt";
+  spec.dim = kDim;
+  spec.num_stripes = 8;
+  spec.optimizer.kind = OptimizerSpec::Kind::kAdam;
+  return spec;
+}
+
+// Test parameter: whether the tables spill (most rows in RocksDB).
+class CheckpointFileTest : public ::testing::TestWithParam<bool> {
+ protected:
+  std::string Dir() {
+    const std::string dir = absl::StrCat(
+        ::testing::TempDir(), "/ckpt_",
+        ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::create_directories(dir);
+    return dir;
+  }
+
+  std::unique_ptr<Table> MakeTable(TableSpec spec = AdamSpec()) {
+    TableOptions options;
+    if (GetParam()) {
+      spec.memory_budget_bytes = spec.num_stripes * 10 * 100;
+      options.spill_directory = absl::StrCat(Dir(), "/spill", tables_++);
+    }
+    auto table = Table::Create(spec, options);
+    EXPECT_OK(table.status());
+    return std::move(table).value();
+  }
+
+  // Pulls and pushes random keys of [0, 1000·stride).
+  static void Train(Table& table, int rounds, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_int_distribution<uint64_t> key_of(0, 999);
+    std::normal_distribution<float> grad_of(0.0f, 1.0f);
+    for (int round = 0; round < rounds; ++round) {
+      std::vector<uint64_t> keys(100);
+      for (uint64_t& key : keys) key = key_of(rng) * 7919;
+      std::vector<float> values(keys.size() * kDim);
+      std::vector<float> grads(keys.size() * kDim);
+      for (float& g : grads) g = grad_of(rng);
+      const AccessContext context{static_cast<uint64_t>(round)};
+      ASSERT_OK(table.Pull(keys, absl::MakeSpan(values), context));
+      ASSERT_OK(table.Push(keys, grads, context));
+    }
+  }
+
+  static TableFileRestore Restore(const std::string& path, uint32_t crc,
+                                  Table& table) {
+    auto restored =
+        RestoreTableFile(path, crc, table, [](uint64_t) { return true; });
+    EXPECT_OK(restored.status());
+    return restored.ok() ? *restored : TableFileRestore{};
+  }
+
+  int tables_ = 0;
+};
+
+INSTANTIATE_TEST_SUITE_P(MemoryAndSpill, CheckpointFileTest,
+                         ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "Spilling" : "MemoryOnly";
+                         });
+
+TEST_P(CheckpointFileTest, FullCheckpointRestoresEveryRowExactly) {
+  auto table = MakeTable();
+  Train(*table, 50, 1);
+  ASSERT_OK_AND_ASSIGN(auto snapshot, table->TakeSnapshot(false));
+  EXPECT_FALSE(snapshot->incremental());
+  const auto want = Contents(*table);
+  // Training goes on while the file is written: the file holds the
+  // snapshot, not the later rows.
+  Train(*table, 5, 2);
+  const std::string path = Dir() + "/full.sst";
+  ASSERT_OK_AND_ASSIGN(const TableFileSummary summary,
+                       WriteTableFile(*snapshot, path));
+  EXPECT_EQ(summary.rows, want.size());
+  EXPECT_EQ(summary.removed, 0u);
+  EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+
+  auto restored = MakeTable();
+  const TableFileRestore result = Restore(path, summary.crc32, *restored);
+  EXPECT_EQ(result.rows, want.size());
+  EXPECT_EQ(Contents(*restored), want);
+}
+
+TEST_P(CheckpointFileTest, IncrementalHoldsOnlyChangesAndRestoresOnTop) {
+  auto table = MakeTable();
+  Train(*table, 40, 3);
+  ASSERT_OK_AND_ASSIGN(auto full, table->TakeSnapshot(false));
+  const std::string dir = Dir();
+  ASSERT_OK_AND_ASSIGN(const TableFileSummary full_summary,
+                       WriteTableFile(*full, dir + "/full.sst"));
+
+  // Change some rows, remove some, create some.
+  std::vector<uint64_t> changed = {7919 * 3, 7919 * 5, 7919 * 500};
+  std::vector<float> grads(changed.size() * kDim, 0.25f);
+  ASSERT_OK(table->Push(changed, grads, AccessContext{99}));
+  const std::vector<uint64_t> erased = {7919 * 7, 7919 * 11};
+  ASSERT_OK_AND_ASSIGN(const uint64_t erased_count, table->Erase(erased));
+  const std::vector<uint64_t> created = {123456789, 987654321};
+  std::vector<float> values(created.size() * kDim);
+  ASSERT_OK(table->Pull(created, absl::MakeSpan(values), AccessContext{99}));
+
+  ASSERT_OK_AND_ASSIGN(auto increment, table->TakeSnapshot(true));
+  EXPECT_TRUE(increment->incremental());
+  ASSERT_OK_AND_ASSIGN(const TableFileSummary summary,
+                       WriteTableFile(*increment, dir + "/incr.sst"));
+  // Pushed rows (that existed) and the created rows; nothing else.
+  uint64_t existing_changed = 0;
+  {
+    auto probe = MakeTable();
+    Restore(dir + "/full.sst", full_summary.crc32, *probe);
+    std::vector<float> out(changed.size() * kDim);
+    std::unique_ptr<bool[]> found(new bool[changed.size()]);
+    ASSERT_OK_AND_ASSIGN(
+        existing_changed,
+        probe->Lookup(changed, absl::MakeSpan(out),
+                      absl::MakeSpan(found.get(), changed.size())));
+  }
+  EXPECT_EQ(summary.rows, existing_changed + created.size());
+  EXPECT_EQ(summary.removed, erased_count);
+
+  auto restored = MakeTable();
+  Restore(dir + "/full.sst", full_summary.crc32, *restored);
+  const TableFileRestore result =
+      Restore(dir + "/incr.sst", summary.crc32, *restored);
+  EXPECT_TRUE(result.incremental);
+  EXPECT_EQ(Contents(*restored), Contents(*table));
+
+  // A third snapshot with no changes in between is empty.
+  ASSERT_OK_AND_ASSIGN(auto nothing, table->TakeSnapshot(true));
+  ASSERT_OK_AND_ASSIGN(const TableFileSummary empty,
+                       WriteTableFile(*nothing, dir + "/empty.sst"));
+  EXPECT_EQ(empty.rows, 0u);
+  EXPECT_EQ(empty.removed, 0u);
+}
+
+TEST_P(CheckpointFileTest, RestoringWithAKeyFilterSplitsRowsExactly) {
+  auto table = MakeTable();
+  Train(*table, 30, 4);
+  ASSERT_OK_AND_ASSIGN(auto snapshot, table->TakeSnapshot(false));
+  const std::string path = Dir() + "/full.sst";
+  ASSERT_OK_AND_ASSIGN(const TableFileSummary summary,
+                       WriteTableFile(*snapshot, path));
+  const auto want = Contents(*table);
+  std::map<uint64_t, std::string> united;
+  for (int32_t shard = 0; shard < 3; ++shard) {
+    auto part = MakeTable();
+    ASSERT_OK(RestoreTableFile(path, summary.crc32, *part, [&](uint64_t key) {
+                return JumpConsistentHash(Mix64(key), 3) == shard;
+              }).status());
+    for (const auto& [key, row] : Contents(*part)) {
+      EXPECT_EQ(JumpConsistentHash(Mix64(key), 3), shard);
+      EXPECT_TRUE(united.emplace(key, row).second) << "key on two shards";
+    }
+  }
+  EXPECT_EQ(united, want);
+}
+
+TEST_P(CheckpointFileTest, AdmissionCountsSurviveARestore) {
+  TableSpec spec = AdamSpec();
+  spec.admission.kind = AdmissionSpec::Kind::kCount;
+  spec.admission.min_count = 3;
+  spec.admission.sketch_counters = 1 << 12;
+  auto table = MakeTable(spec);
+  std::vector<float> value(kDim);
+  ASSERT_OK(table->Pull({{42}}, absl::MakeSpan(value)));
+  ASSERT_OK(table->Pull({{42}}, absl::MakeSpan(value)));
+  EXPECT_EQ(table->Stats().rows, 0u);
+  ASSERT_OK_AND_ASSIGN(auto snapshot, table->TakeSnapshot(false));
+  const std::string path = Dir() + "/admission.sst";
+  ASSERT_OK_AND_ASSIGN(const TableFileSummary summary,
+                       WriteTableFile(*snapshot, path));
+
+  auto restored = MakeTable(spec);
+  const TableFileRestore result = Restore(path, summary.crc32, *restored);
+  ASSERT_OK(restored->MergeAdmissionStates(result.admission_states));
+  ASSERT_OK(restored->Pull({{42}}, absl::MakeSpan(value)));
+  EXPECT_EQ(restored->Stats().rows, 1u) << "third sighting admits";
+
+  auto fresh = MakeTable(spec);
+  ASSERT_OK(fresh->Pull({{42}}, absl::MakeSpan(value)));
+  EXPECT_EQ(fresh->Stats().rows, 0u);
+
+  TableSpec other = spec;
+  other.admission.sketch_counters = 1 << 14;
+  auto mismatched = MakeTable(other);
+  EXPECT_THAT(mismatched->MergeAdmissionStates(result.admission_states),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("sketch_counters")));
+}
+
+TEST_P(CheckpointFileTest, CorruptTruncatedOrForeignFilesAreRefused) {
+  auto table = MakeTable();
+  Train(*table, 10, 5);
+  ASSERT_OK_AND_ASSIGN(auto snapshot, table->TakeSnapshot(false));
+  const std::string dir = Dir();
+  const std::string path = dir + "/good.sst";
+  ASSERT_OK_AND_ASSIGN(const TableFileSummary summary,
+                       WriteTableFile(*snapshot, path));
+  const auto keep_all = [](uint64_t) { return true; };
+
+  // A flipped byte in the middle.
+  const std::string flipped = dir + "/flipped.sst";
+  std::filesystem::copy_file(path, flipped);
+  {
+    std::fstream f(flipped, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(summary.bytes / 2));
+    f.put('\x5a');
+  }
+  auto target = MakeTable();
+  EXPECT_THAT(RestoreTableFile(flipped, summary.crc32, *target, keep_all),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr(flipped)));
+  // Truncated.
+  const std::string truncated = dir + "/truncated.sst";
+  std::filesystem::copy_file(path, truncated);
+  std::filesystem::resize_file(truncated, summary.bytes - 100);
+  EXPECT_THAT(RestoreTableFile(truncated, summary.crc32, *target, keep_all),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr(truncated)));
+  // Missing.
+  EXPECT_THAT(
+      RestoreTableFile(dir + "/missing.sst", summary.crc32, *target, keep_all),
+      StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing.sst")));
+  EXPECT_EQ(target->Stats().rows, 0u) << "nothing restored from bad files";
+  // Right bytes, wrong table shape.
+  TableSpec sgd = AdamSpec();
+  sgd.optimizer.kind = OptimizerSpec::Kind::kSgd;
+  auto other = MakeTable(sgd);
+  EXPECT_THAT(RestoreTableFile(path, summary.crc32, *other, keep_all),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("dim or optimizer changed")));
+}
+
+}  // namespace
+}  // namespace embedps::embedding
