@@ -1,7 +1,9 @@
 #include "client/client.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <future>
 #include <random>
 #include <thread>
@@ -9,9 +11,12 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "checkpoint/manifest.h"
+#include "common/file_io.h"
 #include "common/float16.h"
 #include "common/grpc_status.h"
 #include "common/key_hash.h"
+#include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 
 namespace embedps::client {
@@ -173,6 +178,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
+  // A restarted shard is found within a second, not after gRPC's default
+  // reconnect backoff (up to two minutes).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   for (const std::string& server : options.servers) {
     impl->stubs.push_back(
         proto::EmbeddingService::NewStub(grpc::CreateCustomChannel(
@@ -368,6 +378,153 @@ std::future<absl::Status> Client::PushAsync(const TableHandle& table,
   return std::async(std::launch::async, [this, table, keys, grads, step] {
     return Push(table, keys, grads, step);
   });
+}
+
+absl::StatusOr<std::unique_ptr<Client::PendingCheckpoint>>
+Client::StartCheckpoint(const CheckpointOptions& options) {
+  if (options.root.empty()) {
+    return absl::InvalidArgumentError("a checkpoint needs a root directory");
+  }
+  auto pending = std::unique_ptr<PendingCheckpoint>(new PendingCheckpoint());
+  pending->client_ = this;
+  pending->root_ = options.root;
+  pending->step_ = options.step;
+  pending->name_ = checkpoint::CheckpointName(options.step);
+  const std::filesystem::path final_dir =
+      std::filesystem::path(options.root) / pending->name_;
+  pending->directory_ = final_dir.string() + checkpoint::kTemporarySuffix;
+  std::error_code error;
+  if (std::filesystem::exists(final_dir, error)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("checkpoint '", final_dir.string(), "' exists already"));
+  }
+  if (options.incremental) {
+    absl::StatusOr<std::string> latest =
+        checkpoint::ResolveCheckpoint(options.root);
+    if (latest.ok()) {
+      pending->parent_ = std::filesystem::path(*latest).filename().string();
+    }
+  }
+  // Leftovers of an attempt that never finished are not a checkpoint.
+  std::filesystem::remove_all(pending->directory_, error);
+  std::filesystem::create_directories(pending->directory_, error);
+  if (error) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot create checkpoint directory '",
+                     pending->directory_, "': ", error.message()));
+  }
+  // The tables' specs, for the manifest (every shard has every table).
+  proto::ListTablesResponse tables;
+  RETURN_IF_ERROR(impl_->Call(0, "ListTables", [&](grpc::ClientContext* c) {
+    return impl_->stubs[0]->ListTables(c, proto::ListTablesRequest(), &tables);
+  }));
+  for (const auto& entry : tables.table()) {
+    pending->tables_.push_back(entry.config());
+  }
+  std::vector<double> pauses(num_shards(), 0.0);
+  RETURN_IF_ERROR(RunParts(num_shards(), [&](size_t shard) {
+    proto::SaveRequest request;
+    request.set_directory(pending->directory_);
+    request.set_name(pending->name_);
+    request.set_parent(pending->parent_);
+    request.set_step(options.step);
+    request.set_incremental(options.incremental);
+    proto::SaveResponse response;
+    RETURN_IF_ERROR(impl_->Call(
+        static_cast<int32_t>(shard), "Save", [&](grpc::ClientContext* c) {
+          return impl_->stubs[shard]->Save(c, request, &response);
+        }));
+    pauses[shard] = response.pause_seconds();
+    return absl::OkStatus();
+  }));
+  pending->pause_seconds_ = *std::max_element(pauses.begin(), pauses.end());
+  return pending;
+}
+
+absl::StatusOr<proto::CheckpointManifest> Client::PendingCheckpoint::Finish(
+    const std::vector<std::string>& extra_files) {
+  Impl& impl = *client_->impl_;
+  const int32_t shards = client_->num_shards();
+  std::vector<proto::AwaitSaveResponse> saved(shards);
+  RETURN_IF_ERROR(RunParts(shards, [&](size_t shard) {
+    proto::AwaitSaveRequest request;
+    request.set_name(name_);
+    // The shard holds the call until its files are written.
+    return impl.Call(
+        static_cast<int32_t>(shard), "AwaitSave",
+        [&](grpc::ClientContext* c) {
+          return impl.stubs[shard]->AwaitSave(c, request, &saved[shard]);
+        },
+        absl::Hours(1));
+  }));
+  proto::CheckpointManifest manifest;
+  manifest.set_format_version(checkpoint::kFormatVersion);
+  manifest.set_step(step_);
+  manifest.set_name(name_);
+  manifest.set_num_shards(shards);
+  manifest.set_created_unix_micros(absl::ToUnixMicros(absl::Now()));
+  bool any_incremental = false;
+  for (const proto::TableConfig& config : tables_) {
+    proto::CheckpointTable* table = manifest.add_table();
+    *table->mutable_config() = config;
+    for (int32_t shard = 0; shard < shards; ++shard) {
+      bool found = false;
+      for (const auto& file : saved[shard].file()) {
+        if (file.table() != config.name()) continue;
+        *table->add_file() = file.file();
+        any_incremental |= file.file().incremental();
+        found = true;
+      }
+      if (!found) {
+        return absl::InternalError(
+            absl::StrCat("shard ", shard, " wrote no file for table '",
+                         config.name(), "' in checkpoint '", directory_, "'"));
+      }
+    }
+  }
+  if (any_incremental) manifest.set_parent(parent_);
+  for (const std::string& extra : extra_files) {
+    const std::string path =
+        (std::filesystem::path(directory_) / extra).string();
+    ASSIGN_OR_RETURN(const uint32_t crc, FileCrc32(path));
+    std::error_code error;
+    const uint64_t bytes = std::filesystem::file_size(path, error);
+    proto::CheckpointExtraFile* file = manifest.add_extra_file();
+    file->set_path(extra);
+    file->set_bytes(bytes);
+    file->set_crc32(crc);
+  }
+  RETURN_IF_ERROR(checkpoint::WriteManifest(directory_, manifest));
+  const std::string final_dir = (std::filesystem::path(root_) / name_).string();
+  if (std::rename(directory_.c_str(), final_dir.c_str()) != 0) {
+    return absl::UnavailableError(absl::StrCat("cannot rename '", directory_,
+                                               "' to '", final_dir,
+                                               "': ", std::strerror(errno)));
+  }
+  RETURN_IF_ERROR(SyncPath(root_));
+  directory_ = final_dir;
+  return manifest;
+}
+
+absl::StatusOr<proto::CheckpointManifest> Client::Checkpoint(
+    const CheckpointOptions& options) {
+  ASSIGN_OR_RETURN(auto pending, StartCheckpoint(options));
+  return pending->Finish();
+}
+
+absl::StatusOr<proto::LoadResponse> Client::Load(const std::string& path) {
+  std::vector<proto::LoadResponse> responses(num_shards());
+  RETURN_IF_ERROR(RunParts(num_shards(), [&](size_t shard) {
+    proto::LoadRequest request;
+    request.set_path(path);
+    return impl_->Call(
+        static_cast<int32_t>(shard), "Load",
+        [&](grpc::ClientContext* c) {
+          return impl_->stubs[shard]->Load(c, request, &responses[shard]);
+        },
+        absl::Hours(1));
+  }));
+  return responses[0];
 }
 
 absl::StatusOr<std::vector<proto::StatsResponse>> Client::Stats() {

@@ -106,6 +106,60 @@ class Client {
   // Stats of every shard, in shard order.
   absl::StatusOr<std::vector<proto::StatsResponse>> Stats();
 
+  // ---- Checkpoints (layout and guarantees: docs/checkpoints.md).
+
+  struct CheckpointOptions {
+    // The directory of checkpoints; every shard must reach it (the same
+    // machine or a shared file system).
+    std::string root;
+    // The training step the checkpoint holds.
+    uint64_t step = 0;
+    // Write only what changed since the latest complete checkpoint under
+    // `root` (shards that cannot, e.g. after a restart, write full files).
+    bool incremental = false;
+  };
+
+  // A checkpoint whose tables are snapshotted and being written.
+  class PendingCheckpoint {
+   public:
+    // Where the checkpoint is written (ROOT/NAME.tmp until Finish): the
+    // trainer may add its own files here before calling Finish.
+    const std::string& directory() const { return directory_; }
+    const std::string& name() const { return name_; }
+    // The longest pause of any shard while its tables were snapshotted.
+    double pause_seconds() const { return pause_seconds_; }
+
+    // Waits for every shard's files, checksums `extra_files` (paths
+    // relative to directory()), writes the manifest and renames the
+    // directory to ROOT/NAME: from then on the checkpoint exists.
+    absl::StatusOr<proto::CheckpointManifest> Finish(
+        const std::vector<std::string>& extra_files = {});
+
+   private:
+    friend class Client;
+    PendingCheckpoint() = default;
+    Client* client_ = nullptr;
+    std::string root_, name_, directory_, parent_;
+    uint64_t step_ = 0;
+    double pause_seconds_ = 0;
+    std::vector<proto::TableConfig> tables_;
+  };
+
+  // Snapshots every table on every shard at once and returns when the
+  // snapshots are taken (Pushes may continue; they are not in this
+  // checkpoint). ALREADY_EXISTS if ROOT/NAME exists.
+  absl::StatusOr<std::unique_ptr<PendingCheckpoint>> StartCheckpoint(
+      const CheckpointOptions& options);
+
+  // StartCheckpoint, then Finish.
+  absl::StatusOr<proto::CheckpointManifest> Checkpoint(
+      const CheckpointOptions& options);
+
+  // Every shard restores the checkpoint at `path` (a checkpoint directory,
+  // or a root: the latest complete checkpoint) into tables it does not
+  // have yet. Returns shard 0's answer (name and step).
+  absl::StatusOr<proto::LoadResponse> Load(const std::string& path);
+
   uint64_t client_id() const;
 
  private:

@@ -11,6 +11,7 @@
 #include "common/grpc_status.h"
 #include "common/key_hash.h"
 #include "common/status_macros.h"
+#include "embedding/table_digest.h"
 
 namespace embedps::server {
 namespace {
@@ -60,8 +61,12 @@ const char* RejectionName(Rejection reason) {
 
 EmbeddingServiceImpl::EmbeddingServiceImpl(ShardOptions options,
                                            TableRegistry* registry,
+                                           ShardCheckpointer* checkpointer,
                                            RpcMetrics* metrics)
-    : options_(options), registry_(registry), metrics_(metrics) {}
+    : options_(options),
+      registry_(registry),
+      checkpointer_(checkpointer),
+      metrics_(metrics) {}
 
 grpc::Status EmbeddingServiceImpl::Reject(Rejection reason,
                                           const absl::Status& status) {
@@ -314,6 +319,20 @@ grpc::Status EmbeddingServiceImpl::StatsImpl(grpc::ServerContext*,
     out->set_pull_requests(s.pull_requests);
     out->set_push_requests(s.push_requests);
     out->set_lookup_requests(s.lookup_requests);
+    out->set_resident_rows(s.resident_rows);
+    out->set_spilled_rows(s.spilled_rows);
+    out->set_spilled_disk_bytes(s.spilled_disk_bytes);
+    out->set_spills(s.spills);
+    out->set_promotions(s.promotions);
+    out->set_spill_multigets(s.spill_multigets);
+    out->set_spill_multiget_keys(s.spill_multiget_keys);
+    out->set_spill_multiget_seconds(s.spill_multiget_micros * 1e-6);
+    if (request->content_digest()) {
+      absl::StatusOr<embedding::TableDigest> digest =
+          embedding::DigestTable(*entry.table);
+      if (!digest.ok()) return ToGrpcStatus(digest.status());
+      out->set_content_digest(digest->digest);
+    }
   }
   response->set_duplicate_pushes(deduplicator_.duplicates());
   metrics_->Fill(response);
@@ -360,6 +379,41 @@ grpc::Status EmbeddingServiceImpl::Stats(grpc::ServerContext* context,
                                          proto::StatsResponse* response) {
   return metrics_->Measure(
       RpcMethod::kStats, [&] { return StatsImpl(context, request, response); });
+}
+
+grpc::Status EmbeddingServiceImpl::Save(grpc::ServerContext*,
+                                        const proto::SaveRequest* request,
+                                        proto::SaveResponse* response) {
+  return metrics_->Measure(RpcMethod::kSave, [&] {
+    absl::StatusOr<double> pause = checkpointer_->Save(*request);
+    if (!pause.ok()) return ToGrpcStatus(pause.status());
+    response->set_pause_seconds(*pause);
+    return grpc::Status::OK;
+  });
+}
+
+grpc::Status EmbeddingServiceImpl::AwaitSave(
+    grpc::ServerContext*, const proto::AwaitSaveRequest* request,
+    proto::AwaitSaveResponse* response) {
+  return metrics_->Measure(RpcMethod::kAwaitSave, [&] {
+    absl::StatusOr<proto::AwaitSaveResponse> saved =
+        checkpointer_->AwaitSave(request->name());
+    if (!saved.ok()) return ToGrpcStatus(saved.status());
+    *response = *std::move(saved);
+    return grpc::Status::OK;
+  });
+}
+
+grpc::Status EmbeddingServiceImpl::Load(grpc::ServerContext*,
+                                        const proto::LoadRequest* request,
+                                        proto::LoadResponse* response) {
+  return metrics_->Measure(RpcMethod::kLoad, [&] {
+    absl::StatusOr<proto::LoadResponse> loaded =
+        checkpointer_->Restore(request->path());
+    if (!loaded.ok()) return ToGrpcStatus(loaded.status());
+    *response = *std::move(loaded);
+    return grpc::Status::OK;
+  });
 }
 
 proto::StatsResponse EmbeddingServiceImpl::CollectStats() {

@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "proto/embedps.grpc.pb.h"
+#include "server/checkpointer.h"
 #include "server/push_deduplicator.h"
 #include "server/rpc_metrics.h"
 #include "server/table_registry.h"
@@ -52,10 +53,10 @@ const char* RejectionName(Rejection reason);
 
 class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
  public:
-  // `registry` and `metrics` must outlive the service; every call is
-  // recorded in `metrics`, and Stats reports them.
+  // `registry`, `checkpointer` and `metrics` must outlive the service;
+  // every call is recorded in `metrics`, and Stats reports them.
   EmbeddingServiceImpl(ShardOptions options, TableRegistry* registry,
-                       RpcMetrics* metrics);
+                       ShardCheckpointer* checkpointer, RpcMetrics* metrics);
 
   grpc::Status CreateTable(grpc::ServerContext* context,
                            const proto::CreateTableRequest* request,
@@ -72,6 +73,15 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
   grpc::Status Stats(grpc::ServerContext* context,
                      const proto::StatsRequest* request,
                      proto::StatsResponse* response) override;
+  grpc::Status Save(grpc::ServerContext* context,
+                    const proto::SaveRequest* request,
+                    proto::SaveResponse* response) override;
+  grpc::Status AwaitSave(grpc::ServerContext* context,
+                         const proto::AwaitSaveRequest* request,
+                         proto::AwaitSaveResponse* response) override;
+  grpc::Status Load(grpc::ServerContext* context,
+                    const proto::LoadRequest* request,
+                    proto::LoadResponse* response) override;
 
   // What Stats answers for every table, without counting as an RPC (for
   // the metrics page).
@@ -97,6 +107,7 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
 
   const ShardOptions options_;
   TableRegistry* const registry_;
+  ShardCheckpointer* const checkpointer_;
   RpcMetrics* const metrics_;
   PushDeduplicator deduplicator_;
   std::array<std::atomic<uint64_t>, static_cast<size_t>(Rejection::kCount)>

@@ -19,12 +19,14 @@
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "checkpoint/manifest.h"
 #include "common/logging.h"
 #include "google/protobuf/text_format.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "httplib.h"
+#include "server/checkpointer.h"
 #include "server/coordination_service.h"
 #include "server/embedding_service.h"
 #include "server/rpc_metrics.h"
@@ -51,6 +53,18 @@ ABSL_FLAG(int32_t, metrics_port, -1,
 ABSL_FLAG(std::string, tables, "",
           "text-format embedps.proto.TableConfigList of tables to create at "
           "start (tables can also be created over RPC)");
+ABSL_FLAG(std::string, data_dir, "",
+          "this shard's local disk directory: tables with a memory budget "
+          "(memory_budget_bytes) keep rows beyond it in RocksDB under "
+          "DATA_DIR/shard-I-of-N/spill (emptied at start: the spill tier is a "
+          "cache, checkpoints are the durable copy); empty: budgets are only "
+          "reported");
+ABSL_FLAG(int64_t, spill_block_cache_mb, 64,
+          "RocksDB block cache of each table's spill tier, MiB");
+ABSL_FLAG(std::string, restore, "",
+          "checkpoint to restore before serving: a checkpoint directory "
+          "(ROOT/ckpt-...), or ROOT to take the latest complete one; it may "
+          "have been written by any number of shards");
 ABSL_FLAG(uint64_t, max_keys_per_request, uint64_t{4} << 20,
           "most keys one Pull or Push may carry (RESOURCE_EXHAUSTED above)");
 ABSL_FLAG(int32_t, max_message_bytes, 1 << 30,
@@ -117,12 +131,40 @@ int Run() {
     log->error("--num_workers must be at least 1");
     return 2;
   }
-  TableRegistry registry(absl::GetFlag(FLAGS_num_workers));
+  std::string spill_root;
+  if (const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
+      !data_dir.empty()) {
+    spill_root = absl::StrCat(
+        data_dir, "/",
+        checkpoint::ShardDirectoryName(options.shard_index, options.num_shards),
+        "/spill");
+  }
+  if (absl::GetFlag(FLAGS_spill_block_cache_mb) < 1) {
+    log->error("--spill_block_cache_mb must be at least 1");
+    return 2;
+  }
+  TableRegistry registry(
+      absl::GetFlag(FLAGS_num_workers), spill_root,
+      static_cast<uint64_t>(absl::GetFlag(FLAGS_spill_block_cache_mb)) << 20);
   if (const std::string path = absl::GetFlag(FLAGS_tables); !path.empty()) {
     if (absl::Status s = LoadTables(path, registry); !s.ok()) {
       log->error("{}", s.message());
       return 2;
     }
+  }
+
+  ShardCheckpointer checkpointer(options.shard_index, options.num_shards,
+                                 &registry);
+  if (const std::string path = absl::GetFlag(FLAGS_restore); !path.empty()) {
+    const absl::Time start = absl::Now();
+    absl::StatusOr<proto::LoadResponse> restored = checkpointer.Restore(path);
+    if (!restored.ok()) {
+      log->error("--restore={}: {}", path, restored.status().ToString());
+      return 1;
+    }
+    log->info("restored checkpoint '{}' (step {}, {} rows) in {:.2f} s",
+              restored->name(), restored->step(), restored->rows(),
+              absl::ToDoubleSeconds(absl::Now() - start));
   }
 
   // Signals are taken by one thread with sigwait, so no handler runs in an
@@ -134,7 +176,7 @@ int Run() {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   RpcMetrics metrics;
-  EmbeddingServiceImpl service(options, &registry, &metrics);
+  EmbeddingServiceImpl service(options, &registry, &checkpointer, &metrics);
   // Every shard answers Coordination; by convention workers use shard 0's.
   CoordinationServiceImpl coordination(&metrics);
   grpc::EnableDefaultHealthCheckService(true);

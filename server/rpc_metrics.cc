@@ -19,6 +19,12 @@ const char* RpcMethodName(RpcMethod method) {
       return "Push";
     case RpcMethod::kStats:
       return "Stats";
+    case RpcMethod::kSave:
+      return "Save";
+    case RpcMethod::kAwaitSave:
+      return "AwaitSave";
+    case RpcMethod::kLoad:
+      return "Load";
     case RpcMethod::kCoordinationSet:
       return "Coordination.Set";
     case RpcMethod::kCoordinationGet:
@@ -128,8 +134,28 @@ std::string RenderPrometheus(const proto::StatsResponse& stats) {
     uint64_t (proto::TableStatsProto::*get)() const;
   };
   const TableMetric table_metrics[] = {
-      {"embedps_table_rows", "gauge", "Rows held in memory.",
+      {"embedps_table_rows", "gauge",
+       "Rows held (in memory and in the spill tier).",
        &proto::TableStatsProto::rows},
+      {"embedps_table_resident_rows", "gauge", "Rows in memory.",
+       &proto::TableStatsProto::resident_rows},
+      {"embedps_table_spilled_rows", "gauge", "Rows in the spill tier.",
+       &proto::TableStatsProto::spilled_rows},
+      {"embedps_table_spilled_disk_bytes", "gauge",
+       "Bytes of the spill tier's files on disk.",
+       &proto::TableStatsProto::spilled_disk_bytes},
+      {"embedps_rows_spilled_total", "counter",
+       "Rows moved from memory to the spill tier.",
+       &proto::TableStatsProto::spills},
+      {"embedps_rows_promoted_total", "counter",
+       "Rows moved from the spill tier back to memory.",
+       &proto::TableStatsProto::promotions},
+      {"embedps_spill_multiget_total", "counter",
+       "Batched reads of the spill tier.",
+       &proto::TableStatsProto::spill_multigets},
+      {"embedps_spill_multiget_keys_total", "counter",
+       "Keys in batched reads of the spill tier.",
+       &proto::TableStatsProto::spill_multiget_keys},
       {"embedps_table_resident_bytes", "gauge",
        "Bytes held: rows, index, free list, admission sketch.",
        &proto::TableStatsProto::resident_bytes},

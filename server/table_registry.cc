@@ -53,7 +53,14 @@ absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
     return CreateResult{it->second, false};
   }
   auto slot = std::make_unique<Slot>();
-  ASSIGN_OR_RETURN(slot->table, embedding::Table::Create(spec));
+  embedding::TableOptions options;
+  if (!spill_root_.empty()) {
+    options.spill_directory =
+        absl::StrCat(spill_root_, "/", embedding::TableFileStem(spec.name));
+    options.spill_block_cache_bytes = spill_block_cache_bytes_;
+  }
+  ASSIGN_OR_RETURN(slot->table,
+                   embedding::Table::Create(spec, std::move(options)));
   const proto::ConsistencyConfig& consistency = canonical.consistency();
   if (consistency.mode() != proto::ConsistencyConfig::ASYNC) {
     slot->synchronizer = std::make_unique<StepSynchronizer>(
@@ -80,6 +87,17 @@ absl::StatusOr<TableRegistry::Entry> TableRegistry::Find(
                      " exist; resolve ids with CreateTable or ListTables)"));
   }
   return EntryOf(table_id, *slots_[table_id]);
+}
+
+absl::StatusOr<TableRegistry::Entry> TableRegistry::FindByName(
+    const std::string& name) const {
+  ReaderMutexLock lock(&mu_);
+  auto it = id_by_name_.find(name);
+  if (it == id_by_name_.end()) {
+    return absl::NotFoundError(
+        absl::StrCat("no table named '", name, "' on this server"));
+  }
+  return EntryOf(it->second, *slots_[it->second]);
 }
 
 std::vector<TableRegistry::Entry> TableRegistry::List() const {

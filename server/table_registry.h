@@ -24,7 +24,14 @@ namespace embedps::server {
 class TableRegistry {
  public:
   // `num_workers`: the workers the SYNC and SSP modes wait for.
-  explicit TableRegistry(int32_t num_workers = 1) : num_workers_(num_workers) {}
+  // `spill_root`: where tables with a memory budget keep their spill tier
+  // (one RocksDB directory per table under it); empty: budgets are only
+  // reported.
+  explicit TableRegistry(int32_t num_workers = 1, std::string spill_root = "",
+                         uint64_t spill_block_cache_bytes = uint64_t{64} << 20)
+      : num_workers_(num_workers),
+        spill_root_(std::move(spill_root)),
+        spill_block_cache_bytes_(spill_block_cache_bytes) {}
 
   struct CreateResult {
     uint32_t table_id;
@@ -50,6 +57,9 @@ class TableRegistry {
   // The table with `table_id`, or NOT_FOUND naming the known ids.
   absl::StatusOr<Entry> Find(uint32_t table_id) const;
 
+  // The table named `name`, or NOT_FOUND.
+  absl::StatusOr<Entry> FindByName(const std::string& name) const;
+
   // Every table, in id order.
   std::vector<Entry> List() const;
 
@@ -62,6 +72,8 @@ class TableRegistry {
   static Entry EntryOf(uint32_t id, const Slot& slot);
 
   const int32_t num_workers_;
+  const std::string spill_root_;
+  const uint64_t spill_block_cache_bytes_;
   mutable Mutex mu_;
   // Index = table id.
   std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);

@@ -1,0 +1,123 @@
+#include "checkpoint/manifest.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <system_error>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/file_io.h"
+#include "common/status_macros.h"
+#include "embedding/table_spec.h"
+
+namespace embedps::checkpoint {
+namespace {
+
+std::string Join(const std::string& dir, const std::string& name) {
+  return (std::filesystem::path(dir) / name).string();
+}
+
+}  // namespace
+
+std::string CheckpointName(uint64_t step) {
+  return absl::StrFormat("ckpt-%012d", step);
+}
+
+std::string ShardDirectoryName(int32_t shard, int32_t num_shards) {
+  return absl::StrFormat("shard-%05d-of-%05d", shard, num_shards);
+}
+
+std::string TableFileName(const std::string& table) {
+  return absl::StrCat(embedding::TableFileStem(table), ".sst");
+}
+
+absl::Status WriteManifest(const std::string& dir,
+                           const proto::CheckpointManifest& manifest) {
+  proto::CheckpointManifestFile file;
+  file.set_manifest(manifest.SerializeAsString());
+  file.set_crc32(Crc32(file.manifest()));
+  RETURN_IF_ERROR(WriteFileAtomically(Join(dir, kManifestFileName),
+                                      file.SerializeAsString()));
+  return SyncPath(dir);
+}
+
+absl::StatusOr<proto::CheckpointManifest> ReadManifest(const std::string& dir) {
+  const std::string path = Join(dir, kManifestFileName);
+  ASSIGN_OR_RETURN(const std::string bytes, ReadWholeFile(path));
+  proto::CheckpointManifestFile file;
+  if (!file.ParseFromString(bytes) || Crc32(file.manifest()) != file.crc32()) {
+    return absl::DataLossError(absl::StrCat(
+        "checkpoint manifest '", path,
+        "' is truncated or corrupt (checksum mismatch); restore an earlier "
+        "checkpoint by naming its directory"));
+  }
+  proto::CheckpointManifest manifest;
+  if (!manifest.ParseFromString(file.manifest())) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint manifest '", path, "' does not parse"));
+  }
+  if (manifest.format_version() != kFormatVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint manifest '", path, "' has format version ",
+        manifest.format_version(), "; this build reads ", kFormatVersion));
+  }
+  return manifest;
+}
+
+absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::exists(Join(path, kManifestFileName), error)) {
+    return path;
+  }
+  std::vector<std::string> candidates;
+  for (const auto& entry : std::filesystem::directory_iterator(path, error)) {
+    const std::string name = entry.path().filename().string();
+    if (absl::StartsWith(name, "ckpt-") &&
+        !absl::EndsWith(name, kTemporarySuffix) &&
+        std::filesystem::exists(entry.path() / kManifestFileName, error)) {
+      candidates.push_back(entry.path().string());
+    }
+  }
+  if (error) {
+    return absl::NotFoundError(absl::StrCat("cannot list checkpoints in '",
+                                            path, "': ", error.message()));
+  }
+  if (candidates.empty()) {
+    return absl::NotFoundError(absl::StrCat(
+        "no complete checkpoint in '", path,
+        "' (neither a MANIFEST there nor a ckpt-* directory with one)"));
+  }
+  return *std::max_element(candidates.begin(), candidates.end());
+}
+
+absl::StatusOr<std::vector<ChainLink>> ReadChain(const std::string& dir) {
+  std::vector<ChainLink> chain;
+  std::string current = dir;
+  while (true) {
+    absl::StatusOr<proto::CheckpointManifest> manifest = ReadManifest(current);
+    if (!manifest.ok()) {
+      if (chain.empty()) return manifest.status();
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint '", chain.back().dir, "' builds on '", current,
+          "', which cannot be read: ", manifest.status().message()));
+    }
+    const std::string parent = manifest->parent();
+    if (!chain.empty() &&
+        manifest->num_shards() != chain.front().manifest.num_shards()) {
+      return absl::DataLossError(absl::StrCat(
+          "checkpoint '", current, "' has ", manifest->num_shards(),
+          " shards but its incremental successor has ",
+          chain.front().manifest.num_shards()));
+    }
+    chain.push_back(ChainLink{current, *std::move(manifest)});
+    if (parent.empty()) return chain;
+    if (chain.size() > 100000) {
+      return absl::DataLossError(
+          absl::StrCat("checkpoint chain from '", dir, "' does not end"));
+    }
+    current = (std::filesystem::path(current).parent_path() / parent).string();
+  }
+}
+
+}  // namespace embedps::checkpoint

@@ -1,0 +1,241 @@
+#include "server/checkpointer.h"
+
+#include <filesystem>
+#include <memory>
+#include <system_error>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "checkpoint/manifest.h"
+#include "common/file_io.h"
+#include "common/key_hash.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "embedding/checkpoint_file.h"
+
+namespace embedps::server {
+
+struct ShardCheckpointer::TableSnapshotToWrite {
+  std::string table;
+  std::unique_ptr<embedding::TableSnapshot> snapshot;
+};
+
+ShardCheckpointer::ShardCheckpointer(int32_t shard_index, int32_t num_shards,
+                                     TableRegistry* registry)
+    : shard_index_(shard_index), num_shards_(num_shards), registry_(registry) {}
+
+ShardCheckpointer::~ShardCheckpointer() {
+  std::unique_lock<std::mutex> lock(mu_);
+  WaitForWriterLocked(lock);
+}
+
+void ShardCheckpointer::WaitForWriterLocked(
+    std::unique_lock<std::mutex>& lock) {
+  written_.wait(lock, [&] { return !writing_; });
+  if (writer_.joinable()) writer_.join();
+}
+
+absl::StatusOr<double> ShardCheckpointer::Save(
+    const proto::SaveRequest& request) {
+  if (request.name().empty() || absl::StrContains(request.name(), '/')) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Save needs a checkpoint name without '/', got '",
+                     request.name(), "'"));
+  }
+  std::error_code error;
+  if (request.directory().empty() ||
+      !std::filesystem::is_directory(request.directory(), error)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Save: checkpoint directory '", request.directory(),
+        "' does not exist on shard ", shard_index_,
+        " (every shard must reach it: the same machine or a shared file "
+        "system)"));
+  }
+  std::lock_guard<std::mutex> save_lock(save_mu_);
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    WaitForWriterLocked(lock);
+  }
+  const bool incremental = request.incremental() && !request.parent().empty() &&
+                           request.parent() == last_snapshot_;
+  const std::string shard_dir =
+      (std::filesystem::path(request.directory()) /
+       checkpoint::ShardDirectoryName(shard_index_, num_shards_))
+          .string();
+  std::filesystem::create_directories(shard_dir, error);
+  if (error) {
+    return absl::UnavailableError(absl::StrCat(
+        "Save: cannot create '", shard_dir, "': ", error.message()));
+  }
+
+  // The pause: each table's snapshot (tables one after another).
+  std::vector<TableSnapshotToWrite> snapshots;
+  const absl::Time start = absl::Now();
+  for (const TableRegistry::Entry& entry : registry_->List()) {
+    ASSIGN_OR_RETURN(auto snapshot, entry.table->TakeSnapshot(incremental));
+    snapshots.push_back({entry.config->name(), std::move(snapshot)});
+  }
+  const double pause = absl::ToDoubleSeconds(absl::Now() - start);
+
+  std::lock_guard<std::mutex> lock(mu_);
+  last_snapshot_ = request.name();
+  save_name_ = request.name();
+  writing_ = true;
+  save_status_ = absl::OkStatus();
+  save_response_.Clear();
+  writer_ = std::thread([this, shard_dir, snapshots = std::move(snapshots)] {
+    const absl::Time begin = absl::Now();
+    proto::AwaitSaveResponse response;
+    absl::Status status;
+    for (const TableSnapshotToWrite& item : snapshots) {
+      const std::string relative =
+          (std::filesystem::path(shard_dir).filename() /
+           checkpoint::TableFileName(item.table))
+              .string();
+      absl::StatusOr<embedding::TableFileSummary> summary =
+          embedding::WriteTableFile(
+              *item.snapshot,
+              (std::filesystem::path(shard_dir).parent_path() / relative)
+                  .string());
+      if (!summary.ok()) {
+        status = summary.status();
+        break;
+      }
+      auto* file = response.add_file();
+      file->set_table(item.table);
+      proto::CheckpointShardFile* shard_file = file->mutable_file();
+      shard_file->set_shard(shard_index_);
+      shard_file->set_path(relative);
+      shard_file->set_bytes(summary->bytes);
+      shard_file->set_crc32(summary->crc32);
+      shard_file->set_rows(summary->rows);
+      shard_file->set_removed(summary->removed);
+      shard_file->set_incremental(item.snapshot->incremental());
+    }
+    if (status.ok()) status = SyncPath(shard_dir);
+    response.set_write_seconds(absl::ToDoubleSeconds(absl::Now() - begin));
+    std::lock_guard<std::mutex> lock(mu_);
+    save_status_ = status;
+    save_response_ = std::move(response);
+    writing_ = false;
+    written_.notify_all();
+  });
+  return pause;
+}
+
+absl::StatusOr<proto::AwaitSaveResponse> ShardCheckpointer::AwaitSave(
+    const std::string& name) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (name != save_name_) {
+    return absl::NotFoundError(absl::StrCat(
+        "no save named '", name, "' on shard ", shard_index_,
+        save_name_.empty()
+            ? std::string(" (none started)")
+            : absl::StrCat(" (the latest is '", save_name_, "')")));
+  }
+  written_.wait(lock, [&] { return !writing_; });
+  if (!save_status_.ok()) return save_status_;
+  return save_response_;
+}
+
+absl::StatusOr<proto::LoadResponse> ShardCheckpointer::Restore(
+    const std::string& path) {
+  std::lock_guard<std::mutex> save_lock(save_mu_);
+  const auto log = Logger("checkpoint");
+  ASSIGN_OR_RETURN(const std::string dir, checkpoint::ResolveCheckpoint(path));
+  ASSIGN_OR_RETURN(const std::vector<checkpoint::ChainLink> chain,
+                   checkpoint::ReadChain(dir));
+  const proto::CheckpointManifest& latest = chain.front().manifest;
+  const int32_t old_shards = latest.num_shards();
+  if (old_shards < 1) {
+    return absl::DataLossError(
+        absl::StrCat("checkpoint '", dir, "' names ", old_shards, " shards"));
+  }
+  const bool same_sharding = old_shards == num_shards_;
+  const auto keep = [this](uint64_t key) {
+    return ShardOfKey(key, num_shards_) == shard_index_;
+  };
+
+  proto::LoadResponse response;
+  response.set_name(latest.name());
+  response.set_step(latest.step());
+  for (const proto::CheckpointTable& saved : latest.table()) {
+    const std::string& name = saved.config().name();
+    if (absl::StatusOr<TableRegistry::Entry> existing =
+            registry_->FindByName(name);
+        existing.ok() && existing->table->Stats().rows > 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot restore table '", name, "' from '", dir,
+                       "': it already has rows on shard ", shard_index_));
+    }
+    absl::StatusOr<TableRegistry::CreateResult> created =
+        registry_->Create(saved.config());
+    if (!created.ok()) {
+      return absl::Status(created.status().code(),
+                          absl::StrCat("restoring table '", name, "' from '",
+                                       dir, "': ", created.status().message()));
+    }
+    ASSIGN_OR_RETURN(const TableRegistry::Entry entry,
+                     registry_->Find(created->table_id));
+
+    for (int32_t old = 0; old < old_shards; ++old) {
+      if (same_sharding && old != shard_index_) continue;
+      // This old shard's files, newest first, down to a full one.
+      std::vector<std::pair<std::string, proto::CheckpointShardFile>> files;
+      bool reached_full = false;
+      for (const checkpoint::ChainLink& link : chain) {
+        const proto::CheckpointShardFile* found = nullptr;
+        for (const proto::CheckpointTable& t : link.manifest.table()) {
+          if (t.config().name() != name) continue;
+          for (const proto::CheckpointShardFile& f : t.file()) {
+            if (f.shard() == old) found = &f;
+          }
+        }
+        if (found == nullptr) {
+          return absl::DataLossError(absl::StrCat("checkpoint '", link.dir,
+                                                  "' has no file for table '",
+                                                  name, "' of shard ", old));
+        }
+        files.emplace_back(link.dir, *found);
+        if (!found->incremental()) {
+          reached_full = true;
+          break;
+        }
+      }
+      if (!reached_full) {
+        return absl::DataLossError(
+            absl::StrCat("table '", name, "', shard ", old,
+                         ": no full file in the chain of '", dir, "'"));
+      }
+      for (auto it = files.rbegin(); it != files.rend(); ++it) {
+        const std::string file_path =
+            (std::filesystem::path(it->first) / it->second.path()).string();
+        ASSIGN_OR_RETURN(
+            const embedding::TableFileRestore restored,
+            embedding::RestoreTableFile(file_path, it->second.crc32(),
+                                        *entry.table, keep));
+        if (it + 1 == files.rend()) {
+          // The newest file holds the admission state as of the checkpoint.
+          RETURN_IF_ERROR(
+              entry.table->MergeAdmissionStates(restored.admission_states));
+        }
+      }
+    }
+    const uint64_t rows = entry.table->Stats().rows;
+    response.set_rows(response.rows() + rows);
+    log->info(
+        "restored table '{}': {} rows on shard {} of {} from '{}' "
+        "(written by {} shards, {} checkpoint(s) in the chain)",
+        name, rows, shard_index_, num_shards_, dir, old_shards, chain.size());
+  }
+  // Restored rows count as unchanged, but the tables' change sets restart
+  // with their first snapshot: the next save writes full files.
+  std::lock_guard<std::mutex> lock(mu_);
+  last_snapshot_.clear();
+  return response;
+}
+
+}  // namespace embedps::server

@@ -1,0 +1,77 @@
+// ShardCheckpointer: checkpoints of one shard's tables (Save / AwaitSave)
+// and their restore (ps_server --restore, the Load RPC).
+//
+// Save snapshots every table (Table::TakeSnapshot: the only time Pulls and
+// Pushes wait) and writes the files on a background thread; AwaitSave
+// returns what was written, for the client's manifest. One save at a time:
+// a Save waits for the previous one's files first.
+//
+// Restore reads a checkpoint written by any number of shards: for every
+// table and every old shard it applies the chain of files (the last full
+// file, then the increments), keeping only the keys this shard owns now.
+//
+// Thread safety: thread-safe.
+#ifndef EMBEDPS_SERVER_CHECKPOINTER_H_
+#define EMBEDPS_SERVER_CHECKPOINTER_H_
+
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "proto/embedps.pb.h"
+#include "server/table_registry.h"
+
+namespace embedps::server {
+
+class ShardCheckpointer {
+ public:
+  // `registry` must outlive this.
+  ShardCheckpointer(int32_t shard_index, int32_t num_shards,
+                    TableRegistry* registry);
+  // Waits for a write in progress.
+  ~ShardCheckpointer();
+  ShardCheckpointer(const ShardCheckpointer&) = delete;
+  ShardCheckpointer& operator=(const ShardCheckpointer&) = delete;
+
+  // INVALID_ARGUMENT for a bad name; FAILED_PRECONDITION if the directory
+  // does not exist. Returns the pause (seconds, all tables together).
+  absl::StatusOr<double> Save(const proto::SaveRequest& request);
+
+  // The files of the save named `name` once written, or its error.
+  // NOT_FOUND if no such save was started (or a later one replaced it).
+  absl::StatusOr<proto::AwaitSaveResponse> AwaitSave(const std::string& name);
+
+  // Restores the checkpoint at `path` (or the latest under it). Tables are
+  // created from the manifest; FAILED_PRECONDITION if one exists already
+  // with rows or with another spec. Errors name the file at fault.
+  absl::StatusOr<proto::LoadResponse> Restore(const std::string& path);
+
+ private:
+  struct TableSnapshotToWrite;
+  void WaitForWriterLocked(std::unique_lock<std::mutex>& lock);
+
+  const int32_t shard_index_;
+  const int32_t num_shards_;
+  TableRegistry* const registry_;
+
+  std::mutex mu_;
+  std::condition_variable written_;
+  // The save whose files are written (or being written).
+  std::string save_name_;
+  bool writing_ = false;
+  absl::Status save_status_;
+  proto::AwaitSaveResponse save_response_;
+  std::thread writer_;
+  // The checkpoint this shard's last snapshot belongs to: incremental files
+  // are only written on top of it.
+  std::string last_snapshot_;
+  // Serialises Save and Restore.
+  std::mutex save_mu_;
+};
+
+}  // namespace embedps::server
+
+#endif  // EMBEDPS_SERVER_CHECKPOINTER_H_
