@@ -50,6 +50,9 @@ struct TableFileRestore {
 // Applies a table file to `table`: rows of keys `keep` accepts are restored
 // (RestoreRows, in batches), removed keys are erased. The whole file is
 // first checked against `expected_crc32` and RocksDB's block checksums.
+// REQUIRES for a full (not incremental) file: `table` holds none of its
+// keys (restore starts from empty tables; files of different old shards
+// hold disjoint keys).
 // DATA_LOSS naming the file if it is truncated or corrupt;
 // FAILED_PRECONDITION naming it if its record size is not the table's.
 absl::StatusOr<TableFileRestore> RestoreTableFile(

@@ -327,10 +327,8 @@ struct MissPolicy {
   // First pass with a spill tier: record the batch position here and leave
   // the key for the second pass.
   std::vector<uint32_t>* defer = nullptr;
-  // Second pass: spilled rows to promote, and where the stripe's spill
-  // deletes go.
+  // Second pass: spilled rows to promote.
   const FetchedRows* fetched = nullptr;
-  SpillWrites* writes = nullptr;
 };
 
 // Distinct keys of `keys`, sorted.
@@ -362,6 +360,7 @@ class CopiedSnapshot final : public TableSnapshot {
     return admission_states_;
   }
   uint64_t copied_rows() const override { return copied_rows_; }
+  absl::Duration pause() const override { return pause_; }
 
   absl::Status ForEach(absl::FunctionRef<absl::Status(uint64_t, const char*)>
                            visit) const override {
@@ -383,6 +382,10 @@ class CopiedSnapshot final : public TableSnapshot {
       RETURN_IF_ERROR(spill_view_->ForEach(
           [&](uint64_t key, const char* record) -> absl::Status {
             RETURN_IF_ERROR(emit_until(key, false));
+            // A resident row's spill-tier copy is stale: memory wins.
+            if (next < entries_.size() && entries_[next].key == key) {
+              return absl::OkStatus();
+            }
             return visit(key, CleanRecord(record, clean.data()));
           }));
     }
@@ -395,6 +398,7 @@ class CopiedSnapshot final : public TableSnapshot {
   std::vector<std::string> admission_states_;
   std::unique_ptr<embedding_internal::SpillStore::ReadView> spill_view_;
   uint64_t copied_rows_ = 0;
+  absl::Duration pause_;
 
   // Appends a record (its access word stripped of flags).
   void AddRecord(uint64_t key, const char* record) {
@@ -617,6 +621,7 @@ class MemoryTable final : public Table {
       Stripe& stripe = *stripes_[s];
       MutexLock lock(&stripe.mu);
       not_resident.clear();
+      SpillWrites writes;
       for (uint32_t j = begin; j < end; ++j) {
         const uint64_t key = keys[scratch.order[j]];
         auto it = stripe.index().find(KeyProbe{key, scratch.hashes[j]},
@@ -625,18 +630,19 @@ class MemoryTable final : public Table {
           not_resident.push_back(key);
           continue;
         }
+        // A stale spill-tier copy must not bring the row back.
+        if (spill_ != nullptr) writes.delete_keys.push_back(key);
         stripe.FreeRow(*it, scratch.hashes[j]);
         NoteRemoved(stripe, key);
         ++stripe.counters().erased;
         ++erased;
       }
-      if (spill_ == nullptr || not_resident.empty()) continue;
+      if (spill_ == nullptr) continue;
       // Spilled rows: found with one MultiGet under the lock, deleted in
       // one batch.
       const std::vector<uint64_t> candidates = SortedUnique(not_resident);
       FetchedRows fetched(record_bytes_);
       RETURN_IF_ERROR(fetched.Fetch(*spill_, candidates));
-      SpillWrites writes;
       for (uint64_t key : candidates) {
         if (fetched.Find(key) == nullptr) continue;
         writes.delete_keys.push_back(key);
@@ -665,15 +671,22 @@ class MemoryTable final : public Table {
         const RowId end =
             std::min<RowId>(stripe.used_rows(), begin + kRowsPerLockHold);
         if (begin >= end) break;
+        SpillWrites writes;
         for (RowId id = begin; id < end; ++id) {
           const RowHeader& header = stripe.Header(id);
           if (header.last_touch == kFreeRowMark) continue;
           if (Expired(header.last_touch, now)) {
             NoteRemoved(stripe, header.key);
+            // A stale spill-tier copy must not bring the row back.
+            if (spill_ != nullptr) writes.delete_keys.push_back(header.key);
             stripe.FreeRow(id, KeyHash(header.key));
             ++stripe.counters().evicted;
             ++evicted;
           }
+        }
+        if (!writes.empty()) {
+          RETURN_IF_ERROR(spill_->Write({}, nullptr, writes.delete_keys));
+          ++stripe.spill().generation;
         }
       }
     }
@@ -709,6 +722,15 @@ class MemoryTable final : public Table {
     std::vector<float> floats(dim_ + state_floats_);
     return spill_->NewReadView()->ForEach([&](uint64_t key,
                                               const char* record) {
+      {
+        // A resident row's spill-tier copy is stale: skip it.
+        const uint64_t hash = KeyHash(key);
+        const Stripe& stripe = StripeOf(hash);
+        ReaderMutexLock lock(&stripe.mu);
+        if (stripe.index().contains(KeyProbe{key, hash})) {
+          return absl::OkStatus();
+        }
+      }
       uint32_t word[2];
       std::memcpy(word, record, sizeof(word));
       std::memcpy(floats.data(), record + sizeof(word),
@@ -944,10 +966,12 @@ class MemoryTable final : public Table {
     return id;
   }
 
-  // Moves a spilled row back into memory; its spill-tier copy is deleted
-  // with the stripe's next SettleSpill.
+  // Moves a spilled row back into memory. Its spill-tier copy stays (stale
+  // once the row changes): a resident row always wins, the next eviction
+  // overwrites the copy, and removals delete it. Not deleting it halves the
+  // spill tier's writes.
   absl::StatusOr<RowId> PromoteRow(Stripe& stripe, uint64_t key,
-                                   const char* record, SpillWrites& writes)
+                                   const char* record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     ASSIGN_OR_RETURN(const RowId id, stripe.AllocateRow(key, 0));
     std::memcpy(reinterpret_cast<char*>(stripe.Row(id)) + kRecordOffset, record,
@@ -959,7 +983,6 @@ class MemoryTable final : public Table {
     stripe.index().insert(id);
     --spill.spilled_rows;
     ++stripe.counters().promotions;
-    writes.delete_keys.push_back(key);
     return id;
   }
 
@@ -1016,7 +1039,7 @@ class MemoryTable final : public Table {
           policy.defer->push_back(pos);
           continue;
         } else if (const char* record = Spilled(policy, key)) {
-          ASSIGN_OR_RETURN(id, PromoteRow(stripe, key, record, *policy.writes));
+          ASSIGN_OR_RETURN(id, PromoteRow(stripe, key, record));
         } else if (stripe.admission().RecordSighting(key)) {
           ASSIGN_OR_RETURN(id, CreateRow(stripe, key, touch));
         } else {
@@ -1054,8 +1077,7 @@ class MemoryTable final : public Table {
       } else if (policy.defer != nullptr) {
         policy.defer->push_back(scratch.order[j]);
       } else if (const char* record = Spilled(policy, key)) {
-        ASSIGN_OR_RETURN(scratch.rows[j],
-                         PromoteRow(stripe, key, record, *policy.writes));
+        ASSIGN_OR_RETURN(scratch.rows[j], PromoteRow(stripe, key, record));
       } else if (create_missing) {
         ASSIGN_OR_RETURN(scratch.rows[j], CreateRow(stripe, key, touch));
       } else {
@@ -1126,6 +1148,7 @@ class MemoryTable final : public Table {
     std::vector<uint64_t> spilled_dirty;
     // The pause: every stripe locked (in index order, the only place that
     // holds more than one), resident rows copied, change sets reset.
+    const absl::Time paused = absl::Now();
     for (auto& stripe : stripes_) stripe->mu.Lock();
     for (auto& stripe_ptr : stripes_) {
       Stripe& stripe = *stripe_ptr;
@@ -1158,13 +1181,15 @@ class MemoryTable final : public Table {
     for (auto it = stripes_.rbegin(); it != stripes_.rend(); ++it) {
       (*it)->mu.Unlock();
     }
+    snapshot->pause_ = absl::Now() - paused;
     std::sort(spilled_dirty.begin(), spilled_dirty.end());
     RETURN_IF_ERROR(snapshot->Finish(spilled_dirty));
     return std::unique_ptr<TableSnapshot>(std::move(snapshot));
   }
 
   absl::Status RestoreRows(absl::Span<const uint64_t> keys,
-                           absl::Span<const char> records) override {
+                           absl::Span<const char> records,
+                           bool keys_are_new) override {
     if (records.size() != keys.size() * record_bytes_) {
       return absl::InvalidArgumentError(
           absl::StrCat("RestoreRows of table '", spec_.name, "': ", keys.size(),
@@ -1181,7 +1206,11 @@ class MemoryTable final : public Table {
       MutexLock lock(&stripe.mu);
       SpillState& spill = stripe.spill();
       SpillWrites writes;
-      if (spill_ != nullptr) {
+      // Nothing ever spilled from this stripe: no need to look.
+      const bool may_be_spilled =
+          spill_ != nullptr && !keys_are_new &&
+          (spill.spilled_rows > 0 || spill.generation > 0);
+      if (may_be_spilled) {
         // Rows restored over spilled ones replace them.
         not_resident.clear();
         for (uint32_t j = begin; j < end; ++j) {
@@ -1195,7 +1224,6 @@ class MemoryTable final : public Table {
         RETURN_IF_ERROR(fetched.Fetch(*spill_, candidates));
         for (uint64_t key : candidates) {
           if (fetched.Find(key) == nullptr) continue;
-          writes.delete_keys.push_back(key);
           --spill.spilled_rows;
           spill.dirty_keys.erase(key);
         }
@@ -1205,18 +1233,32 @@ class MemoryTable final : public Table {
         const uint64_t key = keys[pos];
         auto it = stripe.index().find(KeyProbe{key, scratch.hashes[j]},
                                       scratch.hashes[j]);
+        const char* record =
+            records.data() + static_cast<size_t>(pos) * record_bytes_;
+        if (!spill.removed_keys.empty()) spill.removed_keys.erase(key);
         RowId id;
         if (it != stripe.index().end()) {
           id = *it;
+        } else if (stripe.index().size() >= max_resident_per_stripe_) {
+          // The stripe is full: straight to the spill tier, in key order
+          // (files are sorted), which RocksDB takes fastest.
+          writes.put_keys.push_back(key);
+          const size_t at = writes.put_records.size();
+          writes.put_records.insert(writes.put_records.end(), record,
+                                    record + record_bytes_);
+          uint32_t word;
+          std::memcpy(&word, writes.put_records.data() + at + 4, sizeof(word));
+          word &= kCountMask;
+          std::memcpy(writes.put_records.data() + at + 4, &word, sizeof(word));
+          ++spill.spilled_rows;
+          continue;
         } else {
           ASSIGN_OR_RETURN(id, stripe.AllocateRow(key, 0));
           stripe.index().insert(id);
         }
         std::memcpy(reinterpret_cast<char*>(stripe.Row(id)) + kRecordOffset,
-                    records.data() + static_cast<size_t>(pos) * record_bytes_,
-                    record_bytes_);
+                    record, record_bytes_);
         stripe.MutableHeader(id).access_word &= kCountMask;
-        if (!spill.removed_keys.empty()) spill.removed_keys.erase(key);
       }
       if (spill_ != nullptr) RETURN_IF_ERROR(SettleSpill(stripe, writes));
     }
@@ -1245,7 +1287,7 @@ class MemoryTable final : public Table {
     if (spill_ == nullptr) return MissPolicy{};
     scratch.missed_positions.clear();
     scratch.generation_seen.assign(stripes_.size(), 0);
-    return MissPolicy{&scratch.missed_positions, nullptr, nullptr};
+    return MissPolicy{&scratch.missed_positions, nullptr};
   }
 
   void RecordGeneration(BatchScratch& scratch, const Stripe& stripe,
@@ -1306,8 +1348,8 @@ class MemoryTable final : public Table {
         RETURN_IF_ERROR(fetched.Fetch(*spill_, SortedUnique(stripe_keys)));
       }
       writes.clear();
-      status.Update(work(stripe, sub, begin, end,
-                         MissPolicy{nullptr, &fetched, &writes}));
+      status.Update(
+          work(stripe, sub, begin, end, MissPolicy{nullptr, &fetched}));
       status.Update(SettleSpill(stripe, writes));
     }
     return status;
@@ -1463,7 +1505,12 @@ class MemoryTable final : public Table {
       SpillWrites writes;
       for (uint64_t key : stripe_keys) {
         const char* record = fetched.Find(key);
-        if (record == nullptr) continue;  // promoted meanwhile
+        if (record == nullptr) continue;
+        const uint64_t hash = KeyHash(key);
+        if (stripe.index().contains(KeyProbe{key, hash})) {
+          writes.delete_keys.push_back(key);  // a stale copy: garbage
+          continue;
+        }
         uint32_t last_touch;
         std::memcpy(&last_touch, record, sizeof(last_touch));
         if (!Expired(last_touch, now)) continue;

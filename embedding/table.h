@@ -126,6 +126,8 @@ class TableSnapshot {
   virtual const std::vector<std::string>& admission_states() const = 0;
   // Rows in memory that were copied while the table was paused.
   virtual uint64_t copied_rows() const = 0;
+  // How long the table's locks were held to take it: the training pause.
+  virtual absl::Duration pause() const = 0;
 };
 
 // One row as Scan shows it. Valid only during the visit.
@@ -208,9 +210,15 @@ class Table {
 
   // Checkpoint restore: stores records (RowRecordBytes each) for `keys`,
   // replacing rows that exist; the restored rows count as unchanged for the
-  // next incremental snapshot. INVALID_ARGUMENT if the sizes disagree.
+  // next incremental snapshot. With a spill tier, rows beyond the budget go
+  // straight to it. REQUIRES: distinct keys (as in a checkpoint file).
+  // INVALID_ARGUMENT if the sizes disagree.
+  // `keys_are_new`: the caller knows none of the keys has a row (a full
+  // checkpoint file restored into a table that holds none of its keys),
+  // which spares a lookup of every key in the spill tier.
   virtual absl::Status RestoreRows(absl::Span<const uint64_t> keys,
-                                   absl::Span<const char> records) = 0;
+                                   absl::Span<const char> records,
+                                   bool keys_are_new = false) = 0;
 
   // Checkpoint restore: merges saved admission states (one per stripe, as
   // TableSnapshot::admission_states) into the filters by saturating

@@ -73,12 +73,12 @@ absl::StatusOr<double> ShardCheckpointer::Save(
 
   // The pause: each table's snapshot (tables one after another).
   std::vector<TableSnapshotToWrite> snapshots;
-  const absl::Time start = absl::Now();
+  absl::Duration pause;
   for (const TableRegistry::Entry& entry : registry_->List()) {
     ASSIGN_OR_RETURN(auto snapshot, entry.table->TakeSnapshot(incremental));
+    pause += snapshot->pause();
     snapshots.push_back({entry.config->name(), std::move(snapshot)});
   }
-  const double pause = absl::ToDoubleSeconds(absl::Now() - start);
 
   std::lock_guard<std::mutex> lock(mu_);
   last_snapshot_ = request.name();
@@ -123,7 +123,7 @@ absl::StatusOr<double> ShardCheckpointer::Save(
     writing_ = false;
     written_.notify_all();
   });
-  return pause;
+  return absl::ToDoubleSeconds(pause);
 }
 
 absl::StatusOr<proto::AwaitSaveResponse> ShardCheckpointer::AwaitSave(

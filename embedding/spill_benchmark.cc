@@ -1,0 +1,342 @@
+// spill_benchmark: the spill tier and checkpoints at scale (issue 4's
+// numbers), each next to its comparison measured in the same run.
+//
+//   bazel run -c opt //embedding:spill_benchmark -- --keys=10000000
+//
+// 1. Pull keys/s, 100k-key batches from Zipf(s) over `keys` rows of `dim`
+//    floats with Adagrad, for (a) a table with everything in memory, (b) a
+//    table whose memory budget is `budget_fraction` of its rows' bytes
+//    (the rest spilled to RocksDB), (c) raw RocksDB MultiGet of the same
+//    batches (sort, dedup, MultiGet, scatter) from a store holding every
+//    row, with the spill tier's options. Batches interleave (a), (b), (c).
+// 2. Checkpoint of the spilling table: the pause (TakeSnapshot, full and
+//    incremental), write MB/s (file bytes / time, fsync included) and
+//    restore MB/s (page cache dropped first when allowed), next to `dd`
+//    sequential write (oflag=direct) and read (iflag=direct) of the same
+//    directory.
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "embedding/checkpoint_file.h"
+#include "embedding/internal/spill_store.h"
+#include "embedding/table.h"
+#include "tools/key_distributions.h"
+
+ABSL_FLAG(uint64_t, keys, 10'000'000, "rows in each table");
+ABSL_FLAG(int32_t, dim, 64, "floats per row");
+ABSL_FLAG(double, budget_fraction, 0.1,
+          "memory budget of the spilling table, as a fraction of its rows' "
+          "record bytes");
+ABSL_FLAG(int32_t, batch, 100'000, "keys per Pull batch");
+ABSL_FLAG(int32_t, warmup_batches, 20, "Zipf batches before measuring");
+ABSL_FLAG(int32_t, batches, 30, "measured Zipf batches");
+ABSL_FLAG(double, zipf_s, 1.05, "Zipf exponent");
+ABSL_FLAG(std::string, dir, "/tmp/embedps_spill_benchmark",
+          "scratch directory on the disk to measure (emptied first)");
+ABSL_FLAG(uint64_t, block_cache_mb, 64, "RocksDB block cache per store");
+
+namespace embedps::embedding {
+namespace {
+
+double Seconds(absl::Time start) {
+  return absl::ToDoubleSeconds(absl::Now() - start);
+}
+
+void Check(const absl::Status& status, const char* what) {
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s: %s\n", what, status.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+// Runs `command` and returns the MB/s dd printed ("... copied, T s, X MB/s"
+// -> bytes / T), or -1.
+double DdRate(const std::string& command) {
+  std::FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  if (pipe == nullptr) return -1;
+  char line[512];
+  double rate = -1;
+  while (std::fgets(line, sizeof(line), pipe) != nullptr) {
+    // "N bytes (...) copied, T s, R MB/s"
+    unsigned long long bytes = 0;
+    double seconds = 0;
+    const char* copied = std::strstr(line, "copied, ");
+    if (copied != nullptr && std::sscanf(line, "%llu", &bytes) == 1 &&
+        std::sscanf(copied + 8, "%lf", &seconds) == 1 && seconds > 0) {
+      rate = bytes / seconds / 1e6;
+    }
+  }
+  pclose(pipe);
+  return rate;
+}
+
+bool DropPageCache() {
+  std::ofstream drop("/proc/sys/vm/drop_caches");
+  if (!drop) return false;
+  sync();
+  drop << "3\n";
+  return static_cast<bool>(drop);
+}
+
+TableSpec Spec(int32_t dim) {
+  TableSpec spec;
+  spec.name = "bench";
+  spec.dim = dim;
+  spec.optimizer.kind = OptimizerSpec::Kind::kAdagrad;
+  return spec;
+}
+
+// Pulls every key of [0, keys) once, in batches: creates all rows.
+void Fill(Table& table, uint64_t keys, int32_t dim) {
+  constexpr uint64_t kChunk = 100'000;
+  std::vector<uint64_t> batch;
+  std::vector<float> values(kChunk * dim);
+  for (uint64_t begin = 0; begin < keys; begin += kChunk) {
+    batch.clear();
+    for (uint64_t r = begin; r < std::min(keys, begin + kChunk); ++r) {
+      batch.push_back(tools::KeyOfRank(r));
+    }
+    Check(table.Pull(batch, absl::MakeSpan(values.data(), batch.size() * dim)),
+          "fill");
+  }
+}
+
+int Run() {
+  const uint64_t keys = absl::GetFlag(FLAGS_keys);
+  const int32_t dim = absl::GetFlag(FLAGS_dim);
+  const int32_t batch = absl::GetFlag(FLAGS_batch);
+  const std::string dir = absl::GetFlag(FLAGS_dir);
+  const TableSpec spec = Spec(dim);
+  const size_t record_bytes =
+      RowRecordBytes(dim, OptimizerStateFloats(spec.optimizer, dim));
+  const double rows_gb = keys * record_bytes / 1e9;
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::printf(
+      "spill_benchmark: %llu keys, dim %d, Adagrad: %zu B/row, "
+      "%.2f GB of rows; budget %.0f%%; Zipf(%.2f) batches of %d\n",
+      static_cast<unsigned long long>(keys), dim, record_bytes, rows_gb,
+      100 * absl::GetFlag(FLAGS_budget_fraction), absl::GetFlag(FLAGS_zipf_s),
+      batch);
+
+  // (a) everything in memory.
+  absl::Time start = absl::Now();
+  auto in_memory = Table::Create(spec);
+  Check(in_memory.status(), "create");
+  Fill(**in_memory, keys, dim);
+  std::printf("filled the in-memory table in %.1f s\n", Seconds(start));
+
+  // (b) a budget of a tenth.
+  TableSpec budgeted = spec;
+  budgeted.memory_budget_bytes = static_cast<uint64_t>(
+      absl::GetFlag(FLAGS_budget_fraction) * keys * record_bytes);
+  TableOptions options;
+  options.spill_directory = dir + "/spill";
+  options.spill_block_cache_bytes = absl::GetFlag(FLAGS_block_cache_mb) << 20;
+  start = absl::Now();
+  auto spilling = Table::Create(budgeted, options);
+  Check(spilling.status(), "create spilling");
+  Fill(**spilling, keys, dim);
+  TableStats stats = (*spilling)->Stats();
+  std::printf(
+      "filled the spilling table in %.1f s: %llu resident, %llu "
+      "spilled rows, resident %.2f GB of budget %.2f GB\n",
+      Seconds(start), static_cast<unsigned long long>(stats.resident_rows),
+      static_cast<unsigned long long>(stats.spilled_rows),
+      stats.resident_bytes / 1e9, stats.memory_budget_bytes / 1e9);
+
+  // (c) raw RocksDB holding every row, same options.
+  embedding_internal::SpillStoreOptions raw_options;
+  raw_options.path = dir + "/raw";
+  raw_options.record_bytes = record_bytes;
+  raw_options.block_cache_bytes = absl::GetFlag(FLAGS_block_cache_mb) << 20;
+  auto raw = embedding_internal::SpillStore::Open(raw_options);
+  Check(raw.status(), "open raw");
+  start = absl::Now();
+  {
+    std::vector<uint64_t> put_keys;
+    std::vector<char> records;
+    const auto flush = [&] {
+      Check((*raw)->Write(put_keys, records.data(), {}), "raw write");
+      put_keys.clear();
+      records.clear();
+    };
+    Check((*in_memory)->Scan([&](const RowView& row) {
+      put_keys.push_back(row.key);
+      const size_t at = records.size();
+      records.resize(at + record_bytes);
+      std::memcpy(records.data() + at, &row.last_touch, 4);
+      std::memcpy(records.data() + at + 4, &row.access_count, 4);
+      std::memcpy(records.data() + at + 8, row.embedding.data(), dim * 4);
+      std::memcpy(records.data() + at + 8 + dim * 4, row.optimizer_state.data(),
+                  row.optimizer_state.size() * 4);
+      if (put_keys.size() == 50'000) flush();
+    }),
+          "scan");
+    if (!put_keys.empty()) flush();
+  }
+  std::printf("filled raw RocksDB in %.1f s (%.2f GB of SST files)\n",
+              Seconds(start), (*raw)->DiskBytes() / 1e9);
+
+  // Pulls: the same Zipf batches for all three, interleaved.
+  const tools::ZipfRanks zipf(keys, absl::GetFlag(FLAGS_zipf_s));
+  std::mt19937_64 rng(42);
+  std::vector<uint64_t> batch_keys(batch);
+  std::vector<float> values(static_cast<size_t>(batch) * dim);
+  std::vector<char> raw_records;
+  std::vector<uint64_t> unique;
+  std::unique_ptr<bool[]> found(new bool[batch]);
+  const auto next_batch = [&] {
+    for (uint64_t& k : batch_keys) k = tools::KeyOfRank(zipf(rng));
+  };
+  const auto raw_pull = [&] {
+    unique.assign(batch_keys.begin(), batch_keys.end());
+    std::sort(unique.begin(), unique.end());
+    unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+    raw_records.resize(unique.size() * record_bytes);
+    Check((*raw)->MultiGet(unique, raw_records.data(),
+                           absl::MakeSpan(found.get(), unique.size())),
+          "raw multiget");
+    for (size_t i = 0; i < batch_keys.size(); ++i) {
+      const size_t u =
+          std::lower_bound(unique.begin(), unique.end(), batch_keys[i]) -
+          unique.begin();
+      std::memcpy(values.data() + i * dim,
+                  raw_records.data() + u * record_bytes + 8, dim * 4);
+    }
+  };
+  for (int b = 0; b < absl::GetFlag(FLAGS_warmup_batches); ++b) {
+    next_batch();
+    Check((*spilling)->Pull(batch_keys, absl::MakeSpan(values)), "warm");
+    raw_pull();
+  }
+  const TableStats before = (*spilling)->Stats();
+  double t_memory = 0, t_spill = 0, t_raw = 0;
+  const int batches = absl::GetFlag(FLAGS_batches);
+  for (int b = 0; b < batches; ++b) {
+    next_batch();
+    start = absl::Now();
+    Check((*in_memory)->Pull(batch_keys, absl::MakeSpan(values)), "pull");
+    t_memory += Seconds(start);
+    start = absl::Now();
+    Check((*spilling)->Pull(batch_keys, absl::MakeSpan(values)), "pull");
+    t_spill += Seconds(start);
+    start = absl::Now();
+    raw_pull();
+    t_raw += Seconds(start);
+  }
+  const TableStats after = (*spilling)->Stats();
+  const double n = static_cast<double>(batches) * batch;
+  const uint64_t missed =
+      after.spill_multiget_keys - before.spill_multiget_keys;
+  std::printf(
+      "\nPull, %d batches of %d Zipf(%.2f) keys (%.1f%% of the "
+      "spilling table's keys missed memory)\n",
+      batches, batch, absl::GetFlag(FLAGS_zipf_s), 100.0 * missed / n);
+  std::printf("  %-34s %10.2f M keys/s\n", "(a) all in memory",
+              n / t_memory / 1e6);
+  std::printf("  %-34s %10.2f M keys/s   %.2fx (a), %.2fx (c)\n",
+              "(b) spilling, budget 1/10", n / t_spill / 1e6,
+              t_memory / t_spill, t_raw / t_spill);
+  std::printf("  %-34s %10.2f M keys/s\n", "(c) raw RocksDB MultiGet",
+              n / t_raw / 1e6);
+  raw->reset();
+  in_memory->reset();
+  std::filesystem::remove_all(dir + "/raw");
+
+  // Checkpoint of the spilling table.
+  start = absl::Now();
+  auto full = (*spilling)->TakeSnapshot(false);
+  Check(full.status(), "snapshot");
+  const double full_pause = absl::ToDoubleSeconds((*full)->pause());
+  const double full_take = Seconds(start);
+  const std::string file = dir + "/full.sst";
+  start = absl::Now();
+  auto written = WriteTableFile(**full, file);
+  Check(written.status(), "write");
+  const double write_s = Seconds(start);
+  full->reset();
+  // Changes for an incremental snapshot: pushes of Zipf batches.
+  std::vector<float> grads(values.size(), 0.01f);
+  for (int b = 0; b < 10; ++b) {
+    next_batch();
+    Check((*spilling)->Push(batch_keys, grads), "push");
+  }
+  start = absl::Now();
+  auto increment = (*spilling)->TakeSnapshot(true);
+  Check(increment.status(), "snapshot");
+  const double incremental_pause = absl::ToDoubleSeconds((*increment)->pause());
+  const double incremental_take = Seconds(start);
+  start = absl::Now();
+  auto increment_written = WriteTableFile(**increment, dir + "/incr.sst");
+  Check(increment_written.status(), "write");
+  const double increment_write_s = Seconds(start);
+  increment->reset();
+  spilling->reset();
+
+  const bool dropped = DropPageCache();
+  TableOptions restore_options = options;
+  restore_options.spill_directory = dir + "/restored";
+  auto restored = Table::Create(budgeted, restore_options);
+  Check(restored.status(), "create restored");
+  start = absl::Now();
+  auto restore = RestoreTableFile(file, written->crc32, **restored,
+                                  [](uint64_t) { return true; });
+  Check(restore.status(), "restore");
+  const double restore_s = Seconds(start);
+  restored->reset();
+  std::filesystem::remove_all(dir + "/restored");
+
+  const uint64_t dd_mb = std::min<uint64_t>(written->bytes >> 20, 4096);
+  const std::string dd_file = dir + "/dd.bin";
+  const double dd_write = DdRate(absl::StrCat("dd if=/dev/zero of=", dd_file,
+                                              " bs=4M count=", dd_mb / 4,
+                                              " oflag=direct conv=fsync"));
+  const double dd_read = DdRate(
+      absl::StrCat("dd if=", dd_file, " of=/dev/null bs=4M iflag=direct"));
+  std::filesystem::remove(dd_file);
+
+  const double file_mb = written->bytes / 1e6;
+  std::printf("\nCheckpoint of the spilling table (%llu rows, %.0f MB file)\n",
+              static_cast<unsigned long long>(written->rows), file_mb);
+  std::printf(
+      "  pause, full snapshot          %10.1f ms (locks held while the "
+      "resident rows are copied; TakeSnapshot %.0f ms)\n",
+      full_pause * 1e3, full_take * 1e3);
+  std::printf(
+      "  pause, incremental snapshot   %10.1f ms (%llu changed rows "
+      "after 10 Zipf push batches; TakeSnapshot %.0f ms, written "
+      "in %.2f s)\n",
+      incremental_pause * 1e3,
+      static_cast<unsigned long long>(increment_written->rows),
+      incremental_take * 1e3, increment_write_s);
+  std::printf("  write   %8.0f MB/s   dd oflag=direct %8.0f MB/s   %.2fx\n",
+              file_mb / write_s, dd_write, file_mb / write_s / dd_write);
+  std::printf("  restore %8.0f MB/s   dd iflag=direct %8.0f MB/s   %.2fx%s\n",
+              file_mb / restore_s, dd_read, file_mb / restore_s / dd_read,
+              dropped ? "" : "  (page cache NOT dropped: not root?)");
+  std::filesystem::remove_all(dir);
+  return 0;
+}
+
+}  // namespace
+}  // namespace embedps::embedding
+
+int main(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  return embedps::embedding::Run();
+}
