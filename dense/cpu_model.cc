@@ -33,9 +33,9 @@ CpuModel<T>::CpuModel(const ModelSpec& spec)
 template <typename T>
 const T* CpuModel<T>::Forward(const Batch<T>& batch) {
   const int n = batch.size, f = layout_.num_features, d = layout_.z0_dim;
-  const T* z0 = bottom_.empty()
-                    ? batch.dense.data()
-                    : bottom_.Forward(parameters_.data(), batch.dense.data(), n);
+  const T* z0 = bottom_.empty() ? batch.dense.data()
+                                : bottom_.Forward(parameters_.data(),
+                                                  batch.dense.data(), n);
   // Without slots the interaction is z0 itself: no copies.
   top_input_ = z0;
   if (!spec_.slots.empty()) {
@@ -100,8 +100,8 @@ absl::StatusOr<T> CpuModel<T>::TrainStep(
   // d loss / d z0: from the interaction's gradient, or directly the top
   // input's gradient when there are no slots. Not computed at all when
   // nothing below the top MLP needs it (a plain MLP).
-  const bool need_dz0 = !spec_.slots.empty() || !bottom_.empty() ||
-                        !dense_gradients.empty();
+  const bool need_dz0 =
+      !spec_.slots.empty() || !bottom_.empty() || !dense_gradients.empty();
   dinteraction_.resize(static_cast<size_t>(n) * layout_.interaction_dim);
   top_.Backward(parameters_.data(), top_input_, &delta_, n, gradients_.data(),
                 need_dz0 ? dinteraction_.data() : nullptr);
@@ -129,9 +129,9 @@ absl::StatusOr<T> CpuModel<T>::TrainStep(
       std::copy(dz0_.begin(), dz0_.end(), dense_gradients.begin());
     }
   } else {
-    bottom_.Backward(parameters_.data(), batch.dense.data(), &dz0_, n,
-                     gradients_.data(),
-                     dense_gradients.empty() ? nullptr : dense_gradients.data());
+    bottom_.Backward(
+        parameters_.data(), batch.dense.data(), &dz0_, n, gradients_.data(),
+        dense_gradients.empty() ? nullptr : dense_gradients.data());
   }
   return loss;
 }

@@ -1,6 +1,8 @@
 #include "dense/dense_optimizer.h"
 
 #include <cmath>
+#include <cstring>
+#include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -114,6 +116,34 @@ class Optimizer final : public DenseOptimizer {
   }
 
   int64_t steps() const override { return step_; }
+
+  // Layout: step (int64), first moments, second moments (float32 each;
+  // either may be empty for the kind).
+  std::string SaveState() const override {
+    std::string state(sizeof(int64_t), '\0');
+    std::memcpy(state.data(), &step_, sizeof(int64_t));
+    state.append(reinterpret_cast<const char*>(first_.data()),
+                 first_.size() * sizeof(float));
+    state.append(reinterpret_cast<const char*>(second_.data()),
+                 second_.size() * sizeof(float));
+    return state;
+  }
+
+  absl::Status RestoreState(absl::string_view state) override {
+    const size_t want =
+        sizeof(int64_t) + (first_.size() + second_.size()) * sizeof(float);
+    if (state.size() != want) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "dense optimizer state has ", state.size(), " bytes; this ",
+          "optimizer (its kind and ", n_, " parameters) needs ", want));
+    }
+    std::memcpy(&step_, state.data(), sizeof(int64_t));
+    const char* at = state.data() + sizeof(int64_t);
+    std::memcpy(first_.data(), at, first_.size() * sizeof(float));
+    at += first_.size() * sizeof(float);
+    std::memcpy(second_.data(), at, second_.size() * sizeof(float));
+    return absl::OkStatus();
+  }
 
  private:
   const DenseOptimizerSpec spec_;

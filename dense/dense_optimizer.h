@@ -15,8 +15,10 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 
 namespace embedps::dense {
@@ -61,6 +63,13 @@ class DenseOptimizer {
 
   // Steps applied so far.
   virtual int64_t steps() const = 0;
+
+  // Everything Step depends on besides the parameters (the step count and
+  // the moment vectors), as bytes; RestoreState takes them back.
+  // INVALID_ARGUMENT if `state` is not of this optimizer's kind and size
+  // (nothing changes).
+  virtual std::string SaveState() const = 0;
+  virtual absl::Status RestoreState(absl::string_view state) = 0;
 };
 
 }  // namespace embedps::dense

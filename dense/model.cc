@@ -102,8 +102,8 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(
   return std::unique_ptr<Model>(new CpuBackendModel(std::move(*cpu)));
 }
 
-absl::Status SaveParameters(Model& model, int64_t step,
-                            const std::string& path) {
+absl::Status SaveParameters(Model& model, int64_t step, const std::string& path,
+                            const DenseOptimizer* optimizer) {
   std::vector<float> values(model.num_parameters());
   if (absl::Status s = model.GetParameters(absl::MakeSpan(values)); !s.ok()) {
     return s;
@@ -119,6 +119,10 @@ absl::Status SaveParameters(Model& model, int64_t step,
   file.set_parameters(std::string(reinterpret_cast<const char*>(values.data()),
                                   values.size() * sizeof(float)));
   file.set_parameters_crc32(Crc32(file.parameters()));
+  if (optimizer != nullptr) {
+    file.set_optimizer_state(optimizer->SaveState());
+    file.set_optimizer_state_crc32(Crc32(file.optimizer_state()));
+  }
 
   const std::string temporary = path + ".tmp";
   {
@@ -136,7 +140,8 @@ absl::Status SaveParameters(Model& model, int64_t step,
   return absl::OkStatus();
 }
 
-absl::StatusOr<int64_t> LoadParameters(const std::string& path, Model& model) {
+absl::StatusOr<int64_t> LoadParameters(const std::string& path, Model& model,
+                                       DenseOptimizer* optimizer) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(
@@ -170,6 +175,24 @@ absl::StatusOr<int64_t> LoadParameters(const std::string& path, Model& model) {
   if (Crc32(file.parameters()) != file.parameters_crc32()) {
     return absl::DataLossError(absl::StrCat("dense parameters file ", path,
                                             " fails its checksum (corrupt)"));
+  }
+  if (optimizer != nullptr) {
+    if (file.optimizer_state().empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "dense parameters file ", path, " holds no optimizer state"));
+    }
+    if (Crc32(file.optimizer_state()) != file.optimizer_state_crc32()) {
+      return absl::DataLossError(
+          absl::StrCat("dense parameters file ", path,
+                       " fails its optimizer-state checksum (corrupt)"));
+    }
+    // Checked before anything changes: RestoreState refuses a wrong size
+    // without changing the optimizer.
+    if (absl::Status s = optimizer->RestoreState(file.optimizer_state());
+        !s.ok()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("dense parameters file ", path, ": ", s.message()));
+    }
   }
   std::vector<float> values(model.num_parameters());
   std::memcpy(values.data(), file.parameters().data(),

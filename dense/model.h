@@ -89,15 +89,19 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelSpec& spec,
 
 // Writes the parameters and `step` to `path` atomically (a temporary file
 // renamed into place), with the model's shape and a checksum.
-absl::Status SaveParameters(Model& model, int64_t step,
-                            const std::string& path);
+// With `optimizer`, its state is saved too.
+absl::Status SaveParameters(Model& model, int64_t step, const std::string& path,
+                            const DenseOptimizer* optimizer = nullptr);
 
 // Loads parameters saved by SaveParameters into `model` and returns their
 // step. NOT_FOUND for a missing file; DATA_LOSS naming the file for a
 // truncated or corrupt one; FAILED_PRECONDITION if it was written by a
 // model of another shape or an unknown format version. On error the model
 // is unchanged.
-absl::StatusOr<int64_t> LoadParameters(const std::string& path, Model& model);
+// With `optimizer`, the file must hold optimizer state (FAILED_PRECONDITION
+// otherwise), which is restored into it.
+absl::StatusOr<int64_t> LoadParameters(const std::string& path, Model& model,
+                                       DenseOptimizer* optimizer = nullptr);
 
 }  // namespace embedps::dense
 

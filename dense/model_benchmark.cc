@@ -215,7 +215,7 @@ void Dlrm(Backend backend) {
     if (peak <= 0) peak = LookUpPeakTflops(name, options.allow_tf32);
     std::printf("  on %s", name.c_str());
     if (peak > 0) {
-      std::printf("  MFU %.1f%% of %.1f TFLOP/s %s", 
+      std::printf("  MFU %.1f%% of %.1f TFLOP/s %s",
                   100.0 * samples * flops_per_sample / (peak * 1e12), peak,
                   options.allow_tf32 ? "TF32" : "FP32");
     } else {

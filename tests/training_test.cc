@@ -5,16 +5,22 @@
 #include <signal.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "common/status_matchers.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "proto/embedps.grpc.pb.h"
 #include "tests/child_process.h"
 #include "tests/job_output.h"
 #include "tests/server_process.h"
@@ -45,6 +51,11 @@ class TrainingTest : public ::testing::Test {
     int exit_code = -1;
     std::string summary;  // summary.json of rank 0
     std::string log;      // rank 0's stderr
+    std::string out;      // rank 0's output_dir
+    // Rows and content digest of every table, all shards summed, after
+    // the workers ended.
+    uint64_t table_rows = 0;
+    uint64_t table_digest = 0;
   };
 
   // Runs `workers` ps_worker processes against `servers` fresh shards.
@@ -64,6 +75,7 @@ class TrainingTest : public ::testing::Test {
     }
     Run run;
     const std::string out = TestTempPath("out");
+    run.out = out;
     run.log = TestTempPath("worker0.log");
     std::vector<std::unique_ptr<ChildProcess>> ranks;
     for (int r = 0; r < workers; ++r) {
@@ -91,6 +103,19 @@ class TrainingTest : public ::testing::Test {
       if (r == 0 && code.ok()) run.exit_code = *code;
     }
     run.summary = ReadFile(out + "/summary.json");
+    for (const std::string& address : addresses) {
+      auto stub = proto::EmbeddingService::NewStub(
+          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
+      grpc::ClientContext context;
+      proto::StatsRequest request;
+      request.set_content_digest(true);
+      proto::StatsResponse response;
+      EXPECT_TRUE(stub->Stats(&context, request, &response).ok());
+      for (const auto& table : response.table()) {
+        run.table_rows += table.rows();
+        run.table_digest += table.content_digest();
+      }
+    }
     return run;
   }
 
@@ -129,6 +154,72 @@ TEST_F(TrainingTest, AsyncAndSspConverge) {
                 mode.c_str(), auc, bayes);
     EXPECT_GT(auc, bayes - 0.02) << mode;
   }
+}
+
+// The train loss of the history.csv line at `step` (-1 if none).
+double HistoryLoss(const std::string& history, int64_t step) {
+  std::istringstream lines(history);
+  std::string line;
+  while (std::getline(lines, line)) {
+    std::vector<std::string> fields = absl::StrSplit(line, ',');
+    int64_t at = 0;
+    double loss = 0;
+    if (fields.size() > 2 && absl::SimpleAtoi(fields[0], &at) && at == step &&
+        absl::SimpleAtod(fields[2], &loss)) {
+      return loss;
+    }
+  }
+  return -1;
+}
+
+// A job checkpoints (every 25 steps, incremental, and at its end), stops;
+// a job restored from the last checkpoint holds exactly its tables and
+// dense parameters; a job restored and trained further continues the loss
+// where it stopped instead of starting over.
+TEST_F(TrainingTest, RestoredJobContinuesFromItsCheckpoint) {
+  const std::string root = TestTempPath("checkpoints");
+  const std::vector<std::string> common = {
+      "--mode=sync", "--checkpoint_dir=" + root, "--checkpoint_every_steps=25",
+      "--log_every=5"};
+  std::vector<std::string> first_args = common;
+  first_args.push_back("--max_steps=60");
+  const Run first = Train(2, 2, first_args);
+  ASSERT_EQ(first.exit_code, 0) << ReadFile(first.log);
+  EXPECT_EQ(JsonNumber(first.summary, "checkpoints"), 3);  // 25, 50, 60
+  EXPECT_TRUE(std::filesystem::exists(root + "/ckpt-000000000060/MANIFEST"));
+  const std::string first_history = ReadFile(first.out + "/history.csv");
+  const std::string first_dense = ReadFile(first.out + "/dense.params");
+
+  // Restore, train nothing: tables and dense parameters as checkpointed.
+  std::vector<std::string> same_args = common;
+  same_args.push_back("--max_steps=60");
+  same_args.push_back("--restore=" + root);
+  const Run same = Train(2, 2, same_args);
+  ASSERT_EQ(same.exit_code, 0) << ReadFile(same.log);
+  EXPECT_EQ(JsonNumber(same.summary, "start_step"), 60);
+  EXPECT_EQ(same.table_rows, first.table_rows);
+  EXPECT_EQ(same.table_digest, first.table_digest);
+  EXPECT_TRUE(ReadFile(same.out + "/dense.params") == first_dense)
+      << "dense parameters differ from the checkpoint's";
+
+  // Restore (into 1 server: resharded) and train 20 more steps.
+  std::vector<std::string> more_args = common;
+  more_args.push_back("--max_steps=80");
+  more_args.push_back("--restore=" + root);
+  const Run more = Train(1, 2, more_args);
+  ASSERT_EQ(more.exit_code, 0) << ReadFile(more.log);
+  const std::string more_history = ReadFile(more.out + "/history.csv");
+  const double initial = HistoryLoss(first_history, 5);
+  const double stopped = HistoryLoss(first_history, 60);
+  const double resumed = HistoryLoss(more_history, 65);
+  std::printf("train loss: steps 1-5 %.4f, 56-60 %.4f; resumed 61-65 %.4f\n",
+              initial, stopped, resumed);
+  ASSERT_GT(initial, 0);
+  ASSERT_GT(stopped, 0);
+  ASSERT_GT(resumed, 0);
+  EXPECT_LT(stopped, initial - 0.05) << "the first job did not learn";
+  EXPECT_LT(std::abs(resumed - stopped), (initial - stopped) / 3)
+      << "the resumed loss jumped back towards the initial loss";
 }
 
 // Malformed lines are counted and skipped; with fatal_bad_lines they stop

@@ -18,7 +18,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "checkpoint/manifest.h"
 #include "client/client.h"
+#include "common/file_io.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "dense/blas.h"
@@ -118,6 +120,9 @@ double JsonNumber(const std::string& json, const std::string& field) {
 }
 
 // One step's batch, its unique keys per table, and their rows.
+// The dense parameters' file in a checkpoint.
+constexpr char kDenseFile[] = "dense.params";
+
 struct TableBatch {
   std::vector<uint64_t> unique;
   std::vector<float> rows;
@@ -154,6 +159,18 @@ class DlrmWorker {
   absl::StatusOr<EvalPoint> Evaluate(int64_t trained_steps);
   void Progress(int64_t step, int64_t total, bool force);
   absl::Status WriteOutputs(const DlrmJobResult& result);
+  // Rank 0, before the tables are created: loads the checkpoint's tables
+  // into the servers and tells the other ranks which checkpoint it is.
+  absl::Status RestoreTables();
+  // Every rank: the dense parameters and optimizer state, and the step.
+  absl::Status RestoreDense();
+  // After `steps_done` steps (their pushes in `pushing`): all ranks meet,
+  // rank 0 snapshots the tables and saves the dense state, all ranks meet
+  // again; the files are finished in the background.
+  absl::Status Checkpoint(int64_t steps_done, PreparedStep* pushing,
+                          DlrmJobResult& result);
+  // Rank 0: waits for the checkpoint being finished, if any.
+  absl::Status AwaitCheckpoint(DlrmJobResult& result);
 
   const DlrmJobOptions& o_;
   const WorkerConfig& c_;
@@ -170,6 +187,11 @@ class DlrmWorker {
   std::unique_ptr<CriteoReader> reader_;
   Mode mode_;
   int64_t total_steps_ = 0;
+  // Restore.
+  std::string restore_dir_;
+  int64_t start_step_ = 0;
+  // Rank 0: the checkpoint whose files are being finished.
+  std::future<absl::StatusOr<proto::CheckpointManifest>> finishing_;
 
   // Scratch reused across steps.
   std::vector<absl::flat_hash_map<uint64_t, int32_t>> dedup_;
@@ -212,6 +234,7 @@ absl::Status DlrmWorker::Setup() {
   client_options.servers = o_.servers;
   client_options.retry_deadline = o_.retry_deadline;
   ASSIGN_OR_RETURN(client_, client::Client::Connect(client_options));
+  RETURN_IF_ERROR(RestoreTables());
   absl::flat_hash_map<std::string, int> table_index;
   for (const proto::TableConfig& table : c_.table()) {
     proto::TableConfig config = table;
@@ -252,6 +275,7 @@ absl::Status DlrmWorker::Setup() {
                    DenseOptimizerOf(c_.dense_optimizer(), total_steps_));
   ASSIGN_OR_RETURN(optimizer_, dense::DenseOptimizer::Create(
                                    optimizer, model_->num_parameters()));
+  RETURN_IF_ERROR(RestoreDense());
   CollectiveOptions collective;
   collective.rank = o_.rank;
   collective.world_size = o_.world_size;
@@ -459,7 +483,8 @@ void DlrmWorker::Progress(int64_t step, int64_t total, bool force) {
   }
   const double auc = dense::RocAuc(scores, labels);
   const double loss = loss_count_ > 0 ? loss_sum_ / loss_count_ : 0;
-  const double eta = step > 0 ? seconds / step * (total - step) : 0;
+  const int64_t done = step - start_step_;
+  const double eta = done > 0 ? seconds / done * (total - step) : 0;
   metrics_.train_loss = loss;
   metrics_.train_auc = auc;
   history_.push_back(absl::StrFormat("%d,%d,%.6f,%.6f,,,%.3f", step,
@@ -495,15 +520,24 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
   int64_t tail_count = 0;
   start_ = absl::Now();
 
+  result.start_step = start_step_;
+  result.restored_from = restore_dir_;
+  // A resumed run skips the batches the checkpoint has seen.
+  for (int64_t skipped = 0; skipped < start_step_ && skipped < total_steps_;
+       ++skipped) {
+    ASSIGN_OR_RETURN(std::optional<CriteoBatch> batch, reader_->Next());
+    if (!batch.has_value()) break;
+  }
+  const bool checkpoints = !c_.checkpoint_dir().empty();
   std::unique_ptr<PreparedStep> current, pushing;
-  if (total_steps_ > 0) {
+  if (start_step_ < total_steps_) {
     ASSIGN_OR_RETURN(std::optional<CriteoBatch> first, reader_->Next());
     if (!first.has_value()) {
       return absl::InternalError("the reader ended before its first step");
     }
-    current = Prepare(std::move(*first), 0);
+    current = Prepare(std::move(*first), static_cast<uint64_t>(start_step_));
   }
-  for (int64_t step = 0; step < total_steps_; ++step) {
+  for (int64_t step = start_step_; step < total_steps_; ++step) {
     const absl::Time pull_start = absl::Now();
     RETURN_IF_ERROR(AwaitPulls(*current));
     metrics_.pull_wait_seconds =
@@ -542,6 +576,11 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
     pushing = std::move(current);
     current = std::move(next);
     Progress(step + 1, total_steps_, step + 1 == total_steps_);
+    if (checkpoints && c_.checkpoint_every_steps() > 0 &&
+        (step + 1) % c_.checkpoint_every_steps() == 0 &&
+        step + 1 < total_steps_) {
+      RETURN_IF_ERROR(Checkpoint(step + 1, pushing.get(), result));
+    }
     if (evaluates && c_.eval_every_steps() > 0 &&
         (step + 1) % c_.eval_every_steps() == 0 && step + 1 < total_steps_) {
       RETURN_IF_ERROR(AwaitPushes(*pushing));
@@ -554,6 +593,10 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
     }
   }
   if (pushing != nullptr) RETURN_IF_ERROR(AwaitPushes(*pushing));
+  if (checkpoints && total_steps_ > start_step_) {
+    RETURN_IF_ERROR(Checkpoint(total_steps_, pushing.get(), result));
+  }
+  if (o_.rank == 0) RETURN_IF_ERROR(AwaitCheckpoint(result));
   result.steps = total_steps_;
   result.samples = samples_;
   result.train_seconds = absl::ToDoubleSeconds(absl::Now() - start_);
@@ -585,6 +628,117 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
   RETURN_IF_ERROR(communicator_->Barrier());
   if (o_.rank == 0) RETURN_IF_ERROR(WriteOutputs(result));
   return result;
+}
+
+absl::Status DlrmWorker::RestoreTables() {
+  if (o_.restore.empty()) return absl::OkStatus();
+  const std::string key = absl::StrCat(o_.job_name, "/restore_checkpoint");
+  if (o_.rank == 0) {
+    ASSIGN_OR_RETURN(restore_dir_, checkpoint::ResolveCheckpoint(o_.restore));
+    const absl::Time start = absl::Now();
+    absl::StatusOr<proto::LoadResponse> loaded = client_->Load(restore_dir_);
+    if (!loaded.ok()) {
+      return absl::Status(
+          loaded.status().code(),
+          absl::StrCat("restoring the tables of '", restore_dir_,
+                       "' into the servers: ", loaded.status().message(),
+                       " (restore into freshly started servers)"));
+    }
+    log_->info("restored the tables of '{}' (step {}) in {:.2f} s",
+               restore_dir_, loaded->step(),
+               absl::ToDoubleSeconds(absl::Now() - start));
+    return o_.store->Set(key, restore_dir_);
+  }
+  RETURN_IF_ERROR(o_.store->Wait({key}, o_.collective_timeout));
+  ASSIGN_OR_RETURN(restore_dir_, o_.store->Get(key));
+  return absl::OkStatus();
+}
+
+absl::Status DlrmWorker::RestoreDense() {
+  if (restore_dir_.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const proto::CheckpointManifest manifest,
+                   checkpoint::ReadManifest(restore_dir_));
+  const proto::CheckpointExtraFile* dense_file = nullptr;
+  for (const proto::CheckpointExtraFile& file : manifest.extra_file()) {
+    if (file.path() == kDenseFile) dense_file = &file;
+  }
+  const std::string path =
+      (std::filesystem::path(restore_dir_) / kDenseFile).string();
+  if (dense_file == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint '", restore_dir_,
+        "' holds no dense parameters (written by a trainer that does not "
+        "save them?)"));
+  }
+  ASSIGN_OR_RETURN(const uint32_t crc, FileCrc32(path));
+  if (crc != dense_file->crc32()) {
+    return absl::DataLossError(absl::StrCat("dense parameters '", path,
+                                            "' fail the manifest's checksum"));
+  }
+  ASSIGN_OR_RETURN(const int64_t step,
+                   dense::LoadParameters(path, *model_, optimizer_.get()));
+  if (step != static_cast<int64_t>(manifest.step())) {
+    return absl::DataLossError(
+        absl::StrCat("dense parameters '", path, "' are of step ", step,
+                     "; the checkpoint is of step ", manifest.step()));
+  }
+  start_step_ = step;
+  log_->info("worker {}: resuming at step {} from '{}'", o_.rank, step,
+             restore_dir_);
+  return absl::OkStatus();
+}
+
+absl::Status DlrmWorker::Checkpoint(int64_t steps_done, PreparedStep* pushing,
+                                    DlrmJobResult& result) {
+  const absl::Time start = absl::Now();
+  // Every rank's pushes of the step are in (SYNC: applied, since the last
+  // one applies the step), and no rank pushes the next step before the
+  // snapshot: the checkpoint holds exactly `steps_done` steps.
+  if (pushing != nullptr) RETURN_IF_ERROR(AwaitPushes(*pushing));
+  RETURN_IF_ERROR(communicator_->Barrier());
+  if (o_.rank == 0) {
+    // The previous checkpoint must be complete: it is this one's parent.
+    RETURN_IF_ERROR(AwaitCheckpoint(result));
+    client::Client::CheckpointOptions options;
+    options.root = c_.checkpoint_dir();
+    options.step = static_cast<uint64_t>(steps_done);
+    options.incremental = c_.incremental_checkpoints();
+    std::error_code error;
+    std::filesystem::create_directories(options.root, error);
+    ASSIGN_OR_RETURN(std::unique_ptr<client::Client::PendingCheckpoint> pending,
+                     client_->StartCheckpoint(options));
+    RETURN_IF_ERROR(dense::SaveParameters(
+        *model_, steps_done,
+        (std::filesystem::path(pending->directory()) / kDenseFile).string(),
+        optimizer_.get()));
+    finishing_ = std::async(std::launch::async,
+                            [pending = std::move(pending)]()
+                                -> absl::StatusOr<proto::CheckpointManifest> {
+                              return pending->Finish({kDenseFile});
+                            });
+  }
+  RETURN_IF_ERROR(communicator_->Barrier());
+  const double pause = absl::ToDoubleSeconds(absl::Now() - start);
+  result.checkpoint_pause_max_seconds =
+      std::max(result.checkpoint_pause_max_seconds, pause);
+  result.checkpoint_pause_total_seconds += pause;
+  return absl::OkStatus();
+}
+
+absl::Status DlrmWorker::AwaitCheckpoint(DlrmJobResult& result) {
+  if (!finishing_.valid()) return absl::OkStatus();
+  absl::StatusOr<proto::CheckpointManifest> manifest = finishing_.get();
+  if (!manifest.ok()) {
+    return absl::Status(
+        manifest.status().code(),
+        absl::StrCat("checkpoint: ", manifest.status().message()));
+  }
+  ++result.checkpoints;
+  result.last_checkpoint =
+      (std::filesystem::path(c_.checkpoint_dir()) / manifest->name()).string();
+  log_->info("checkpoint '{}' complete (step {})", result.last_checkpoint,
+             manifest->step());
+  return absl::OkStatus();
 }
 
 absl::Status DlrmWorker::WriteOutputs(const DlrmJobResult& result) {
@@ -648,6 +802,10 @@ absl::Status ValidateWorkerConfig(const WorkerConfig& c) {
     return absl::InvalidArgumentError(
         "batch_size, epochs and max_steps must not be negative");
   }
+  if (c.checkpoint_every_steps() < 0) {
+    return absl::InvalidArgumentError(
+        "checkpoint_every_steps must not be negative");
+  }
   if (absl::Status s = ParseMode(c.mode()).status(); !s.ok()) return s;
   if (absl::Status s = DenseOptimizerOf(c.dense_optimizer(), 0).status();
       !s.ok()) {
@@ -682,13 +840,18 @@ std::string DlrmJobResultJson(const DlrmJobOptions& o, const DlrmJobResult& r) {
       "\"bayes_test_auc\": %.6f, \"bayes_test_logloss\": %.6f, "
       "\"bad_lines\": %d, \"parse_lines_per_second\": %.0f, "
       "\"pull_wait_seconds\": %.3f, \"compute_seconds\": %.3f, "
-      "\"push_seconds\": %.3f, \"evals\": [%s]}",
+      "\"push_seconds\": %.3f, \"start_step\": %d, \"restored_from\": "
+      "\"%s\", \"checkpoints\": %d, \"checkpoint_pause_max_seconds\": "
+      "%.4f, \"checkpoint_pause_total_seconds\": %.4f, "
+      "\"last_checkpoint\": \"%s\", \"evals\": [%s]}",
       o.config.mode().empty() ? "sync" : o.config.mode(), o.world_size,
       static_cast<int>(o.servers.size()), dense::BackendName(o.model.backend),
       r.steps, r.samples * o.world_size, r.train_seconds, r.samples_per_second,
       r.final_train_loss, last.auc, last.logloss, r.bayes_test_auc,
       r.bayes_test_logloss, r.bad_lines, r.parse_lines_per_second,
-      r.pull_wait_seconds, r.compute_seconds, r.push_seconds,
+      r.pull_wait_seconds, r.compute_seconds, r.push_seconds, r.start_step,
+      r.restored_from, r.checkpoints, r.checkpoint_pause_max_seconds,
+      r.checkpoint_pause_total_seconds, r.last_checkpoint,
       absl::StrJoin(evals, ", "));
 }
 

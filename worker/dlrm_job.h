@@ -52,6 +52,11 @@ struct DlrmJobOptions {
   int metrics_port = -1;
   std::string metrics_host = "127.0.0.1";
   std::string metrics_port_file;
+  // Resume from a checkpoint: a checkpoint directory, or a directory of
+  // checkpoints (the latest complete one). Rank 0 loads the tables into the
+  // servers (which must not hold them yet); every rank loads the dense
+  // parameters and optimizer state and skips the steps already trained.
+  std::string restore;
 };
 
 struct EvalPoint {
@@ -75,6 +80,15 @@ struct DlrmJobResult {
   double pull_wait_seconds = 0;
   double compute_seconds = 0;
   double push_seconds = 0;
+  // The step this run started from (0, or the restored checkpoint's).
+  int64_t start_step = 0;
+  std::string restored_from;
+  // Checkpoints written (rank 0), and the longest / total time training
+  // stood still for them (barriers + table snapshots + dense save).
+  int64_t checkpoints = 0;
+  double checkpoint_pause_max_seconds = 0;
+  double checkpoint_pause_total_seconds = 0;
+  std::string last_checkpoint;
 };
 
 // Validates the configuration against the Criteo format and itself.

@@ -50,6 +50,13 @@ ABSL_FLAG(std::string, test_data, "",
 ABSL_FLAG(std::string, bayes_metrics, "",
           "dlrm: overrides the config's bayes_metrics_file");
 ABSL_FLAG(int64_t, max_steps, -1, "dlrm: overrides the config's max_steps");
+ABSL_FLAG(std::string, checkpoint_dir, "",
+          "dlrm: overrides the config's checkpoint_dir (where checkpoints "
+          "are written every checkpoint_every_steps and at the end)");
+ABSL_FLAG(std::string, restore, "",
+          "dlrm: resume from this checkpoint (a ckpt-* directory, or a "
+          "directory of checkpoints: the latest complete one); the servers "
+          "must be freshly started");
 ABSL_FLAG(int32_t, retry_deadline_s, 60,
           "dlrm: how long calls to an unreachable server keep retrying "
           "before the worker fails");
@@ -96,7 +103,11 @@ ABSL_FLAG(std::string, lr_decay, "constant",
 ABSL_FLAG(double, min_learning_rate, 0.0, "the decay's final rate");
 ABSL_FLAG(int32_t, eval_samples, 8192, "held-out samples per evaluation");
 ABSL_FLAG(int64_t, eval_every, 0, "evaluate every N steps (0: start and end)");
-ABSL_FLAG(int64_t, log_every, 100, "a progress line every N steps");
+ABSL_FLAG(int64_t, log_every, 0,
+          "a progress line every N steps (0: dlrm: the config's "
+          "log_every_steps; mlp: 100)");
+ABSL_FLAG(int64_t, checkpoint_every_steps, -1,
+          "dlrm: overrides the config's checkpoint_every_steps");
 ABSL_FLAG(int32_t, blas_threads, 1, "threads BLAS may use");
 ABSL_FLAG(std::string, output_dir, "",
           "mlp: rank-<r>.dense and rank-<r>.json go here; dlrm: overrides "
@@ -230,6 +241,17 @@ absl::Status RunDlrm() {
   if (absl::GetFlag(FLAGS_batch_size) > 0) {
     config.set_batch_size(absl::GetFlag(FLAGS_batch_size));
   }
+  if (absl::GetFlag(FLAGS_checkpoint_every_steps) >= 0) {
+    config.set_checkpoint_every_steps(
+        absl::GetFlag(FLAGS_checkpoint_every_steps));
+  }
+  if (absl::GetFlag(FLAGS_log_every) > 0) {
+    config.set_log_every_steps(absl::GetFlag(FLAGS_log_every));
+  }
+  if (!absl::GetFlag(FLAGS_checkpoint_dir).empty()) {
+    config.set_checkpoint_dir(absl::GetFlag(FLAGS_checkpoint_dir));
+  }
+  options.restore = absl::GetFlag(FLAGS_restore);
   if (!absl::GetFlag(FLAGS_output_dir).empty()) {
     config.set_output_dir(absl::GetFlag(FLAGS_output_dir));
   }
@@ -309,7 +331,8 @@ absl::Status Run() {
   options.optimizer = *optimizer;
   options.eval_samples = absl::GetFlag(FLAGS_eval_samples);
   options.eval_every = absl::GetFlag(FLAGS_eval_every);
-  options.log_every = absl::GetFlag(FLAGS_log_every);
+  options.log_every =
+      absl::GetFlag(FLAGS_log_every) > 0 ? absl::GetFlag(FLAGS_log_every) : 100;
   options.blas_threads = absl::GetFlag(FLAGS_blas_threads);
   options.output_dir = absl::GetFlag(FLAGS_output_dir);
 
