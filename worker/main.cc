@@ -50,6 +50,9 @@ ABSL_FLAG(std::string, test_data, "",
 ABSL_FLAG(std::string, bayes_metrics, "",
           "dlrm: overrides the config's bayes_metrics_file");
 ABSL_FLAG(int64_t, max_steps, -1, "dlrm: overrides the config's max_steps");
+ABSL_FLAG(int32_t, epochs, 0,
+          "dlrm: overrides the config's epochs (passes over the training "
+          "files) when > 0");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "dlrm: overrides the config's checkpoint_dir (where checkpoints "
           "are written every checkpoint_every_steps and at the end)");
@@ -240,6 +243,9 @@ absl::Status RunDlrm() {
   }
   if (absl::GetFlag(FLAGS_batch_size) > 0) {
     config.set_batch_size(absl::GetFlag(FLAGS_batch_size));
+  }
+  if (absl::GetFlag(FLAGS_epochs) > 0) {
+    config.set_epochs(absl::GetFlag(FLAGS_epochs));
   }
   if (absl::GetFlag(FLAGS_checkpoint_every_steps) >= 0) {
     config.set_checkpoint_every_steps(

@@ -9,12 +9,17 @@
 #      (ps_worker --model=dlrm) on 127.0.0.1, workers meeting through
 #      shard 0's Coordination service and allreducing their dense
 #      gradients with Gloo (CPU) or NCCL (--device=cuda);
-#   4. trains to the end of the data, evaluates on the test split, saves
-#      the dense parameters, plots loss and AUC, stops everything.
+#   4. trains to the end of the data, checkpointing tables and dense model
+#      every checkpoint_every_steps and at the end (OUT/checkpoints),
+#      evaluates on the test split, plots loss and AUC, stops everything.
 #
 #   deploy/local/run.sh [--train_rows=N] [--test_rows=N] [--servers=N]
 #       [--workers=N] [--mode=sync|async|ssp:N] [--device=cpu|cuda]
-#       [--batch_size=N] [--epochs=N] [--config=FILE] [--out=DIR]
+#       [--batch_size=N] [--epochs=N] [--max_steps=N] [--config=FILE]
+#       [--out=DIR] [--restore]
+#
+# --restore resumes from the latest complete checkpoint in OUT/checkpoints
+# (e.g. after a run stopped with --max_steps, or killed), on fresh servers.
 #
 # Defaults: 1,000,000 training rows, 2 servers, 2 workers, sync, cpu,
 # deploy/local/dlrm_small.txtpb, outputs in ./embedps-run. Leaves no
@@ -32,6 +37,8 @@ batch_size=0
 epochs=1
 config=deploy/local/dlrm_small.txtpb
 out=embedps-run
+max_steps=-1
+restore=0
 for arg in "$@"; do
   case "$arg" in
     --train_rows=*) train_rows="${arg#*=}" ;;
@@ -44,6 +51,8 @@ for arg in "$@"; do
     --epochs=*) epochs="${arg#*=}" ;;
     --config=*) config="${arg#*=}" ;;
     --out=*) out="${arg#*=}" ;;
+    --max_steps=*) max_steps="${arg#*=}" ;;
+    --restore) restore=1 ;;
     *) sed -n '/^#   deploy/,/^# process/p' "$0" >&2; exit 2 ;;
   esac
 done
@@ -55,6 +64,12 @@ out=$(cd "$out" && pwd)
 run="$out/run"
 rm -rf "$run"
 mkdir -p "$run"
+checkpoints="$out/checkpoints"
+if [ "$restore" = 1 ]; then
+  [ -d "$checkpoints" ] || { echo "--restore: no $checkpoints"; exit 2; }
+else
+  rm -rf "$checkpoints"
+fi
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -82,7 +97,8 @@ echo "== cluster: $servers ps_server shards on 127.0.0.1"
 for ((s = 0; s < servers; s++)); do
   bazel-bin/server/ps_server --host=127.0.0.1 --port=0 --metrics_port=0 \
     --port_file="$run/port$s" --shard_index=$s --num_shards="$servers" \
-    --num_workers="$workers" --log_level=warn >"$run/server$s.log" 2>&1 &
+    --num_workers="$workers" --data_dir="$run/data$s" --log_level=warn \
+    >"$run/server$s.log" 2>&1 &
   pids+=($!)
 done
 addresses=""
@@ -102,8 +118,11 @@ for ((r = 0; r < workers; r++)); do
         --world_size="$workers" --mode="$mode" --device="$device"
         --train_data="$data/train.txt" --test_data="$data/test.txt"
         --bayes_metrics="$data/meta.json" --output_dir="$out"
-        --job_name="run-$$")
+        --job_name="run-$$" --checkpoint_dir="$checkpoints"
+        --max_steps="$max_steps")
+  [ "$restore" = 1 ] && args+=(--restore="$checkpoints")
   [ "$batch_size" -gt 0 ] && args+=(--batch_size="$batch_size")
+  args+=(--epochs="$epochs")
   if [ "$r" -eq 0 ]; then
     # Rank 0's progress goes to the terminal; every log is kept in $run.
     bazel-bin/worker/ps_worker "${args[@]}" >"$run/summary.json" \
@@ -153,7 +172,10 @@ print(f"  trained {s['samples']:,} samples in {s['train_seconds']:.1f} s: {s['sa
 print(f"  test AUC {s['test_auc']:.4f}  (Bayes-optimal {s['bayes_test_auc']:.4f}, gap {s['bayes_test_auc'] - s['test_auc']:.4f})")
 print(f"  test log loss {s['test_logloss']:.4f}  (Bayes-optimal {s['bayes_test_logloss']:.4f})")
 print(f"  data: {s['parse_lines_per_second']:,.0f} lines/s parsed per worker, {s['bad_lines']} malformed lines skipped")
+if s['restored_from']:
+    print(f"  resumed at step {s['start_step']} from {s['restored_from']}")
+print(f"  {s['checkpoints']} checkpoint(s), training paused at most {1000 * s['checkpoint_pause_max_seconds']:.0f} ms for one; latest: {s['last_checkpoint']}")
 PY
 echo "  outputs: $out/summary.json, $out/history.csv, $out/training.png (loss and AUC),"
 echo "           $out/dense.params (dense model); logs in $run"
-echo "  (checkpoints of the embedding tables arrive with the RocksDB/checkpoint work, issue 4)"
+echo "  resume from the latest checkpoint: deploy/local/run.sh --restore [same flags]"
