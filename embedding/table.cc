@@ -400,6 +400,11 @@ class CopiedSnapshot final : public TableSnapshot {
   uint64_t copied_rows_ = 0;
   absl::Duration pause_;
 
+  void Reserve(size_t rows) {
+    entries_.reserve(rows);
+    records_.reserve(rows * record_bytes_);
+  }
+
   // Appends a record (its access word stripped of flags).
   void AddRecord(uint64_t key, const char* record) {
     const size_t at = records_.size();
@@ -1150,6 +1155,12 @@ class MemoryTable final : public Table {
     // holds more than one), resident rows copied, change sets reset.
     const absl::Time paused = absl::Now();
     for (auto& stripe : stripes_) stripe->mu.Lock();
+    if (!only_changed) {
+      // Sized once: growing the buffers while paused would copy them.
+      size_t resident = 0;
+      for (auto& stripe : stripes_) resident += stripe->index().size();
+      snapshot->Reserve(resident);
+    }
     for (auto& stripe_ptr : stripes_) {
       Stripe& stripe = *stripe_ptr;
       for (RowId id = 0; id < stripe.used_rows(); ++id) {
