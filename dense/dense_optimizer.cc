@@ -122,10 +122,11 @@ class Optimizer final : public DenseOptimizer {
   std::string SaveState() const override {
     std::string state(sizeof(int64_t), '\0');
     std::memcpy(state.data(), &step_, sizeof(int64_t));
-    state.append(reinterpret_cast<const char*>(first_.data()),
-                 first_.size() * sizeof(float));
-    state.append(reinterpret_cast<const char*>(second_.data()),
-                 second_.size() * sizeof(float));
+    for (const std::vector<float>* moments : {&first_, &second_}) {
+      if (moments->empty()) continue;
+      state.append(reinterpret_cast<const char*>(moments->data()),
+                   moments->size() * sizeof(float));
+    }
     return state;
   }
 
@@ -139,9 +140,11 @@ class Optimizer final : public DenseOptimizer {
     }
     std::memcpy(&step_, state.data(), sizeof(int64_t));
     const char* at = state.data() + sizeof(int64_t);
-    std::memcpy(first_.data(), at, first_.size() * sizeof(float));
-    at += first_.size() * sizeof(float);
-    std::memcpy(second_.data(), at, second_.size() * sizeof(float));
+    for (std::vector<float>* moments : {&first_, &second_}) {
+      if (moments->empty()) continue;
+      std::memcpy(moments->data(), at, moments->size() * sizeof(float));
+      at += moments->size() * sizeof(float);
+    }
     return absl::OkStatus();
   }
 

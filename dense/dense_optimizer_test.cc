@@ -137,5 +137,44 @@ TEST(DenseOptimizerTest, BadSpecsAndSizesAreRefused) {
   EXPECT_EQ(opt->steps(), 0);
 }
 
+// A saved and restored optimizer continues exactly as the original.
+TEST(DenseOptimizerTest, RestoredStateContinuesBitForBit) {
+  for (DenseOptimizerSpec::Kind kind :
+       {DenseOptimizerSpec::Kind::kSgd, DenseOptimizerSpec::Kind::kAdam}) {
+    DenseOptimizerSpec spec;
+    spec.kind = kind;
+    spec.learning_rate = 0.01;
+    spec.momentum = kind == DenseOptimizerSpec::Kind::kSgd ? 0.9 : 0.0;
+    spec.warmup_steps = 3;
+    constexpr size_t kN = 37;
+    auto original = DenseOptimizer::Create(spec, kN);
+    ASSERT_OK(original.status());
+    std::vector<float> params(kN, 0.5f), grads(kN);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal;
+    for (int step = 0; step < 5; ++step) {
+      for (float& g : grads) g = normal(rng);
+      ASSERT_OK((*original)->Step(absl::MakeSpan(params), grads));
+    }
+    auto restored = DenseOptimizer::Create(spec, kN);
+    ASSERT_OK(restored.status());
+    ASSERT_OK((*restored)->RestoreState((*original)->SaveState()));
+    EXPECT_EQ((*restored)->steps(), 5);
+    std::vector<float> copy = params;
+    for (int step = 0; step < 5; ++step) {
+      for (float& g : grads) g = normal(rng);
+      ASSERT_OK((*original)->Step(absl::MakeSpan(params), grads));
+      ASSERT_OK((*restored)->Step(absl::MakeSpan(copy), grads));
+    }
+    EXPECT_EQ(params, copy);
+    auto other_size = DenseOptimizer::Create(spec, kN + 1);
+    ASSERT_OK(other_size.status());
+    EXPECT_THAT((*other_size)->RestoreState((*original)->SaveState()),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("needs")));
+    EXPECT_EQ((*other_size)->steps(), 0);
+  }
+}
+
 }  // namespace
 }  // namespace embedps::dense

@@ -122,6 +122,31 @@ TEST(ModelTest, SaveAndLoadRoundTrip) {
   EXPECT_EQ(Parameters(*b), p);
 }
 
+TEST(ModelTest, OptimizerStateTravelsWithTheParameters) {
+  ASSERT_OK_AND_ASSIGN(auto a, CreateModel(Spec(), {}));
+  DenseOptimizerSpec adam;
+  adam.kind = DenseOptimizerSpec::Kind::kAdam;
+  ASSERT_OK_AND_ASSIGN(auto optimizer,
+                       DenseOptimizer::Create(adam, a->num_parameters()));
+  std::vector<float> p = Parameters(*a);
+  std::vector<float> g(p.size(), 0.25f);
+  ASSERT_OK(optimizer->Step(absl::MakeSpan(p), g));
+  const std::string with_state = TempPath("with_state.dense");
+  const std::string without_state = TempPath("without_state.dense");
+  ASSERT_OK(SaveParameters(*a, 7, with_state, optimizer.get()));
+  ASSERT_OK(SaveParameters(*a, 7, without_state));
+  ASSERT_OK_AND_ASSIGN(auto b, CreateModel(Spec(), {}));
+  ASSERT_OK_AND_ASSIGN(auto restored,
+                       DenseOptimizer::Create(adam, b->num_parameters()));
+  ASSERT_OK(LoadParameters(with_state, *b, restored.get()).status());
+  EXPECT_EQ(restored->SaveState(), optimizer->SaveState());
+  EXPECT_THAT(LoadParameters(without_state, *b, restored.get()),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("no optimizer state")));
+  // Loading without asking for the state is fine either way.
+  EXPECT_OK(LoadParameters(with_state, *b).status());
+}
+
 TEST(ModelTest, BadFilesAreRefusedAndChangeNothing) {
   ASSERT_OK_AND_ASSIGN(auto a, CreateModel(Spec(), {}));
   const std::string path = TempPath("good.dense");

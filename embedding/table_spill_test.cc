@@ -24,14 +24,16 @@ struct SavedRow {
   uint32_t access_count;
   uint32_t last_touch;
   bool operator==(const SavedRow& other) const {
-    // Bitwise: memcmp, so that -0.0 vs 0.0 or NaN payloads would differ.
-    return embedding.size() == other.embedding.size() &&
-           state.size() == other.state.size() &&
-           std::memcmp(embedding.data(), other.embedding.data(),
-                       embedding.size() * sizeof(float)) == 0 &&
-           std::memcmp(state.data(), other.state.data(),
-                       state.size() * sizeof(float)) == 0 &&
-           access_count == other.access_count && last_touch == other.last_touch;
+    // Bitwise, so that -0.0 vs 0.0 or NaN payloads would differ.
+    return SameBits(embedding, other.embedding) &&
+           SameBits(state, other.state) && access_count == other.access_count &&
+           last_touch == other.last_touch;
+  }
+  static bool SameBits(const std::vector<float>& a,
+                       const std::vector<float>& b) {
+    return a.size() == b.size() &&
+           (a.empty() ||
+            std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
   }
 };
 

@@ -1,0 +1,102 @@
+// ShardCheckpointer in one process: Save while another thread pushes, the
+// background writer, AwaitSave, and Restore into a new registry (exact
+// digest). The multi-process behaviour is in tests/checkpoint_test.
+#include "server/checkpointer.h"
+
+#include <atomic>
+#include <filesystem>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "checkpoint/manifest.h"
+#include "common/status_matchers.h"
+#include "embedding/table_digest.h"
+#include "gtest/gtest.h"
+
+namespace embedps::server {
+namespace {
+
+using ::embedps::testing::StatusIs;
+
+proto::TableConfig Config() {
+  proto::TableConfig config;
+  config.set_name("t/1");
+  config.set_dim(4);
+  config.mutable_optimizer()->set_kind(proto::OptimizerConfig::ADAGRAD);
+  return config;
+}
+
+void Push(embedding::Table& table, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<uint64_t> keys(500);
+  for (uint64_t& k : keys) k = rng() % 5000;
+  std::vector<float> grads(keys.size() * 4, 0.5f);
+  ASSERT_OK(table.Push(keys, grads));
+}
+
+TEST(ShardCheckpointerTest, SavesWhilePushingAndRestoresExactly) {
+  const std::string root = ::testing::TempDir() + "/checkpointer";
+  std::filesystem::remove_all(root);
+  const std::string dir = root + "/ckpt-000000000001.tmp";
+  std::filesystem::create_directories(dir);
+
+  TableRegistry registry(1);
+  ASSERT_OK_AND_ASSIGN(auto created, registry.Create(Config()));
+  ASSERT_OK_AND_ASSIGN(auto entry, registry.Find(created.table_id));
+  for (int i = 0; i < 20; ++i) Push(*entry.table, i);
+  ShardCheckpointer checkpointer(0, 1, &registry);
+
+  // Pushes keep coming while the files are written.
+  std::atomic<bool> pushing{true};
+  proto::SaveRequest request;
+  request.set_directory(dir);
+  request.set_name("ckpt-000000000001");
+  request.set_step(1);
+  ASSERT_OK_AND_ASSIGN(const auto at_save,
+                       embedding::DigestTable(*entry.table));
+  ASSERT_OK_AND_ASSIGN(const double pause, checkpointer.Save(request));
+  EXPECT_GE(pause, 0.0);
+  std::thread pusher([&] {
+    uint64_t seed = 100;
+    while (pushing.load()) Push(*entry.table, seed++);
+  });
+  ASSERT_OK_AND_ASSIGN(const proto::AwaitSaveResponse saved,
+                       checkpointer.AwaitSave("ckpt-000000000001"));
+  pushing = false;
+  pusher.join();
+  EXPECT_THAT(checkpointer.AwaitSave("other").status(),
+              StatusIs(absl::StatusCode::kNotFound));
+  ASSERT_EQ(saved.file_size(), 1);
+  EXPECT_EQ(saved.file(0).file().path(), "shard-00000-of-00001/t-t%2F1.sst");
+
+  // The manifest, as the client writes it.
+  proto::CheckpointManifest manifest;
+  manifest.set_format_version(checkpoint::kFormatVersion);
+  manifest.set_step(1);
+  manifest.set_name("ckpt-000000000001");
+  manifest.set_num_shards(1);
+  proto::CheckpointTable* table = manifest.add_table();
+  *table->mutable_config() = *entry.config;
+  *table->add_file() = saved.file(0).file();
+  ASSERT_OK(checkpoint::WriteManifest(dir, manifest));
+  std::filesystem::rename(dir, root + "/ckpt-000000000001");
+
+  TableRegistry restored_registry(1);
+  ShardCheckpointer restorer(0, 1, &restored_registry);
+  ASSERT_OK_AND_ASSIGN(const proto::LoadResponse loaded,
+                       restorer.Restore(root));
+  EXPECT_EQ(loaded.step(), 1u);
+  ASSERT_OK_AND_ASSIGN(auto restored, restored_registry.FindByName("t/1"));
+  ASSERT_OK_AND_ASSIGN(const auto digest,
+                       embedding::DigestTable(*restored.table));
+  EXPECT_EQ(digest.rows, at_save.rows);
+  EXPECT_EQ(digest.digest, at_save.digest);
+  // A second restore finds the table full.
+  EXPECT_THAT(restorer.Restore(root).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+}  // namespace
+}  // namespace embedps::server
