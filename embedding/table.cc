@@ -496,22 +496,19 @@ class MemoryTable final : public Table {
     if (keys.empty()) return absl::OkStatus();
     const uint32_t touch = Touch(context);
     BatchScratch& scratch = GroupByStripe(keys, ThreadScratch(0));
-    const MissPolicy first_pass = FirstPassPolicy(scratch);
-    RETURN_IF_ERROR(ForEachStripe(
-        scratch, [&](Stripe& stripe, uint32_t s, uint32_t begin, uint32_t end)
-                     ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                       RecordGeneration(scratch, stripe, s);
-                       return PullGroup(stripe, keys, values, scratch, begin,
-                                        end, touch, first_pass);
-                     }));
+    RETURN_IF_ERROR(FirstPass(
+        scratch, [&](Stripe& stripe, uint32_t begin, uint32_t end,
+                     const MissPolicy& policy) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return PullGroup(stripe, keys, values, scratch, begin, end, touch,
+                           policy);
+        }));
     if (spill_ == nullptr || scratch.missed_positions.empty()) {
       return absl::OkStatus();
     }
     // Second pass: the keys without a resident row, with their spilled
     // rows read in one MultiGet.
     const std::vector<uint32_t> missed = SortedMisses(scratch);
-    std::vector<uint64_t> miss_keys(missed.size());
-    for (size_t i = 0; i < missed.size(); ++i) miss_keys[i] = keys[missed[i]];
+    const std::vector<uint64_t> miss_keys = KeysAt(keys, missed);
     std::vector<float> miss_values(missed.size() * dim_);
     RETURN_IF_ERROR(ResolveMisses(
         miss_keys, scratch.generation_seen,
@@ -539,24 +536,21 @@ class MemoryTable final : public Table {
     if (keys.empty()) return absl::OkStatus();
     const uint32_t touch = Touch(context);
     BatchScratch& scratch = GroupByStripe(keys, ThreadScratch(0));
-    const MissPolicy first_pass = FirstPassPolicy(scratch);
-    RETURN_IF_ERROR(ForEachStripe(
-        scratch, [&](Stripe& stripe, uint32_t s, uint32_t begin, uint32_t end)
-                     ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                       RecordGeneration(scratch, stripe, s);
-                       return PushGroup(stripe, keys, grads, scratch, begin,
-                                        end, touch, first_pass);
-                     }));
+    RETURN_IF_ERROR(FirstPass(
+        scratch, [&](Stripe& stripe, uint32_t begin, uint32_t end,
+                     const MissPolicy& policy) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return PushGroup(stripe, keys, grads, scratch, begin, end, touch,
+                           policy);
+        }));
     if (spill_ == nullptr || scratch.missed_positions.empty()) {
       return absl::OkStatus();
     }
     // Second pass, as in Pull. Positions stay in batch order, so repeated
     // keys sum their gradients in the same order as without a spill tier.
     const std::vector<uint32_t> missed = SortedMisses(scratch);
-    std::vector<uint64_t> miss_keys(missed.size());
+    const std::vector<uint64_t> miss_keys = KeysAt(keys, missed);
     std::vector<float> miss_grads(missed.size() * dim_);
     for (size_t i = 0; i < missed.size(); ++i) {
-      miss_keys[i] = keys[missed[i]];
       std::memcpy(miss_grads.data() + i * dim_,
                   grads.data() + static_cast<size_t>(missed[i]) * dim_,
                   sizeof(float) * dim_);
@@ -1308,6 +1302,27 @@ class MemoryTable final : public Table {
       scratch.generation_seen[s] = stripe.spill().generation;
   }
 
+  // Runs `group(stripe, begin, end, policy)` under each stripe's lock over
+  // the grouped batch; with a spill tier, misses are deferred to
+  // scratch.missed_positions and each stripe's generation is recorded.
+  template <typename Group>
+  absl::Status FirstPass(BatchScratch& scratch, Group&& group) {
+    const MissPolicy policy = FirstPassPolicy(scratch);
+    return ForEachStripe(
+        scratch, [&](Stripe& stripe, uint32_t s, uint32_t begin, uint32_t end)
+                     ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                       RecordGeneration(scratch, stripe, s);
+                       return group(stripe, begin, end, policy);
+                     });
+  }
+
+  static std::vector<uint64_t> KeysAt(absl::Span<const uint64_t> keys,
+                                      absl::Span<const uint32_t> positions) {
+    std::vector<uint64_t> at(positions.size());
+    for (size_t i = 0; i < positions.size(); ++i) at[i] = keys[positions[i]];
+    return at;
+  }
+
   // The deferred positions in batch order.
   static std::vector<uint32_t> SortedMisses(const BatchScratch& scratch) {
     std::vector<uint32_t> missed = scratch.missed_positions;
@@ -1374,8 +1389,7 @@ class MemoryTable final : public Table {
                                          absl::Span<bool> found,
                                          const BatchScratch& scratch) {
     const std::vector<uint32_t> missed = SortedMisses(scratch);
-    std::vector<uint64_t> miss_keys(missed.size());
-    for (size_t i = 0; i < missed.size(); ++i) miss_keys[i] = keys[missed[i]];
+    const std::vector<uint64_t> miss_keys = KeysAt(keys, missed);
     FetchedRows fetched(record_bytes_);
     RETURN_IF_ERROR(fetched.Fetch(*spill_, SortedUnique(miss_keys)));
     BatchScratch& sub = GroupByStripe(miss_keys, ThreadScratch(1));
