@@ -4,9 +4,12 @@
 # samples/s and test AUC side by side.
 #
 #   tools/reference/compare.sh [--train_rows=N] [--test_rows=N] [--out=DIR]
+#       [--model=small|large]
 #
-# embedps: 1 ps_server + 1 ps_worker (sync, deploy/local/dlrm_small.txtpb,
-# batch 512). PyTorch: Debian's python3-torch (1.13) single process, with
+# embedps: 1 ps_server + 1 ps_worker (sync, batch 512,
+# deploy/local/dlrm_small.txtpb, or dlrm_large.txtpb: dim 64, bottom
+# 512-256-64, top 512-256, ~3 MFLOP a sample, 2 BLAS threads).
+# PyTorch: Debian's python3-torch (1.13) single process, with
 # the pthread and the OpenMP builds of OpenBLAS and 1 and 2 threads; the
 # fastest candidate is the one compared against. Installs python3-torch and
 # libopenblas0-openmp if missing (benchmark-only dependencies).
@@ -16,12 +19,14 @@ cd "$(dirname "$0")/../.."
 train_rows=500000
 test_rows=50000
 out=/tmp/embedps-compare
+model=small
 for arg in "$@"; do
   case "$arg" in
     --train_rows=*) train_rows="${arg#*=}" ;;
     --test_rows=*) test_rows="${arg#*=}" ;;
     --out=*) out="${arg#*=}" ;;
-    *) sed -n '/^#   tools/p' "$0" >&2; exit 2 ;;
+    --model=*) model="${arg#*=}" ;;
+    *) sed -n '/^#   tools/,/^#$/p' "$0" >&2; exit 2 ;;
   esac
 done
 
@@ -53,7 +58,12 @@ bazel-bin/server/ps_server --host=127.0.0.1 --port=0 --port_file="$out/port" \
 pids+=($!)
 for _ in $(seq 100); do [ -s "$out/port" ] && break; sleep 0.1; done
 echo "== embedps: 1 ps_server + 1 ps_worker"
-bazel-bin/worker/ps_worker --model=dlrm --config=deploy/local/dlrm_small.txtpb \
+case "$model" in
+  small) torch_model=() ;;
+  large) torch_model=(--dim=64 --bottom=512,256,64 --top=512,256) ;;
+  *) echo "--model must be small or large" >&2; exit 2 ;;
+esac
+bazel-bin/worker/ps_worker --model=dlrm --config="deploy/local/dlrm_$model.txtpb" \
   --servers="127.0.0.1:$(sed -n 1p "$out/port")" --mode=sync \
   --train_data="$data/train.txt" --test_data="$data/test.txt" \
   --bayes_metrics="$data/meta.json" --log_level=warn >"$out/embedps.json"
@@ -66,7 +76,8 @@ for blas in pthread openmp; do
     echo "== pytorch: openblas-$blas, $threads thread(s)"
     LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-$blas \
       /usr/bin/python3 tools/reference/dlrm_torch.py --train="$data/train.txt" \
-      --test="$data/test.txt" --threads="$threads" >"$out/torch-$blas-$threads.json"
+      --test="$data/test.txt" --threads="$threads" "${torch_model[@]}" \
+      >"$out/torch-$blas-$threads.json"
     results+=("$out/torch-$blas-$threads.json")
   done
 done
