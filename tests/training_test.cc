@@ -349,5 +349,41 @@ TEST_F(TrainingTest, LostServerFailsClearlyAfterTheRetryDeadline) {
   EXPECT_NE(text.find("UNAVAILABLE"), std::string::npos) << text;
 }
 
+// A worker that dies mid-training makes its SYNC peer fail with a clear
+// error (the broken allreduce, or the step timeout) instead of waiting
+// forever.
+TEST_F(TrainingTest, DeadWorkerFailsSyncPeersClearly) {
+  auto server = ServerProcess::Start(kServer, {"--num_workers=2"});
+  ASSERT_OK(server.status());
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  const std::string log = TestTempPath("survivor.log");
+  for (int r = 0; r < 2; ++r) {
+    auto worker = ChildProcess::Spawn(
+        kWorker,
+        {"--model=dlrm", std::string("--config=") + kConfig,
+         "--servers=" + (*server)->address(), absl::StrCat("--rank=", r),
+         "--world_size=2", "--mode=sync", "--timeout_s=5", "--step_timeout_s=5",
+         "--train_data=" + *data_ + "/train.txt",
+         "--test_data=" + *data_ + "/test.txt"},
+        "", r == 0 ? log : "/dev/null");
+    ASSERT_OK(worker.status());
+    workers.push_back(std::move(*worker));
+  }
+  absl::SleepFor(absl::Seconds(3));
+  workers[1]->Signal(SIGKILL);
+  workers[1]->Wait();
+  const absl::Time killed = absl::Now();
+  ASSERT_OK_AND_ASSIGN(int code, workers[0]->WaitFor(absl::Seconds(60)));
+  std::printf("the survivor exited %.1f s after its peer was killed\n",
+              absl::ToDoubleSeconds(absl::Now() - killed));
+  EXPECT_EQ(code, 1);
+  const std::string text = ReadFile(log);
+  EXPECT_TRUE(text.find("DEADLINE_EXCEEDED") != std::string::npos ||
+              text.find("UNAVAILABLE") != std::string::npos)
+      << text;
+  std::printf("survivor's last lines:\n%s\n",
+              text.substr(text.size() > 600 ? text.size() - 600 : 0).c_str());
+}
+
 }  // namespace
 }  // namespace embedps::testing

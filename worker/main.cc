@@ -53,6 +53,9 @@ ABSL_FLAG(int64_t, max_steps, -1, "dlrm: overrides the config's max_steps");
 ABSL_FLAG(int32_t, epochs, 0,
           "dlrm: overrides the config's epochs (passes over the training "
           "files) when > 0");
+ABSL_FLAG(int32_t, step_timeout_s, 0,
+          "dlrm: overrides the config's step_timeout_s (how long a SYNC/SSP "
+          "Pull waits for the other workers) when > 0");
 ABSL_FLAG(std::string, checkpoint_dir, "",
           "dlrm: overrides the config's checkpoint_dir (where checkpoints "
           "are written every checkpoint_every_steps and at the end)");
@@ -243,6 +246,9 @@ absl::Status RunDlrm() {
   }
   if (absl::GetFlag(FLAGS_batch_size) > 0) {
     config.set_batch_size(absl::GetFlag(FLAGS_batch_size));
+  }
+  if (absl::GetFlag(FLAGS_step_timeout_s) > 0) {
+    config.set_step_timeout_s(absl::GetFlag(FLAGS_step_timeout_s));
   }
   if (absl::GetFlag(FLAGS_epochs) > 0) {
     config.set_epochs(absl::GetFlag(FLAGS_epochs));
