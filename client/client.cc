@@ -230,10 +230,24 @@ absl::StatusOr<TableHandle> Client::CreateTable(
 absl::Status Client::Pull(const TableHandle& table,
                           absl::Span<const uint64_t> keys,
                           absl::Span<float> values, uint64_t step) {
+  return PullRows(table, keys, values, step, /*read_only=*/false);
+}
+
+absl::Status Client::Lookup(const TableHandle& table,
+                            absl::Span<const uint64_t> keys,
+                            absl::Span<float> values, uint64_t step) {
+  return PullRows(table, keys, values, step, /*read_only=*/true);
+}
+
+absl::Status Client::PullRows(const TableHandle& table,
+                              absl::Span<const uint64_t> keys,
+                              absl::Span<float> values, uint64_t step,
+                              bool read_only) {
+  const char* const method = read_only ? "Lookup" : "Pull";
   const size_t dim = table.dim;
   if (values.size() != keys.size() * dim) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "Pull of table '", table.name, "': ", keys.size(), " keys need ",
+        method, " of table '", table.name, "': ", keys.size(), " keys need ",
         keys.size() * dim, " values (dim ", dim, "), got ", values.size()));
   }
   if (table.shard_table_ids.size() != static_cast<size_t>(num_shards())) {
@@ -257,9 +271,10 @@ absl::Status Client::Pull(const TableHandle& table,
         request.set_keys(PackKeys(dedup.keys, part.rows));
         request.set_value_type(wire);
         request.set_step(step);
+        request.set_read_only(read_only);
         proto::PullResponse response;
         absl::Status s = impl_->Call(
-            part.shard, "Pull",
+            part.shard, method,
             [&](grpc::ClientContext* context) {
               return impl_->stubs[part.shard]->Pull(context, request,
                                                     &response);
@@ -368,6 +383,15 @@ std::future<absl::Status> Client::PullAsync(const TableHandle& table,
                                             uint64_t step) {
   return std::async(std::launch::async, [this, table, keys, values, step] {
     return Pull(table, keys, values, step);
+  });
+}
+
+std::future<absl::Status> Client::LookupAsync(const TableHandle& table,
+                                              absl::Span<const uint64_t> keys,
+                                              absl::Span<float> values,
+                                              uint64_t step) {
+  return std::async(std::launch::async, [this, table, keys, values, step] {
+    return Lookup(table, keys, values, step);
   });
 }
 

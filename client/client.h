@@ -89,8 +89,15 @@ class Client {
   absl::Status Push(const TableHandle& table, absl::Span<const uint64_t> keys,
                     absl::Span<const float> grads, uint64_t step = 0);
 
-  // Asynchronous forms of Pull and Push: start the call and return at once;
-  // the future yields its status. The spans are borrowed: `keys`,
+  // Pull without side effects (serving, evaluation): creates no row and
+  // changes no access metadata or admission counter; a key without a row
+  // gets the initial values a Pull would have given it. SYNC/SSP tables
+  // wait as a Pull of `step` would.
+  absl::Status Lookup(const TableHandle& table, absl::Span<const uint64_t> keys,
+                      absl::Span<float> values, uint64_t step = 0);
+
+  // Asynchronous forms of Pull, Lookup and Push: start the call and return at
+  // once; the future yields its status. The spans are borrowed: `keys`,
   // `values` and `grads` must stay alive (and `keys`/`grads` unchanged)
   // until the future is ready. This lets a worker pull the next batch while
   // it computes on the current one.
@@ -98,6 +105,10 @@ class Client {
                                       absl::Span<const uint64_t> keys,
                                       absl::Span<float> values,
                                       uint64_t step = 0);
+  std::future<absl::Status> LookupAsync(const TableHandle& table,
+                                        absl::Span<const uint64_t> keys,
+                                        absl::Span<float> values,
+                                        uint64_t step = 0);
   std::future<absl::Status> PushAsync(const TableHandle& table,
                                       absl::Span<const uint64_t> keys,
                                       absl::Span<const float> grads,
@@ -165,6 +176,10 @@ class Client {
  private:
   struct Impl;
   explicit Client(std::unique_ptr<Impl> impl);
+  absl::Status PullRows(const TableHandle& table,
+                        absl::Span<const uint64_t> keys,
+                        absl::Span<float> values, uint64_t step,
+                        bool read_only);
   std::unique_ptr<Impl> impl_;
 };
 

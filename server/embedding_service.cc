@@ -11,6 +11,7 @@
 #include "common/grpc_status.h"
 #include "common/key_hash.h"
 #include "common/status_macros.h"
+#include "embedding/initializer.h"
 #include "embedding/table_digest.h"
 
 namespace embedps::server {
@@ -178,18 +179,30 @@ grpc::Status EmbeddingServiceImpl::PullImpl(grpc::ServerContext*,
   const size_t dim = table->spec().dim;
   const size_t floats = keys->size() * dim;
   const embedding::AccessContext context{request->step()};
+  const auto read = [&](absl::Span<float> out) -> absl::Status {
+    if (!request->read_only()) return table->Pull(*keys, out, context);
+    std::unique_ptr<bool[]> found(new bool[keys->size()]);
+    RETURN_IF_ERROR(
+        table->Lookup(*keys, out, absl::MakeSpan(found.get(), keys->size()))
+            .status());
+    const embedding::TableSpec& spec = table->spec();
+    for (size_t i = 0; i < keys->size(); ++i) {
+      if (found[i]) continue;
+      embedding::InitialRow(spec.initializer, spec.seed, (*keys)[i],
+                            out.subspan(i * dim, dim));
+    }
+    return absl::OkStatus();
+  };
   std::string* values = response->mutable_values();
   if (request->value_type() == proto::FLOAT32) {
     // Pull straight into the response (std::string storage is aligned for
     // float: heap buffers by malloc, short ones inside the object).
     values->resize(floats * sizeof(float));
-    return ToGrpcStatus(table->Pull(
-        *keys, absl::MakeSpan(reinterpret_cast<float*>(values->data()), floats),
-        context));
+    return ToGrpcStatus(
+        read(absl::MakeSpan(reinterpret_cast<float*>(values->data()), floats)));
   }
   std::vector<float> pulled(floats);
-  const absl::Status status =
-      table->Pull(*keys, absl::MakeSpan(pulled), context);
+  const absl::Status status = read(absl::MakeSpan(pulled));
   if (!status.ok()) return ToGrpcStatus(status);
   values->resize(floats * sizeof(uint16_t));
   FloatsToHalves(pulled, reinterpret_cast<uint16_t*>(values->data()));

@@ -110,6 +110,47 @@ TEST_F(ClusterTest, EachKeyLandsOnExactlyOneShardAndUpdatesRoundTrip) {
   EXPECT_EQ(total, static_cast<uint64_t>(kKeys));
 }
 
+// Lookup reads like a Pull but changes nothing: stored rows come back as
+// they are, keys without a row get the initial values a Pull would give
+// them, and no row is created.
+TEST_F(ClusterTest, LookupReadsWithoutSideEffects) {
+  StartShards(2);
+  auto client = Connect();
+  proto::TableConfig config = SgdTable("lookup");
+  config.mutable_initializer()->set_kind(proto::InitializerConfig::UNIFORM);
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table, client->CreateTable(config));
+  const std::vector<uint64_t> stored = {11, 22, 33};
+  std::vector<float> grads(stored.size() * kDim, 0.5f);
+  ASSERT_OK(client->Push(table, stored, grads));
+  std::vector<float> pulled(stored.size() * kDim);
+  ASSERT_OK(client->Pull(table, stored, absl::MakeSpan(pulled)));
+
+  // Stored keys, a duplicate, and two keys without rows.
+  const std::vector<uint64_t> keys = {22, 44, 11, 22, 55, 33};
+  std::vector<float> looked(keys.size() * kDim);
+  ASSERT_OK(client->Lookup(table, keys, absl::MakeSpan(looked)));
+  ASSERT_OK_AND_ASSIGN(auto stats, client->Stats());
+  uint64_t rows = 0, pulled_keys = 0;
+  for (const auto& shard : stats) {
+    rows += shard.table(0).rows();
+    pulled_keys += shard.table(0).pulled_keys();
+  }
+  EXPECT_EQ(rows, stored.size()) << "Lookup created rows";
+  EXPECT_EQ(pulled_keys, stored.size()) << "Lookup counted as Pull";
+  const auto row = [&](const std::vector<float>& v, size_t i) {
+    return std::vector<float>(v.begin() + i * kDim, v.begin() + (i + 1) * kDim);
+  };
+  EXPECT_EQ(row(looked, 0), row(pulled, 1));
+  EXPECT_EQ(row(looked, 2), row(pulled, 0));
+  EXPECT_EQ(row(looked, 3), row(pulled, 1));
+  EXPECT_EQ(row(looked, 5), row(pulled, 2));
+  // The missing keys' values are what a Pull then creates.
+  std::vector<float> created(2 * kDim);
+  ASSERT_OK(client->Pull(table, {{44, 55}}, absl::MakeSpan(created)));
+  EXPECT_EQ(row(looked, 1), row(created, 0));
+  EXPECT_EQ(row(looked, 4), row(created, 1));
+}
+
 TEST_F(ClusterTest, DuplicatesAndOrderArePreserved) {
   StartShards(2);
   auto client = Connect();

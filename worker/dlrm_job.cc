@@ -148,8 +148,9 @@ class DlrmWorker {
  private:
   absl::Status Setup();
   // Groups the batch's keys by table, deduplicates them and starts the
-  // Pulls (step `pull_step`).
-  std::unique_ptr<PreparedStep> Prepare(CriteoBatch batch, uint64_t pull_step);
+  // Pulls (step `pull_step`; read-only Lookups for an evaluation).
+  std::unique_ptr<PreparedStep> Prepare(CriteoBatch batch, uint64_t pull_step,
+                                        bool read_only = false);
   absl::Status AwaitPulls(PreparedStep& step);
   // The model's input for a prepared batch: one row per bag.
   dense::Batch<float> ModelBatch(PreparedStep& step);
@@ -298,7 +299,8 @@ absl::Status DlrmWorker::Setup() {
 }
 
 std::unique_ptr<PreparedStep> DlrmWorker::Prepare(CriteoBatch batch,
-                                                  uint64_t pull_step) {
+                                                  uint64_t pull_step,
+                                                  bool read_only) {
   auto step = std::make_unique<PreparedStep>();
   step->batch = std::move(batch);
   step->tables.resize(handles_.size());
@@ -320,8 +322,11 @@ std::unique_ptr<PreparedStep> DlrmWorker::Prepare(CriteoBatch batch,
   for (size_t t = 0; t < handles_.size(); ++t) {
     TableBatch& table = step->tables[t];
     table.rows.resize(table.unique.size() * dim_);
-    step->pulls.push_back(client_->PullAsync(
-        handles_[t], table.unique, absl::MakeSpan(table.rows), pull_step));
+    step->pulls.push_back(
+        read_only ? client_->LookupAsync(handles_[t], table.unique,
+                                         absl::MakeSpan(table.rows), pull_step)
+                  : client_->PullAsync(handles_[t], table.unique,
+                                       absl::MakeSpan(table.rows), pull_step));
   }
   return step;
 }
@@ -451,9 +456,11 @@ absl::StatusOr<EvalPoint> DlrmWorker::Evaluate(int64_t trained_steps) {
   }
   std::vector<float> logits, labels, batch_logits;
   for (const CriteoBatch& batch : test_batches_) {
-    // Pull at the next step: SYNC and SSP wait for the steps trained so far.
+    // Read-only, at the next step: the evaluation changes no table (no rows
+    // for test-only keys), and SYNC/SSP wait for the steps trained so far.
     std::unique_ptr<PreparedStep> step =
-        Prepare(batch, static_cast<uint64_t>(trained_steps));
+        Prepare(batch, static_cast<uint64_t>(trained_steps),
+                /*read_only=*/true);
     RETURN_IF_ERROR(AwaitPulls(*step));
     const dense::Batch<float> model_batch = ModelBatch(*step);
     batch_logits.resize(model_batch.size);
