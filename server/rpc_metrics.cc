@@ -187,6 +187,13 @@ std::string RenderPrometheus(const proto::StatsResponse& stats) {
                       "\n");
     }
   }
+  Metric(out, "embedps_spill_multiget_seconds_total", "counter",
+         "Time in batched reads of the spill tier.");
+  for (const auto& t : stats.table()) {
+    absl::StrAppend(&out, "embedps_spill_multiget_seconds_total",
+                    Label("table", t.name()), " ", t.spill_multiget_seconds(),
+                    "\n");
+  }
   Metric(out, "embedps_rejected_requests_total", "counter",
          "Requests refused for bad input or limits, by reason.");
   for (const auto& [reason, count] : stats.rejected_requests()) {
