@@ -59,6 +59,23 @@ constexpr uint32_t kDirtyBit = uint32_t{1} << 30;
 // Touched since the CLOCK hand last passed the row.
 constexpr uint32_t kReferencedBit = uint32_t{1} << 31;
 constexpr size_t kRecordOffset = 8;
+
+// Records outside memory (spill tier, checkpoints) carry the access count
+// only: clears the flags of the record's access word, in place.
+void ClearRecordFlags(char* record) {
+  uint32_t word;
+  std::memcpy(&word, record + 4, sizeof(word));
+  word &= kCountMask;
+  std::memcpy(record + 4, &word, sizeof(word));
+}
+
+// Appends a record to `out` with its flags cleared.
+void AppendCleanRecord(const char* record, size_t record_bytes,
+                       std::vector<char>& out) {
+  const size_t at = out.size();
+  out.insert(out.end(), record, record + record_bytes);
+  ClearRecordFlags(out.data() + at);
+}
 static_assert(sizeof(RowHeader) == 16, "header must stay 16 bytes");
 constexpr int32_t kHeaderFloats = sizeof(RowHeader) / sizeof(float);
 
@@ -407,14 +424,8 @@ class CopiedSnapshot final : public TableSnapshot {
 
   // Appends a record (its access word stripped of flags).
   void AddRecord(uint64_t key, const char* record) {
-    const size_t at = records_.size();
-    records_.resize(at + record_bytes_);
-    std::memcpy(records_.data() + at, record, record_bytes_);
-    uint32_t word;
-    std::memcpy(&word, records_.data() + at + 4, sizeof(word));
-    word &= kCountMask;
-    std::memcpy(records_.data() + at + 4, &word, sizeof(word));
-    entries_.push_back(Entry{key, at});
+    entries_.push_back(Entry{key, records_.size()});
+    AppendCleanRecord(record, record_bytes_, records_);
   }
 
   // After the pause: reads the changed spilled rows (incremental) and
@@ -440,10 +451,7 @@ class CopiedSnapshot final : public TableSnapshot {
  private:
   const char* CleanRecord(const char* record, char* out) const {
     std::memcpy(out, record, record_bytes_);
-    uint32_t word;
-    std::memcpy(&word, out + 4, sizeof(word));
-    word &= kCountMask;
-    std::memcpy(out + 4, &word, sizeof(word));
+    ClearRecordFlags(out);
     return out;
   }
 
@@ -1248,13 +1256,7 @@ class MemoryTable final : public Table {
           // The stripe is full: straight to the spill tier, in key order
           // (files are sorted), which RocksDB takes fastest.
           writes.put_keys.push_back(key);
-          const size_t at = writes.put_records.size();
-          writes.put_records.insert(writes.put_records.end(), record,
-                                    record + record_bytes_);
-          uint32_t word;
-          std::memcpy(&word, writes.put_records.data() + at + 4, sizeof(word));
-          word &= kCountMask;
-          std::memcpy(writes.put_records.data() + at + 4, &word, sizeof(word));
+          AppendCleanRecord(record, record_bytes_, writes.put_records);
           ++spill.spilled_rows;
           continue;
         } else {
@@ -1316,6 +1318,14 @@ class MemoryTable final : public Table {
                      });
   }
 
+  // The batch positions of stripe `s`'s group.
+  static absl::Span<const uint32_t> GroupOrder(const BatchScratch& scratch,
+                                               size_t s) {
+    return absl::MakeConstSpan(scratch.order)
+        .subspan(scratch.group_begin[s],
+                 scratch.group_begin[s + 1] - scratch.group_begin[s]);
+  }
+
   static std::vector<uint64_t> KeysAt(absl::Span<const uint64_t> keys,
                                       absl::Span<const uint32_t> positions) {
     std::vector<uint64_t> at(positions.size());
@@ -1358,7 +1368,6 @@ class MemoryTable final : public Table {
     RETURN_IF_ERROR(fetched.Fetch(*spill_, SortedUnique(miss_keys)));
     BatchScratch& sub = GroupByStripe(miss_keys, ThreadScratch(1));
     SpillWrites writes;
-    std::vector<uint64_t> stripe_keys;
     absl::Status status;
     for (size_t s = 0; s < stripes_.size(); ++s) {
       const uint32_t begin = sub.group_begin[s];
@@ -1367,11 +1376,8 @@ class MemoryTable final : public Table {
       Stripe& stripe = *stripes_[s];
       MutexLock lock(&stripe.mu);
       if (stripe.spill().generation != generation_seen[s]) {
-        stripe_keys.clear();
-        for (uint32_t j = begin; j < end; ++j) {
-          stripe_keys.push_back(miss_keys[sub.order[j]]);
-        }
-        RETURN_IF_ERROR(fetched.Fetch(*spill_, SortedUnique(stripe_keys)));
+        RETURN_IF_ERROR(fetched.Fetch(
+            *spill_, SortedUnique(KeysAt(miss_keys, GroupOrder(sub, s)))));
       }
       writes.clear();
       status.Update(
@@ -1394,7 +1400,6 @@ class MemoryTable final : public Table {
     RETURN_IF_ERROR(fetched.Fetch(*spill_, SortedUnique(miss_keys)));
     BatchScratch& sub = GroupByStripe(miss_keys, ThreadScratch(1));
     uint64_t hits = 0;
-    std::vector<uint64_t> stripe_keys;
     for (size_t s = 0; s < stripes_.size(); ++s) {
       const uint32_t begin = sub.group_begin[s];
       const uint32_t end = sub.group_begin[s + 1];
@@ -1404,11 +1409,8 @@ class MemoryTable final : public Table {
       const bool changed =
           stripe.spill().generation != scratch.generation_seen[s];
       if (changed) {
-        stripe_keys.clear();
-        for (uint32_t j = begin; j < end; ++j) {
-          stripe_keys.push_back(miss_keys[sub.order[j]]);
-        }
-        RETURN_IF_ERROR(fetched.Fetch(*spill_, SortedUnique(stripe_keys)));
+        RETURN_IF_ERROR(fetched.Fetch(
+            *spill_, SortedUnique(KeysAt(miss_keys, GroupOrder(sub, s)))));
       }
       for (uint32_t j = begin; j < end; ++j) {
         const uint32_t pos = missed[sub.order[j]];
@@ -1442,16 +1444,10 @@ class MemoryTable final : public Table {
     SelectVictims(stripe, victims);
     SpillState& spill = stripe.spill();
     for (RowId id : victims) {
-      const RowHeader& header = stripe.Header(id);
-      writes.put_keys.push_back(header.key);
-      const size_t at = writes.put_records.size();
-      writes.put_records.resize(at + record_bytes_);
-      char* record = writes.put_records.data() + at;
-      std::memcpy(record,
-                  reinterpret_cast<const char*>(stripe.Row(id)) + kRecordOffset,
-                  record_bytes_);
-      const uint32_t word = header.access_word & kCountMask;
-      std::memcpy(record + 4, &word, sizeof(word));
+      writes.put_keys.push_back(stripe.Header(id).key);
+      AppendCleanRecord(
+          reinterpret_cast<const char*>(stripe.Row(id)) + kRecordOffset,
+          record_bytes_, writes.put_records);
     }
     if (writes.empty()) return absl::OkStatus();
     RETURN_IF_ERROR(spill_->Write(writes.put_keys, writes.put_records.data(),
@@ -1514,17 +1510,14 @@ class MemoryTable final : public Table {
     if (expired.empty()) return 0;
     BatchScratch& scratch = GroupByStripe(expired, ThreadScratch(0));
     uint64_t evicted = 0;
-    std::vector<uint64_t> stripe_keys;
     for (size_t s = 0; s < stripes_.size(); ++s) {
       const uint32_t begin = scratch.group_begin[s];
       const uint32_t end = scratch.group_begin[s + 1];
       if (begin == end) continue;
       Stripe& stripe = *stripes_[s];
       MutexLock lock(&stripe.mu);
-      stripe_keys.clear();
-      for (uint32_t j = begin; j < end; ++j) {
-        stripe_keys.push_back(expired[scratch.order[j]]);
-      }
+      const std::vector<uint64_t> stripe_keys =
+          KeysAt(expired, GroupOrder(scratch, s));
       FetchedRows fetched(record_bytes_);
       RETURN_IF_ERROR(fetched.Fetch(*spill_, stripe_keys));
       SpillWrites writes;
