@@ -27,6 +27,7 @@
 #include "tests/child_process.h"
 #include "tests/job_output.h"
 #include "tests/server_process.h"
+#include "tests/shard_digest.h"
 
 namespace embedps {
 namespace {
@@ -129,18 +130,15 @@ class Cluster {
   std::vector<ShardDigest> Digests() const {
     std::vector<ShardDigest> digests;
     for (const std::string& address : addresses_) {
-      auto stub = proto::EmbeddingService::NewStub(
-          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-      grpc::ClientContext context;
-      context.set_deadline(std::chrono::system_clock::now() +
-                           std::chrono::seconds(30));
-      proto::StatsRequest request;
-      request.set_content_digest(true);
-      proto::StatsResponse response;
-      const grpc::Status status = stub->Stats(&context, request, &response);
-      EXPECT_TRUE(status.ok()) << status.error_message();
+      absl::StatusOr<proto::StatsResponse> response =
+          testing::StatsWithDigests(address);
+      EXPECT_OK(response.status());
       ShardDigest d;
-      for (const auto& table : response.table()) {
+      if (!response.ok()) {
+        digests.push_back(d);
+        continue;
+      }
+      for (const auto& table : response->table()) {
         if (table.name() != kTable) continue;
         d.rows = table.rows();
         d.digest = table.content_digest();

@@ -17,13 +17,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_matchers.h"
-#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/embedps.pb.h"
 #include "tests/child_process.h"
 #include "tests/job_output.h"
 #include "tests/server_process.h"
+#include "tests/shard_digest.h"
 
 namespace embedps::testing {
 namespace {
@@ -104,14 +104,10 @@ class TrainingTest : public ::testing::Test {
     }
     run.summary = ReadFile(out + "/summary.json");
     for (const std::string& address : addresses) {
-      auto stub = proto::EmbeddingService::NewStub(
-          grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
-      grpc::ClientContext context;
-      proto::StatsRequest request;
-      request.set_content_digest(true);
-      proto::StatsResponse response;
-      EXPECT_TRUE(stub->Stats(&context, request, &response).ok());
-      for (const auto& table : response.table()) {
+      absl::StatusOr<proto::StatsResponse> response = StatsWithDigests(address);
+      EXPECT_OK(response.status());
+      if (!response.ok()) continue;
+      for (const auto& table : response->table()) {
         run.table_rows += table.rows();
         run.table_digest += table.content_digest();
       }
