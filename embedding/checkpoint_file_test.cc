@@ -222,6 +222,18 @@ TEST_P(CheckpointFileTest, AdmissionCountsSurviveARestore) {
   ASSERT_OK(fresh->Pull({{42}}, absl::MakeSpan(value)));
   EXPECT_EQ(fresh->Stats().rows, 0u);
 
+  std::vector<std::string> one_stripe_too_many = result.admission_states;
+  one_stripe_too_many.push_back("");
+  EXPECT_THAT(
+      restored->MergeAdmissionStates(one_stripe_too_many),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("lock stripes")));
+  // Records of the wrong size change nothing.
+  const uint64_t rows_before = restored->Stats().rows;
+  EXPECT_THAT(
+      restored->RestoreRows({{1, 2}}, std::vector<char>(7)),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("2 keys need")));
+  EXPECT_EQ(restored->Stats().rows, rows_before);
+
   TableSpec other = spec;
   other.admission.sketch_counters = 1 << 14;
   auto mismatched = MakeTable(other);

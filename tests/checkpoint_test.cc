@@ -181,6 +181,21 @@ void PushRandom(client::Client& client, const client::TableHandle& table,
   }
 }
 
+// Starts shard 0 of 2 with --restore=`path`; returns its exit code and
+// stderr (a server that cannot restore exits 1 before serving).
+std::pair<int, std::string> FailedRestore(const std::string& path) {
+  const std::string err = TestTempPath("restore_stderr");
+  auto process =
+      ChildProcess::Spawn(kServer,
+                          {"--host=127.0.0.1", "--port=0", "--shard_index=0",
+                           "--num_shards=2", "--restore=" + path},
+                          "", err);
+  EXPECT_OK(process.status());
+  if (!process.ok()) return {-1, ""};
+  const int code = (*process)->Wait();
+  return {code, testing::ReadFile(err)};
+}
+
 TEST(CheckpointTest, FullAndIncrementalRestoreExactlyIntoAnyShardCount) {
   const std::string data = TestTempPath("data");
   const std::string root = TestTempPath("checkpoints");
@@ -236,21 +251,13 @@ TEST(CheckpointTest, FullAndIncrementalRestoreExactlyIntoAnyShardCount) {
   auto older = Cluster::Start(2, data + "/d", root + "/ckpt-000000000100");
   ASSERT_NE(older, nullptr);
   EXPECT_EQ(Total(older->Digests()), at_full);
-}
-
-// Starts shard 0 of 2 with --restore=`path`; returns its exit code and
-// stderr (a server that cannot restore exits 1 before serving).
-std::pair<int, std::string> FailedRestore(const std::string& path) {
-  const std::string err = TestTempPath("restore_stderr");
-  auto process =
-      ChildProcess::Spawn(kServer,
-                          {"--host=127.0.0.1", "--port=0", "--shard_index=0",
-                           "--num_shards=2", "--restore=" + path},
-                          "", err);
-  EXPECT_OK(process.status());
-  if (!process.ok()) return {-1, ""};
-  const int code = (*process)->Wait();
-  return {code, testing::ReadFile(err)};
+  older.reset();
+  // An increment whose parent is gone is refused, naming both.
+  std::filesystem::remove_all(root + "/ckpt-000000000100");
+  const auto [code, err] = FailedRestore(root);
+  EXPECT_EQ(code, 1);
+  EXPECT_THAT(err, HasSubstr("ckpt-000000000200' builds on"));
+  EXPECT_THAT(err, HasSubstr("ckpt-000000000100"));
 }
 
 TEST(CheckpointTest, BadCheckpointsAndRequestsAreRefusedClearly) {

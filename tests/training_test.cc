@@ -345,6 +345,28 @@ TEST_F(TrainingTest, LostServerFailsClearlyAfterTheRetryDeadline) {
   EXPECT_NE(text.find("UNAVAILABLE"), std::string::npos) << text;
 }
 
+// --restore of a directory without a complete checkpoint: exit 1, the
+// directory named, before any training.
+TEST_F(TrainingTest, RestoreWithoutACheckpointIsRefused) {
+  auto server = ServerProcess::Start(kServer, {});
+  ASSERT_OK(server.status());
+  const std::string empty = TestTempPath("no_checkpoints");
+  std::filesystem::create_directories(empty);
+  const std::string log = TestTempPath("restore.log");
+  auto worker = ChildProcess::Spawn(
+      kWorker,
+      {"--model=dlrm", std::string("--config=") + kConfig,
+       "--servers=" + (*server)->address(),
+       "--train_data=" + *data_ + "/train.txt", "--restore=" + empty},
+      "", log);
+  ASSERT_OK(worker.status());
+  ASSERT_OK_AND_ASSIGN(int code, (*worker)->WaitFor(absl::Seconds(60)));
+  EXPECT_EQ(code, 1);
+  const std::string text = ReadFile(log);
+  EXPECT_NE(text.find("no complete checkpoint in '" + empty), std::string::npos)
+      << text;
+}
+
 // A worker that dies mid-training makes its SYNC peer fail with a clear
 // error (the broken allreduce, or the step timeout) instead of waiting
 // forever.

@@ -75,6 +75,10 @@ TEST(ValidateWorkerConfigTest, EachMistakeIsNamed) {
   refused(c, "'step'");
 
   c = LocalConfig();
+  c.set_checkpoint_every_steps(-5);
+  refused(c, "checkpoint_every_steps must not be negative");
+
+  c = LocalConfig();
   c.set_embedding_dim(8);
   for (auto& table : *c.mutable_table()) table.set_dim(8);
   refused(c, "embedding_dim");  // != the bottom MLP's output width
