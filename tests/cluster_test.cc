@@ -343,20 +343,6 @@ TEST_F(ClusterTest, BadInputIsRefusedAndChangesNothing) {
     EXPECT_EQ(stub->Pull(&context, pull, &response).error_code(),
               grpc::StatusCode::INVALID_ARGUMENT);
   }
-  // A read-only Pull (Lookup) takes the same checks.
-  {
-    grpc::ClientContext context;
-    proto::PullRequest lookup;
-    lookup.set_table_id(id);
-    lookup.set_read_only(true);
-    std::vector<uint64_t> mixed = mine;
-    mixed[0] = foreign;
-    lookup.set_keys(pack(mixed));
-    proto::PullResponse response;
-    const grpc::Status status = stub->Pull(&context, lookup, &response);
-    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-    EXPECT_THAT(status.error_message(), HasSubstr("belongs to shard 1"));
-  }
   // A different spec under the same name.
   {
     proto::TableConfig other = SgdTable("strict");
@@ -374,6 +360,20 @@ TEST_F(ClusterTest, BadInputIsRefusedAndChangesNothing) {
   EXPECT_EQ(stats[0].table(0).push_requests(), 1u);
   EXPECT_EQ(stats[0].rejected_requests().at("wrong_shard"), 1u);
   EXPECT_EQ(stats[0].rejected_requests().at("non_finite_gradient"), 2u);
+  // A read-only Pull (Lookup) takes the same checks.
+  {
+    grpc::ClientContext context;
+    proto::PullRequest lookup;
+    lookup.set_table_id(id);
+    lookup.set_read_only(true);
+    std::vector<uint64_t> mixed = mine;
+    mixed[0] = foreign;
+    lookup.set_keys(pack(mixed));
+    proto::PullResponse response;
+    const grpc::Status status = stub->Pull(&context, lookup, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(status.error_message(), HasSubstr("belongs to shard 1"));
+  }
 }
 
 // Responses to a third of the pushes are dropped after the push was
