@@ -710,8 +710,6 @@ absl::Status DlrmWorker::Checkpoint(int64_t steps_done, PreparedStep* pushing,
     options.root = c_.checkpoint_dir();
     options.step = static_cast<uint64_t>(steps_done);
     options.incremental = c_.incremental_checkpoints();
-    std::error_code error;
-    std::filesystem::create_directories(options.root, error);
     ASSIGN_OR_RETURN(std::unique_ptr<client::Client::PendingCheckpoint> pending,
                      client_->StartCheckpoint(options));
     RETURN_IF_ERROR(dense::SaveParameters(
