@@ -22,7 +22,9 @@
 
 namespace embedps::checkpoint {
 
-inline constexpr uint32_t kFormatVersion = 1;
+// 2: table files are checked by CRC-32C (version 1: zlib CRC-32). A build
+// reads only its own version.
+inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr char kManifestFileName[] = "MANIFEST";
 inline constexpr char kTemporarySuffix[] = ".tmp";
 

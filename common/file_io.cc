@@ -52,21 +52,30 @@ uint32_t Crc32(absl::string_view bytes, uint32_t crc) {
   return crc;
 }
 
-absl::StatusOr<uint32_t> FileCrc32(const std::string& path) {
+absl::Status ReadFileInChunks(
+    const std::string& path,
+    absl::FunctionRef<void(absl::string_view chunk)> visit) {
   FileDescriptor fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) return ErrnoError("open", path);
   posix_fadvise(fd.get(), 0, 0, POSIX_FADV_SEQUENTIAL);
   std::vector<char> buffer(size_t{4} << 20);
-  uint32_t crc = 0;
   while (true) {
     const ssize_t n = read(fd.get(), buffer.data(), buffer.size());
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoError("read", path);
     }
-    if (n == 0) return crc;
-    crc = Crc32(absl::string_view(buffer.data(), static_cast<size_t>(n)), crc);
+    if (n == 0) return absl::OkStatus();
+    visit(absl::string_view(buffer.data(), static_cast<size_t>(n)));
   }
+}
+
+absl::StatusOr<uint32_t> FileCrc32(const std::string& path) {
+  uint32_t crc = 0;
+  const absl::Status status = ReadFileInChunks(
+      path, [&](absl::string_view chunk) { crc = Crc32(chunk, crc); });
+  if (!status.ok()) return status;
+  return crc;
 }
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {

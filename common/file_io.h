@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -14,6 +15,12 @@ namespace embedps {
 
 // zlib's CRC-32 of `bytes`, continuing from `crc` (0 to start).
 uint32_t Crc32(absl::string_view bytes, uint32_t crc = 0);
+
+// Reads `path` front to back in large chunks, calling `visit` on each.
+// NOT_FOUND / UNAVAILABLE naming the file if it cannot be read.
+absl::Status ReadFileInChunks(
+    const std::string& path,
+    absl::FunctionRef<void(absl::string_view chunk)> visit);
 
 // CRC-32 of a whole file, read in large chunks. NOT_FOUND / UNAVAILABLE
 // naming the file if it cannot be read.

@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "embedding/internal/spill_store.h"
 #include "rocksdb/env.h"
+#include "rocksdb/file_checksum.h"
 #include "rocksdb/options.h"
 #include "rocksdb/sst_file_reader.h"
 #include "rocksdb/sst_file_writer.h"
@@ -70,7 +71,24 @@ rocksdb::Options FileOptions() {
   // Large blocks: checkpoints are written and read sequentially.
   table.block_size = 256 << 10;
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  // The whole-file checksum is computed as the file is written: no second
+  // pass over it.
+  options.file_checksum_gen_factory =
+      rocksdb::GetFileChecksumGenCrc32cFactory();
   return options;
+}
+
+// RocksDB's CRC-32C checksum string: 4 bytes, big-endian.
+absl::StatusOr<uint32_t> DecodeChecksum(const std::string& checksum,
+                                        const std::string& path) {
+  if (checksum.size() != 4) {
+    return absl::InternalError(
+        absl::StrCat("checkpoint file '", path, "': RocksDB gave a ",
+                     checksum.size(), "-byte file checksum, expected 4"));
+  }
+  uint32_t crc = 0;
+  for (char c : checksum) crc = (crc << 8) | static_cast<unsigned char>(c);
+  return crc;
 }
 
 }  // namespace
@@ -108,7 +126,8 @@ absl::StatusOr<TableFileSummary> WriteTableFile(const TableSnapshot& snapshot,
   rocksdb::ExternalSstFileInfo info;
   RETURN_IF_ERROR(FromRocks(writer.Finish(&info), "finish", temporary));
   RETURN_IF_ERROR(SyncPath(temporary));
-  ASSIGN_OR_RETURN(summary.crc32, FileCrc32(temporary));
+  ASSIGN_OR_RETURN(summary.crc32c,
+                   DecodeChecksum(info.file_checksum, temporary));
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
     return absl::UnavailableError(absl::StrCat("cannot rename '", temporary,
                                                "' to '", path,
@@ -119,18 +138,18 @@ absl::StatusOr<TableFileSummary> WriteTableFile(const TableSnapshot& snapshot,
 }
 
 absl::StatusOr<TableFileRestore> RestoreTableFile(
-    const std::string& path, uint32_t expected_crc32, Table& table,
+    const std::string& path, uint32_t expected_crc32c, Table& table,
     absl::FunctionRef<bool(uint64_t)> keep) {
-  ASSIGN_OR_RETURN(const uint32_t crc, FileCrc32(path));
-  if (crc != expected_crc32) {
+  ASSIGN_OR_RETURN(const uint32_t crc, TableFileCrc32c(path));
+  if (crc != expected_crc32c) {
     return absl::DataLossError(absl::StrCat(
-        "checkpoint file '", path, "' is corrupt or truncated: CRC-32 ", crc,
-        ", the manifest says ", expected_crc32));
+        "checkpoint file '", path, "' is corrupt or truncated: CRC-32C ", crc,
+        ", the manifest says ", expected_crc32c));
   }
   const rocksdb::Options options = FileOptions();
   rocksdb::SstFileReader reader(options);
   RETURN_IF_ERROR(FromRocks(reader.Open(path), "open", path));
-  // No separate VerifyChecksum pass: the whole-file CRC-32 was checked,
+  // No separate VerifyChecksum pass: the whole-file CRC-32C was checked,
   // and every block read below verifies its own checksum.
 
   const size_t record_bytes = RowRecordBytes(
@@ -235,6 +254,17 @@ absl::StatusOr<TableFileRestore> RestoreTableFile(
   RETURN_IF_ERROR(FromRocks(it->status(), "read", path));
   RETURN_IF_ERROR(flush());
   return result;
+}
+
+absl::StatusOr<uint32_t> TableFileCrc32c(const std::string& path) {
+  std::unique_ptr<rocksdb::FileChecksumGenerator> crc =
+      rocksdb::GetFileChecksumGenCrc32cFactory()->CreateFileChecksumGenerator(
+          rocksdb::FileChecksumGenContext());
+  RETURN_IF_ERROR(ReadFileInChunks(path, [&](absl::string_view chunk) {
+    crc->Update(chunk.data(), chunk.size());
+  }));
+  crc->Finalize();
+  return DecodeChecksum(crc->GetChecksum(), path);
 }
 
 }  // namespace embedps::embedding

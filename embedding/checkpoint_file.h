@@ -29,8 +29,9 @@ struct TableFileSummary {
   uint64_t rows = 0;
   uint64_t removed = 0;
   uint64_t bytes = 0;
-  // zlib CRC-32 of the whole file (for the manifest).
-  uint32_t crc32 = 0;
+  // CRC-32C (Castagnoli) of the whole file, computed by RocksDB while it
+  // writes the file (for the manifest).
+  uint32_t crc32c = 0;
 };
 
 // Writes `snapshot` to `path` (via `path + ".tmp"`, synced, then renamed).
@@ -49,15 +50,20 @@ struct TableFileRestore {
 
 // Applies a table file to `table`: rows of keys `keep` accepts are restored
 // (RestoreRows, in batches), removed keys are erased. The whole file is
-// first checked against `expected_crc32` and RocksDB's block checksums.
+// first checked against `expected_crc32c` and RocksDB's block checksums.
 // REQUIRES for a full (not incremental) file: `table` holds none of its
 // keys (restore starts from empty tables; files of different old shards
 // hold disjoint keys).
 // DATA_LOSS naming the file if it is truncated or corrupt;
 // FAILED_PRECONDITION naming it if its record size is not the table's.
 absl::StatusOr<TableFileRestore> RestoreTableFile(
-    const std::string& path, uint32_t expected_crc32, Table& table,
+    const std::string& path, uint32_t expected_crc32c, Table& table,
     absl::FunctionRef<bool(uint64_t)> keep);
+
+// CRC-32C of a whole file, as TableFileSummary::crc32c (RocksDB's
+// hardware-accelerated implementation). NOT_FOUND / UNAVAILABLE naming the
+// file if it cannot be read.
+absl::StatusOr<uint32_t> TableFileCrc32c(const std::string& path);
 
 }  // namespace embedps::embedding
 

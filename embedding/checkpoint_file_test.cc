@@ -116,9 +116,12 @@ TEST_P(CheckpointFileTest, FullCheckpointRestoresEveryRowExactly) {
   EXPECT_EQ(summary.rows, want.size());
   EXPECT_EQ(summary.removed, 0u);
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
+  // The checksum RocksDB computed while writing is the file's CRC-32C.
+  ASSERT_OK_AND_ASSIGN(const uint32_t crc, TableFileCrc32c(path));
+  EXPECT_EQ(crc, summary.crc32c);
 
   auto restored = MakeTable();
-  const TableFileRestore result = Restore(path, summary.crc32, *restored);
+  const TableFileRestore result = Restore(path, summary.crc32c, *restored);
   EXPECT_EQ(result.rows, want.size());
   EXPECT_EQ(Contents(*restored), want);
 }
@@ -149,7 +152,7 @@ TEST_P(CheckpointFileTest, IncrementalHoldsOnlyChangesAndRestoresOnTop) {
   uint64_t existing_changed = 0;
   {
     auto probe = MakeTable();
-    Restore(dir + "/full.sst", full_summary.crc32, *probe);
+    Restore(dir + "/full.sst", full_summary.crc32c, *probe);
     std::vector<float> out(changed.size() * kDim);
     std::unique_ptr<bool[]> found(new bool[changed.size()]);
     ASSERT_OK_AND_ASSIGN(
@@ -161,9 +164,9 @@ TEST_P(CheckpointFileTest, IncrementalHoldsOnlyChangesAndRestoresOnTop) {
   EXPECT_EQ(summary.removed, erased_count);
 
   auto restored = MakeTable();
-  Restore(dir + "/full.sst", full_summary.crc32, *restored);
+  Restore(dir + "/full.sst", full_summary.crc32c, *restored);
   const TableFileRestore result =
-      Restore(dir + "/incr.sst", summary.crc32, *restored);
+      Restore(dir + "/incr.sst", summary.crc32c, *restored);
   EXPECT_TRUE(result.incremental);
   EXPECT_EQ(Contents(*restored), Contents(*table));
 
@@ -186,7 +189,7 @@ TEST_P(CheckpointFileTest, RestoringWithAKeyFilterSplitsRowsExactly) {
   std::map<uint64_t, std::string> united;
   for (int32_t shard = 0; shard < 3; ++shard) {
     auto part = MakeTable();
-    ASSERT_OK(RestoreTableFile(path, summary.crc32, *part, [&](uint64_t key) {
+    ASSERT_OK(RestoreTableFile(path, summary.crc32c, *part, [&](uint64_t key) {
                 return JumpConsistentHash(Mix64(key), 3) == shard;
               }).status());
     for (const auto& [key, row] : Contents(*part)) {
@@ -213,7 +216,7 @@ TEST_P(CheckpointFileTest, AdmissionCountsSurviveARestore) {
                        WriteTableFile(*snapshot, path));
 
   auto restored = MakeTable(spec);
-  const TableFileRestore result = Restore(path, summary.crc32, *restored);
+  const TableFileRestore result = Restore(path, summary.crc32c, *restored);
   ASSERT_OK(restored->MergeAdmissionStates(result.admission_states));
   ASSERT_OK(restored->Pull({{42}}, absl::MakeSpan(value)));
   EXPECT_EQ(restored->Stats().rows, 1u) << "third sighting admits";
@@ -261,26 +264,36 @@ TEST_P(CheckpointFileTest, CorruptTruncatedOrForeignFilesAreRefused) {
     f.put('\x5a');
   }
   auto target = MakeTable();
-  EXPECT_THAT(RestoreTableFile(flipped, summary.crc32, *target, keep_all),
+  EXPECT_THAT(RestoreTableFile(flipped, summary.crc32c, *target, keep_all),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr(flipped)));
   // Truncated.
   const std::string truncated = dir + "/truncated.sst";
   std::filesystem::copy_file(path, truncated);
   std::filesystem::resize_file(truncated, summary.bytes - 100);
-  EXPECT_THAT(RestoreTableFile(truncated, summary.crc32, *target, keep_all),
+  EXPECT_THAT(RestoreTableFile(truncated, summary.crc32c, *target, keep_all),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr(truncated)));
   // Missing.
   EXPECT_THAT(
-      RestoreTableFile(dir + "/missing.sst", summary.crc32, *target, keep_all),
+      RestoreTableFile(dir + "/missing.sst", summary.crc32c, *target, keep_all),
       StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing.sst")));
   EXPECT_EQ(target->Stats().rows, 0u) << "nothing restored from bad files";
   // Right bytes, wrong table shape.
   TableSpec sgd = AdamSpec();
   sgd.optimizer.kind = OptimizerSpec::Kind::kSgd;
   auto other = MakeTable(sgd);
-  EXPECT_THAT(RestoreTableFile(path, summary.crc32, *other, keep_all),
+  EXPECT_THAT(RestoreTableFile(path, summary.crc32c, *other, keep_all),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("dim or optimizer changed")));
+}
+
+TEST(TableFileCrc32cTest, IsCastagnoliCrc) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/check.txt");
+  std::ofstream(path) << "123456789";
+  // The standard check value of CRC-32C.
+  ASSERT_OK_AND_ASSIGN(const uint32_t crc, TableFileCrc32c(path));
+  EXPECT_EQ(crc, 0xE3069283u);
+  EXPECT_THAT(TableFileCrc32c(path + ".missing"),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing")));
 }
 
 }  // namespace
