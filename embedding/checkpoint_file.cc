@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -14,6 +15,7 @@
 #include "embedding/internal/spill_store.h"
 #include "rocksdb/env.h"
 #include "rocksdb/file_checksum.h"
+#include "rocksdb/filter_policy.h"
 #include "rocksdb/options.h"
 #include "rocksdb/sst_file_reader.h"
 #include "rocksdb/sst_file_writer.h"
@@ -28,8 +30,9 @@ using embedding_internal::EncodeKey;
 constexpr char kMetaPrefix[] = "\xff\xff\xff\xff\xff\xff\xff\xff";
 constexpr size_t kMetaPrefixBytes = 8;
 constexpr char kFormatTag[] = "embedps-table-file v1";
-// Rows handed to Table::RestoreRows at a time.
-constexpr size_t kRestoreBatch = 16384;
+// Record bytes handed to Table::RestoreRows at a time: a spilling table
+// ingests each batch as one SST file, so batches are large.
+constexpr size_t kRestoreBatchBytes = size_t{64} << 20;
 
 std::string MetaKey(absl::string_view suffix) {
   return absl::StrCat(absl::string_view(kMetaPrefix, kMetaPrefixBytes), suffix);
@@ -67,9 +70,13 @@ rocksdb::Options FileOptions() {
   rocksdb::Options options;
   // Rows are floats: compression buys little and costs the write rate.
   options.compression = rocksdb::kNoCompression;
+  // The spill tier's table format (embedding/internal/spill_store.cc): a
+  // restored file can join a spill tier as it is and serve point lookups
+  // (4 KiB blocks, a 10-bit bloom filter per key).
   rocksdb::BlockBasedTableOptions table;
-  // Large blocks: checkpoints are written and read sequentially.
-  table.block_size = 256 << 10;
+  table.block_size = 4096;
+  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
+  table.whole_key_filtering = true;
   options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
   // The whole-file checksum is computed as the file is written: no second
   // pass over it.
@@ -139,7 +146,7 @@ absl::StatusOr<TableFileSummary> WriteTableFile(const TableSnapshot& snapshot,
 
 absl::StatusOr<TableFileRestore> RestoreTableFile(
     const std::string& path, uint32_t expected_crc32c, Table& table,
-    absl::FunctionRef<bool(uint64_t)> keep) {
+    const std::function<bool(uint64_t)>& keep) {
   ASSIGN_OR_RETURN(const uint32_t crc, TableFileCrc32c(path));
   if (crc != expected_crc32c) {
     return absl::DataLossError(absl::StrCat(
@@ -196,14 +203,24 @@ absl::StatusOr<TableFileRestore> RestoreTableFile(
                      "' needs ", record_bytes, " (dim or optimizer changed?)"));
   }
   result.admission_states.assign(stripes, "");
+  const size_t batch_rows =
+      std::max<size_t>(1, kRestoreBatchBytes / record_bytes);
+
+  // A whole full file becomes part of the spill tier as it is; the loop
+  // below then only places what fits in memory.
+  const bool adopted = !result.incremental && !keep && table.spills();
+  if (adopted) RETURN_IF_ERROR(table.AdoptSpillFile(path));
+  const Table::RestoredKeys assume =
+      result.incremental ? Table::RestoredKeys::kMayExist
+      : adopted          ? Table::RestoredKeys::kNewAdopted
+                         : Table::RestoredKeys::kNew;
 
   std::vector<uint64_t> keys;
   std::vector<char> records;
   std::vector<uint64_t> removed;
   const auto flush = [&]() -> absl::Status {
     if (!keys.empty()) {
-      RETURN_IF_ERROR(table.RestoreRows(keys, records,
-                                        /*keys_are_new=*/!result.incremental));
+      RETURN_IF_ERROR(table.RestoreRows(keys, records, assume));
     }
     if (!removed.empty()) RETURN_IF_ERROR(table.Erase(removed).status());
     keys.clear();
@@ -231,7 +248,7 @@ absl::StatusOr<TableFileRestore> RestoreTableFile(
       continue;
     }
     const uint64_t row_key = DecodeKey(key.data());
-    if (!keep(row_key)) {
+    if (keep && !keep(row_key)) {
       ++result.skipped;
       continue;
     }
@@ -247,7 +264,7 @@ absl::StatusOr<TableFileRestore> RestoreTableFile(
       records.insert(records.end(), value.data(), value.data() + value.size());
       ++result.rows;
     }
-    if (keys.size() + removed.size() >= kRestoreBatch) {
+    if (keys.size() + removed.size() >= batch_rows) {
       RETURN_IF_ERROR(flush());
     }
   }

@@ -15,10 +15,10 @@
 #define EMBEDPS_EMBEDDING_CHECKPOINT_FILE_H_
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
-#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "embedding/table.h"
@@ -48,9 +48,12 @@ struct TableFileRestore {
   std::vector<std::string> admission_states;
 };
 
-// Applies a table file to `table`: rows of keys `keep` accepts are restored
-// (RestoreRows, in batches), removed keys are erased. The whole file is
-// first checked against `expected_crc32c` and RocksDB's block checksums.
+// Applies a table file to `table`: rows of keys `keep` accepts (every key
+// when `keep` is empty) are restored (RestoreRows, in batches), removed keys
+// are erased. The whole file is first checked against `expected_crc32c` and
+// RocksDB's block checksums. A full file kept whole and restored into a
+// spilling table joins its spill tier as it is (Table::AdoptSpillFile: a
+// hard link, no rewrite); memory takes what fits.
 // REQUIRES for a full (not incremental) file: `table` holds none of its
 // keys (restore starts from empty tables; files of different old shards
 // hold disjoint keys).
@@ -58,7 +61,7 @@ struct TableFileRestore {
 // FAILED_PRECONDITION naming it if its record size is not the table's.
 absl::StatusOr<TableFileRestore> RestoreTableFile(
     const std::string& path, uint32_t expected_crc32c, Table& table,
-    absl::FunctionRef<bool(uint64_t)> keep);
+    const std::function<bool(uint64_t)>& keep = nullptr);
 
 // CRC-32C of a whole file, as TableFileSummary::crc32c (RocksDB's
 // hardware-accelerated implementation). NOT_FOUND / UNAVAILABLE naming the

@@ -86,8 +86,7 @@ class CheckpointFileTest : public ::testing::TestWithParam<bool> {
 
   static TableFileRestore Restore(const std::string& path, uint32_t crc,
                                   Table& table) {
-    auto restored =
-        RestoreTableFile(path, crc, table, [](uint64_t) { return true; });
+    auto restored = RestoreTableFile(path, crc, table);
     EXPECT_OK(restored.status());
     return restored.ok() ? *restored : TableFileRestore{};
   }
@@ -124,6 +123,22 @@ TEST_P(CheckpointFileTest, FullCheckpointRestoresEveryRowExactly) {
   const TableFileRestore result = Restore(path, summary.crc32c, *restored);
   EXPECT_EQ(result.rows, want.size());
   EXPECT_EQ(Contents(*restored), want);
+  const TableStats stats = restored->Stats();
+  EXPECT_EQ(stats.resident_rows + stats.spilled_rows, want.size());
+  // A spilling table adopted the file into its spill tier; training on
+  // (spills, promotions, compactions) never changes the file.
+  Train(*restored, 30, 3);
+  ASSERT_OK_AND_ASSIGN(const uint32_t crc_after, TableFileCrc32c(path));
+  EXPECT_EQ(crc_after, summary.crc32c);
+  // And the table checkpoints on: the adopted file's metadata entries are
+  // not rows.
+  ASSERT_OK_AND_ASSIGN(auto again, restored->TakeSnapshot(false));
+  const auto want_again = Contents(*restored);
+  ASSERT_OK_AND_ASSIGN(const TableFileSummary summary_again,
+                       WriteTableFile(*again, Dir() + "/again.sst"));
+  auto restored_again = MakeTable();
+  Restore(Dir() + "/again.sst", summary_again.crc32c, *restored_again);
+  EXPECT_EQ(Contents(*restored_again), want_again);
 }
 
 TEST_P(CheckpointFileTest, IncrementalHoldsOnlyChangesAndRestoresOnTop) {

@@ -43,6 +43,9 @@ constexpr uint64_t kMaxRowsPerStripe = kNoRow - 1;
 // How far ahead of use batched loops prefetch.
 constexpr size_t kIndexPrefetchDistance = 16;
 constexpr size_t kRowPrefetchDistance = 8;
+// RestoreRows of new keys into a spilling table ingests an SST file from
+// this many rows on (below, the rows go through the memtable).
+constexpr size_t kMinRowsToIngest = 4096;
 
 // The first 16 bytes of every row. Bytes 8.. of a row are its record
 // (RowRecordBytes): the form it has in the spill tier and in checkpoints.
@@ -1200,14 +1203,36 @@ class MemoryTable final : public Table {
     return std::unique_ptr<TableSnapshot>(std::move(snapshot));
   }
 
+  bool spills() const override { return spill_ != nullptr; }
+
+  absl::Status AdoptSpillFile(const std::string& path) override {
+    if (spill_ == nullptr) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "table '", spec_.name, "' has no spill tier to adopt '", path, "'"));
+    }
+    return spill_->Adopt(path);
+  }
+
   absl::Status RestoreRows(absl::Span<const uint64_t> keys,
                            absl::Span<const char> records,
-                           bool keys_are_new) override {
+                           RestoredKeys assume) override {
     if (records.size() != keys.size() * record_bytes_) {
       return absl::InvalidArgumentError(
           absl::StrCat("RestoreRows of table '", spec_.name, "': ", keys.size(),
                        " keys need ", keys.size() * record_bytes_,
                        " bytes of records, got ", records.size()));
+    }
+    if (assume == RestoredKeys::kNewAdopted) {
+      if (spill_ == nullptr) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "RestoreRows of table '", spec_.name,
+            "': rows said to be adopted by a spill tier, but it has none"));
+      }
+      return PlaceNewRowsOfSpillTier(keys, records);
+    }
+    const bool keys_are_new = assume == RestoredKeys::kNew;
+    if (spill_ != nullptr && keys_are_new && keys.size() >= kMinRowsToIngest) {
+      return RestoreNewRowsByIngesting(keys, records);
     }
     BatchScratch& scratch = GroupByStripe(keys, ThreadScratch(0));
     std::vector<uint64_t> not_resident;
@@ -1268,6 +1293,91 @@ class MemoryTable final : public Table {
         stripe.MutableHeader(id).access_word &= kCountMask;
       }
       if (spill_ != nullptr) RETURN_IF_ERROR(SettleSpill(stripe, writes));
+    }
+    return absl::OkStatus();
+  }
+
+  // RestoreRows of many new keys into a spilling table: every row goes to
+  // the spill tier first, in one SST file ingested by RocksDB (sorted, no
+  // memtable; a checkpoint's rows arrive in key order, so the files do not
+  // overlap and need no compaction); then each stripe takes what fits in
+  // memory. The copies of the rows that became resident stay in RocksDB,
+  // stale-but-harmless like those of promoted rows (resident wins). Rows
+  // are in RocksDB before any stripe counts them: a concurrent Pull of such
+  // a key finds the restored row, never a fresh one.
+  absl::Status RestoreNewRowsByIngesting(absl::Span<const uint64_t> keys,
+                                         absl::Span<const char> records) {
+    // Sorted, flag-free records; a checkpoint file's batch already is.
+    bool ready = true;
+    for (size_t i = 0; ready && i < keys.size(); ++i) {
+      uint32_t word;
+      std::memcpy(&word, records.data() + i * record_bytes_ + 4, sizeof(word));
+      ready = (word & ~kCountMask) == 0 && (i == 0 || keys[i - 1] < keys[i]);
+    }
+    std::vector<uint64_t> sorted_keys;
+    std::vector<char> sorted_records;
+    absl::Span<const uint64_t> ingest_keys = keys;
+    const char* ingest_records = records.data();
+    if (!ready) {
+      std::vector<uint32_t> order(keys.size());
+      for (uint32_t i = 0; i < order.size(); ++i) order[i] = i;
+      std::sort(order.begin(), order.end(),
+                [&](uint32_t a, uint32_t b) { return keys[a] < keys[b]; });
+      sorted_keys = KeysAt(keys, order);
+      if (std::adjacent_find(sorted_keys.begin(), sorted_keys.end()) !=
+          sorted_keys.end()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "RestoreRows of table '", spec_.name, "': repeated keys"));
+      }
+      sorted_records.reserve(records.size());
+      for (uint32_t i : order) {
+        AppendCleanRecord(
+            records.data() + static_cast<size_t>(i) * record_bytes_,
+            record_bytes_, sorted_records);
+      }
+      ingest_keys = sorted_keys;
+      ingest_records = sorted_records.data();
+    }
+    RETURN_IF_ERROR(spill_->Ingest(ingest_keys, ingest_records));
+    return PlaceNewRowsOfSpillTier(keys, records);
+  }
+
+  // The second step of both: rows whose records are in the spill tier
+  // already move into memory while their stripe has room; the others count
+  // as spilled.
+  absl::Status PlaceNewRowsOfSpillTier(absl::Span<const uint64_t> keys,
+                                       absl::Span<const char> records) {
+    BatchScratch& scratch = GroupByStripe(keys, ThreadScratch(0));
+    for (size_t s = 0; s < stripes_.size(); ++s) {
+      const uint32_t begin = scratch.group_begin[s];
+      const uint32_t end = scratch.group_begin[s + 1];
+      if (begin == end) continue;
+      Stripe& stripe = *stripes_[s];
+      MutexLock lock(&stripe.mu);
+      SpillState& spill = stripe.spill();
+      // Lock-free reads that began before the ingest look again.
+      ++spill.generation;
+      for (uint32_t j = begin; j < end; ++j) {
+        const uint32_t pos = scratch.order[j];
+        const uint64_t key = keys[pos];
+        if (!spill.removed_keys.empty()) spill.removed_keys.erase(key);
+        auto it = stripe.index().find(KeyProbe{key, scratch.hashes[j]},
+                                      scratch.hashes[j]);
+        RowId id;
+        if (it != stripe.index().end()) {
+          id = *it;  // created by a concurrent Pull since the caller looked
+        } else if (stripe.index().size() >= max_resident_per_stripe_) {
+          ++spill.spilled_rows;
+          continue;
+        } else {
+          ASSIGN_OR_RETURN(id, stripe.AllocateRow(key, 0));
+          stripe.index().insert(id);
+        }
+        std::memcpy(reinterpret_cast<char*>(stripe.Row(id)) + kRecordOffset,
+                    records.data() + static_cast<size_t>(pos) * record_bytes_,
+                    record_bytes_);
+        stripe.MutableHeader(id).access_word &= kCountMask;
+      }
     }
     return absl::OkStatus();
   }

@@ -208,17 +208,40 @@ class Table {
   virtual absl::StatusOr<std::unique_ptr<TableSnapshot>> TakeSnapshot(
       bool incremental) = 0;
 
+  // What RestoreRows may assume about its keys.
+  enum class RestoredKeys {
+    // Rows of some keys may exist: they are replaced.
+    kMayExist,
+    // None of the keys has a row (a full checkpoint file restored into a
+    // table that holds none of its keys): spares a lookup of every key in
+    // the spill tier.
+    kNew,
+    // As kNew, and their records are in the spill tier already
+    // (AdoptSpillFile): only what fits in memory is copied there.
+    kNewAdopted,
+  };
+
   // Checkpoint restore: stores records (RowRecordBytes each) for `keys`,
   // replacing rows that exist; the restored rows count as unchanged for the
   // next incremental snapshot. With a spill tier, rows beyond the budget go
   // straight to it. REQUIRES: distinct keys (as in a checkpoint file).
-  // INVALID_ARGUMENT if the sizes disagree.
-  // `keys_are_new`: the caller knows none of the keys has a row (a full
-  // checkpoint file restored into a table that holds none of its keys),
-  // which spares a lookup of every key in the spill tier.
-  virtual absl::Status RestoreRows(absl::Span<const uint64_t> keys,
-                                   absl::Span<const char> records,
-                                   bool keys_are_new = false) = 0;
+  // INVALID_ARGUMENT if the sizes disagree, or kNewAdopted without a spill
+  // tier.
+  virtual absl::Status RestoreRows(
+      absl::Span<const uint64_t> keys, absl::Span<const char> records,
+      RestoredKeys assume = RestoredKeys::kMayExist) = 0;
+
+  // Checkpoint restore into a spilling table, first step: hands a sorted
+  // table file (the format of checkpoint_file.h: 8-byte big-endian keys to
+  // records; longer keys are metadata, not rows) to the spill tier as it is
+  // -- hard-linked where the file system allows, else copied; the file
+  // itself is never changed. No row counts as restored until RestoreRows
+  // (kNewAdopted) names it. REQUIRES: the table holds none of the file's
+  // keys. FAILED_PRECONDITION without a spill tier; errors name the file.
+  virtual absl::Status AdoptSpillFile(const std::string& path) = 0;
+
+  // True if the table has a spill tier.
+  virtual bool spills() const = 0;
 
   // Checkpoint restore: merges saved admission states (one per stripe, as
   // TableSnapshot::admission_states) into the filters by saturating

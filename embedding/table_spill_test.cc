@@ -140,6 +140,123 @@ INSTANTIATE_TEST_SUITE_P(
       return std::string(OptimizerKindName(info.param));
     });
 
+// A trained table's rows as a checkpoint holds them: key -> record.
+void SnapshotRecords(Table& table, std::vector<uint64_t>& keys,
+                     std::vector<char>& records) {
+  ASSERT_OK_AND_ASSIGN(auto snapshot, table.TakeSnapshot(false));
+  ASSERT_OK(snapshot->ForEach([&](uint64_t key, const char* record) {
+    keys.push_back(key);
+    records.insert(records.end(), record, record + snapshot->record_bytes());
+    return absl::OkStatus();
+  }));
+}
+
+TEST(SpillTest, BulkRestoreOfNewRowsEqualsRestoringThemInSmallBatches) {
+  // Enough rows for RestoreRows to ingest an SST file into the spill tier
+  // (from 4096 rows on), shuffled and with in-memory flags set, which the
+  // bulk path must sort and clear.
+  TableSpec spec = SpecWith(OptimizerSpec::Kind::kAdagrad);
+  ASSERT_OK_AND_ASSIGN(auto source, Table::Create(spec));
+  std::vector<uint64_t> all_keys(6000);
+  for (size_t i = 0; i < all_keys.size(); ++i) all_keys[i] = i * 7919 + 3;
+  std::vector<float> values(all_keys.size() * kDim);
+  ASSERT_OK(source->Pull(all_keys, absl::MakeSpan(values), {1}));
+  ASSERT_OK(
+      source->Push(all_keys, std::vector<float>(values.size(), 0.5f), {2}));
+  std::vector<uint64_t> keys;
+  std::vector<char> records;
+  SnapshotRecords(*source, keys, records);
+  ASSERT_EQ(keys.size(), all_keys.size());
+  const size_t record_bytes = records.size() / keys.size();
+  std::vector<size_t> order(keys.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::shuffle(order.begin(), order.end(), std::mt19937_64(5));
+  std::vector<uint64_t> shuffled_keys;
+  std::vector<char> shuffled_records;
+  for (size_t i : order) {
+    shuffled_keys.push_back(keys[i]);
+    shuffled_records.insert(shuffled_records.end(),
+                            records.begin() + i * record_bytes,
+                            records.begin() + (i + 1) * record_bytes);
+    // The access word's flag bits (dirty, referenced).
+    shuffled_records[shuffled_records.size() - record_bytes + 7] |= 0xC0;
+  }
+
+  spec.memory_budget_bytes = 4 * 100 * record_bytes;  // < 100 rows a stripe
+  const auto make = [&](const std::string& name) {
+    TableOptions options;
+    options.spill_directory =
+        absl::StrCat(::testing::TempDir(), "/bulk_", name);
+    auto table = Table::Create(spec, options);
+    EXPECT_OK(table.status());
+    return std::move(table).value();
+  };
+  auto bulk = make("ingested");
+  ASSERT_OK(bulk->RestoreRows(shuffled_keys, shuffled_records,
+                              Table::RestoredKeys::kNew));
+  auto batched = make("batched");
+  for (size_t begin = 0; begin < keys.size(); begin += 100) {
+    const size_t n = std::min<size_t>(100, keys.size() - begin);
+    ASSERT_OK(batched->RestoreRows(absl::MakeConstSpan(keys).subspan(begin, n),
+                                   absl::MakeConstSpan(records).subspan(
+                                       begin * record_bytes, n * record_bytes),
+                                   Table::RestoredKeys::kNew));
+  }
+  const TableStats stats = bulk->Stats();
+  EXPECT_EQ(stats.rows, keys.size());
+  EXPECT_GT(stats.resident_rows, 0u);
+  EXPECT_EQ(stats.resident_rows + stats.spilled_rows, keys.size());
+  EXPECT_EQ(stats.resident_rows, batched->Stats().resident_rows)
+      << "each stripe fills to its share either way";
+  EXPECT_EQ(AllRows(*bulk), AllRows(*source));
+  EXPECT_EQ(AllRows(*batched), AllRows(*source));
+  // Both go on alike: promotions read the ingested rows.
+  for (uint64_t step = 3; step < 6; ++step) {
+    std::vector<float> from_bulk(values.size()), from_batched(values.size());
+    ASSERT_OK(bulk->Pull(all_keys, absl::MakeSpan(from_bulk), {step}));
+    ASSERT_OK(batched->Pull(all_keys, absl::MakeSpan(from_batched), {step}));
+    EXPECT_TRUE(SavedRow::SameBits(from_bulk, from_batched));
+    ASSERT_OK(bulk->Push(all_keys, from_bulk, {step}));
+    ASSERT_OK(batched->Push(all_keys, from_batched, {step}));
+  }
+  EXPECT_EQ(AllRows(*bulk), AllRows(*batched));
+}
+
+TEST(SpillTest, BulkRestoreRefusesRepeatedKeysAndChangesNothing) {
+  TableSpec spec = SpecWith(OptimizerSpec::Kind::kSgd);
+  const size_t record_bytes =
+      RowRecordBytes(kDim, OptimizerStateFloats(spec.optimizer, kDim));
+  spec.memory_budget_bytes = 4 * 10 * record_bytes;
+  TableOptions options;
+  options.spill_directory = absl::StrCat(::testing::TempDir(), "/repeated");
+  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec, options));
+  std::vector<uint64_t> keys(5000);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = 5000 - i;
+  keys[10] = keys[20];
+  EXPECT_THAT(
+      table->RestoreRows(keys, std::vector<char>(keys.size() * record_bytes),
+                         Table::RestoredKeys::kNew),
+      ::embedps::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                   ::testing::HasSubstr("repeated")));
+  EXPECT_EQ(table->Stats().rows, 0u);
+}
+
+TEST(SpillTest, AdoptingNeedsASpillTier) {
+  TableSpec spec = SpecWith(OptimizerSpec::Kind::kSgd);
+  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  EXPECT_THAT(
+      table->AdoptSpillFile("/nowhere/t.sst"),
+      ::embedps::testing::StatusIs(absl::StatusCode::kFailedPrecondition,
+                                   ::testing::HasSubstr("no spill tier")));
+  const size_t record_bytes =
+      RowRecordBytes(kDim, OptimizerStateFloats(spec.optimizer, kDim));
+  EXPECT_THAT(table->RestoreRows({7}, std::vector<char>(record_bytes),
+                                 Table::RestoredKeys::kNewAdopted),
+              ::embedps::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                           ::testing::HasSubstr("adopted")));
+  EXPECT_EQ(table->Stats().rows, 0u);
+}
+
 TEST(SpillTest, ASpillDirectoryThatCannotBeCreatedIsAClearError) {
   TableSpec spec = SpecWith(OptimizerSpec::Kind::kSgd);
   spec.memory_budget_bytes = 1 << 20;

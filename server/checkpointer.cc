@@ -155,7 +155,7 @@ absl::StatusOr<proto::LoadResponse> ShardCheckpointer::Restore(
         absl::StrCat("checkpoint '", dir, "' names ", old_shards, " shards"));
   }
   const bool same_sharding = old_shards == num_shards_;
-  const auto keep = [this](uint64_t key) {
+  const std::function<bool(uint64_t)> keep = [this](uint64_t key) {
     return ShardOfKey(key, num_shards_) == shard_index_;
   };
 
@@ -213,10 +213,10 @@ absl::StatusOr<proto::LoadResponse> ShardCheckpointer::Restore(
       for (auto it = files.rbegin(); it != files.rend(); ++it) {
         const std::string file_path =
             (std::filesystem::path(it->first) / it->second.path()).string();
-        ASSIGN_OR_RETURN(
-            const embedding::TableFileRestore restored,
-            embedding::RestoreTableFile(file_path, it->second.crc32c(),
-                                        *entry.table, keep));
+        ASSIGN_OR_RETURN(const embedding::TableFileRestore restored,
+                         embedding::RestoreTableFile(
+                             file_path, it->second.crc32c(), *entry.table,
+                             same_sharding ? nullptr : keep));
         if (it + 1 == files.rend()) {
           // The newest file holds the admission state as of the checkpoint.
           RETURN_IF_ERROR(

@@ -12,6 +12,7 @@
 #include "rocksdb/db.h"
 #include "rocksdb/filter_policy.h"
 #include "rocksdb/options.h"
+#include "rocksdb/sst_file_writer.h"
 #include "rocksdb/table.h"
 #include "rocksdb/write_batch.h"
 
@@ -186,6 +187,90 @@ absl::Status SpillStore::Write(absl::Span<const uint64_t> put_keys,
   rows_written_.fetch_add(put_keys.size(), std::memory_order_relaxed);
   rows_deleted_.fetch_add(delete_keys.size(), std::memory_order_relaxed);
   return absl::OkStatus();
+}
+
+absl::Status SpillStore::Ingest(absl::Span<const uint64_t> keys,
+                                const char* records) {
+  if (keys.empty()) return absl::OkStatus();
+  for (size_t i = 1; i < keys.size(); ++i) {
+    if (keys[i - 1] >= keys[i]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spill store Ingest in '", path_,
+                       "': keys must be strictly "
+                       "increasing; key ",
+                       keys[i], " follows ", keys[i - 1]));
+    }
+  }
+  const std::string file =
+      absl::StrCat(path_, "/ingest-", next_ingest_file_.fetch_add(1), ".sst");
+  // The store's own options: the file joins the store as if flushed.
+  const rocksdb::Options options = db_->GetOptions();
+  // Kept in the page cache, as a flushed file would be: its rows are read
+  // back soon (promotions, checkpoints).
+  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(options), options,
+                                db_->DefaultColumnFamily(),
+                                /*invalidate_page_cache=*/false);
+  absl::Status status = FromRocks(writer.Open(file), "ingest open", path_);
+  char key[8];
+  for (size_t i = 0; status.ok() && i < keys.size(); ++i) {
+    EncodeKey(keys[i], key);
+    status = FromRocks(
+        writer.Put(rocksdb::Slice(key, 8),
+                   rocksdb::Slice(records + i * record_bytes_, record_bytes_)),
+        "ingest put", path_);
+  }
+  if (status.ok()) status = FromRocks(writer.Finish(), "ingest finish", path_);
+  if (status.ok()) status = IngestOwnFile(file);
+  if (!status.ok()) {
+    std::error_code ignored;
+    std::filesystem::remove(file, ignored);
+    return status;
+  }
+  write_batches_.fetch_add(1, std::memory_order_relaxed);
+  rows_written_.fetch_add(keys.size(), std::memory_order_relaxed);
+  return absl::OkStatus();
+}
+
+absl::Status SpillStore::IngestOwnFile(const std::string& file) {
+  rocksdb::IngestExternalFileOptions ingest;
+  // The file is ours: RocksDB links it in instead of copying it.
+  ingest.move_files = true;
+  // Never write into the file (a sequence number in place): it may share
+  // its bytes with a checkpoint's file (Adopt).
+  ingest.write_global_seqno = false;
+  return FromRocks(db_->IngestExternalFile({file}, ingest), "ingest", path_);
+}
+
+absl::Status SpillStore::Adopt(const std::string& path) {
+  const std::string file =
+      absl::StrCat(path_, "/adopt-", next_ingest_file_.fetch_add(1), ".sst");
+  std::error_code error;
+  std::filesystem::create_hard_link(path, file, error);
+  if (error) {
+    error.clear();
+    std::filesystem::copy_file(path, file, error);
+    if (error) {
+      return absl::UnavailableError(absl::StrCat("spill store in '", path_,
+                                                 "': cannot link or copy '",
+                                                 path, "': ", error.message()));
+    }
+  }
+  const absl::Status status = IngestOwnFile(file);
+  if (!status.ok()) {
+    std::filesystem::remove(file, error);
+    return absl::Status(status.code(), absl::StrCat("adopting '", path,
+                                                    "': ", status.message()));
+  }
+  // Row keys are 8 bytes; everything longer (after eight 0xFF bytes, in a
+  // checkpoint file) is metadata. The range starts above the largest row
+  // key, which is eight 0xFF bytes exactly.
+  const std::string all_ones(8, '\xff');
+  rocksdb::WriteOptions write;
+  write.disableWAL = true;
+  return FromRocks(db_->DeleteRange(write, db_->DefaultColumnFamily(),
+                                    all_ones + std::string(1, '\0'),
+                                    all_ones + std::string(1, '\xff')),
+                   "delete of an adopted file's metadata", path_);
 }
 
 std::unique_ptr<SpillStore::ReadView> SpillStore::NewReadView() const {

@@ -92,6 +92,22 @@ class SpillStore {
                      const char* put_records,
                      absl::Span<const uint64_t> delete_keys);
 
+  // Bulk load: stores keys[i] -> records + i·record_bytes by writing one
+  // SST file and ingesting it (RocksDB's IngestExternalFile: no memtable,
+  // and no compaction where the keys' range holds nothing yet). Replaces
+  // stored rows of the same keys. For large sorted batches (checkpoint
+  // restore); Write is cheaper for a few rows.
+  // INVALID_ARGUMENT unless `keys` are strictly increasing.
+  absl::Status Ingest(absl::Span<const uint64_t> keys, const char* records);
+
+  // Bulk load of a whole sorted SST file of 8-byte keys and records (a
+  // checkpoint table file): hard-links it into the store (copies it if the
+  // link fails, e.g. across file systems) and ingests it; entries whose key
+  // is longer than 8 bytes (the file's metadata) are deleted from the
+  // store. `path` itself is left as it was, byte for byte.
+  // Errors name the file.
+  absl::Status Adopt(const std::string& path);
+
   std::unique_ptr<ReadView> NewReadView() const;
 
   SpillStoreStats Stats() const;
@@ -101,6 +117,8 @@ class SpillStore {
  private:
   SpillStore(std::string path, size_t record_bytes,
              std::unique_ptr<rocksdb::DB> db);
+  // Ingests `file`, which the store owns from now on (moved in).
+  absl::Status IngestOwnFile(const std::string& file);
   absl::Status MultiGetAt(const rocksdb::Snapshot* snapshot,
                           absl::Span<const uint64_t> keys, char* records,
                           absl::Span<bool> found) const;
@@ -111,6 +129,8 @@ class SpillStore {
   mutable std::atomic<uint64_t> multiget_calls_{0}, multiget_keys_{0},
       multiget_found_{0}, multiget_micros_{0};
   std::atomic<uint64_t> write_batches_{0}, rows_written_{0}, rows_deleted_{0};
+  // Names ingested files uniquely.
+  std::atomic<uint64_t> next_ingest_file_{0};
 };
 
 // The 8-byte big-endian form of a key, and back.
