@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <future>
 #include <memory>
+#include <optional>
 
+#include "absl/functional/function_ref.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -144,20 +147,20 @@ absl::StatusOr<TableFileSummary> WriteTableFile(const TableSnapshot& snapshot,
   return summary;
 }
 
-absl::StatusOr<TableFileRestore> RestoreTableFile(
-    const std::string& path, uint32_t expected_crc32c, Table& table,
-    const std::function<bool(uint64_t)>& keep) {
-  ASSIGN_OR_RETURN(const uint32_t crc, TableFileCrc32c(path));
-  if (crc != expected_crc32c) {
-    return absl::DataLossError(absl::StrCat(
-        "checkpoint file '", path, "' is corrupt or truncated: CRC-32C ", crc,
-        ", the manifest says ", expected_crc32c));
-  }
+namespace {
+
+// RestoreTableFile once the file's whole-file checksum is being computed:
+// `verify` returns its verdict (waiting for it) and must pass before
+// anything is applied to `table`.
+absl::StatusOr<TableFileRestore> ReadAndApply(
+    const std::string& path, Table& table,
+    const std::function<bool(uint64_t)>& keep,
+    absl::FunctionRef<absl::Status()> verify) {
   const rocksdb::Options options = FileOptions();
   rocksdb::SstFileReader reader(options);
   RETURN_IF_ERROR(FromRocks(reader.Open(path), "open", path));
-  // No separate VerifyChecksum pass: the whole-file CRC-32C was checked,
-  // and every block read below verifies its own checksum.
+  // No separate VerifyChecksum pass: every block read below verifies its
+  // own checksum, and the whole-file CRC-32C is checked besides.
 
   const size_t record_bytes = RowRecordBytes(
       table.spec().dim,
@@ -206,19 +209,21 @@ absl::StatusOr<TableFileRestore> RestoreTableFile(
   const size_t batch_rows =
       std::max<size_t>(1, kRestoreBatchBytes / record_bytes);
 
-  // A whole full file becomes part of the spill tier as it is; the loop
-  // below then only places what fits in memory.
-  const bool adopted = !result.incremental && !keep && table.spills();
-  if (adopted) RETURN_IF_ERROR(table.AdoptSpillFile(path));
-  const Table::RestoredKeys assume =
-      result.incremental ? Table::RestoredKeys::kMayExist
-      : adopted          ? Table::RestoredKeys::kNewAdopted
-                         : Table::RestoredKeys::kNew;
+  // A whole full file joins a spill tier as it is: the loop only collects
+  // its keys, and the records of the first rows, as many as the memory
+  // budget holds (they go to memory; any others memory takes are read
+  // back from the spill tier).
+  const bool adopt = !result.incremental && !keep && table.spills();
+  const size_t prefix_limit = adopt ? table.spec().memory_budget_bytes : 0;
+  const Table::RestoredKeys assume = result.incremental
+                                         ? Table::RestoredKeys::kMayExist
+                                         : Table::RestoredKeys::kNew;
 
   std::vector<uint64_t> keys;
   std::vector<char> records;
   std::vector<uint64_t> removed;
   const auto flush = [&]() -> absl::Status {
+    RETURN_IF_ERROR(verify());
     if (!keys.empty()) {
       RETURN_IF_ERROR(table.RestoreRows(keys, records, assume));
     }
@@ -228,14 +233,15 @@ absl::StatusOr<TableFileRestore> RestoreTableFile(
     removed.clear();
     return absl::OkStatus();
   };
+  const std::string admission_prefix = MetaKey(
+      "\x01"
+      "admission");
   for (it->SeekToFirst(); it->Valid(); it->Next()) {
     const rocksdb::Slice key = it->key();
     const rocksdb::Slice value = it->value();
     if (key.size() != 8) {
-      const std::string prefix = MetaKey(
-          "\x01"
-          "admission");
-      if (key.size() == prefix.size() + 4 && key.starts_with(prefix)) {
+      if (key.size() == admission_prefix.size() + 4 &&
+          key.starts_with(admission_prefix)) {
         const uint32_t stripe = static_cast<uint32_t>(
             DecodeKey(key.data() + key.size() - 8) & 0xffffffffu);
         if (stripe >= stripes) {
@@ -252,6 +258,11 @@ absl::StatusOr<TableFileRestore> RestoreTableFile(
       ++result.skipped;
       continue;
     }
+    if (value.empty() && !result.incremental) {
+      return absl::DataLossError(absl::StrCat("checkpoint file '", path,
+                                              "': the full file lists key ",
+                                              row_key, " as removed"));
+    }
     if (value.empty()) {
       removed.push_back(row_key);
       ++result.removed;
@@ -261,15 +272,54 @@ absl::StatusOr<TableFileRestore> RestoreTableFile(
           value.size(), " bytes, expected ", record_bytes));
     } else {
       keys.push_back(row_key);
-      records.insert(records.end(), value.data(), value.data() + value.size());
+      if (!adopt || records.size() + record_bytes <= prefix_limit) {
+        records.insert(records.end(), value.data(),
+                       value.data() + value.size());
+      }
       ++result.rows;
     }
-    if (keys.size() + removed.size() >= batch_rows) {
+    if (!adopt && keys.size() + removed.size() >= batch_rows) {
       RETURN_IF_ERROR(flush());
     }
   }
   RETURN_IF_ERROR(FromRocks(it->status(), "read", path));
-  RETURN_IF_ERROR(flush());
+  if (!adopt) {
+    RETURN_IF_ERROR(flush());
+    return result;
+  }
+  RETURN_IF_ERROR(verify());
+  RETURN_IF_ERROR(table.AdoptSpillFile(path, keys, records));
+  return result;
+}
+
+}  // namespace
+
+absl::StatusOr<TableFileRestore> RestoreTableFile(
+    const std::string& path, uint32_t expected_crc32c, Table& table,
+    const std::function<bool(uint64_t)>& keep) {
+  // The whole-file CRC-32C is computed on a second thread while the file
+  // is read; nothing is applied before it matched.
+  std::future<absl::StatusOr<uint32_t>> crc =
+      std::async(std::launch::async, [path] { return TableFileCrc32c(path); });
+  std::optional<absl::Status> verdict;
+  const auto verify = [&]() -> absl::Status {
+    if (!verdict.has_value()) {
+      const absl::StatusOr<uint32_t> computed = crc.get();
+      verdict = !computed.ok() ? computed.status()
+                : *computed == expected_crc32c
+                    ? absl::OkStatus()
+                    : absl::DataLossError(absl::StrCat(
+                          "checkpoint file '", path,
+                          "' is corrupt or truncated: CRC-32C ", *computed,
+                          ", the manifest says ", expected_crc32c));
+    }
+    return *verdict;
+  };
+  absl::StatusOr<TableFileRestore> result =
+      ReadAndApply(path, table, keep, verify);
+  // A file that fails to read is reported by its checksum first: that
+  // names the more basic fault (a missing file, or cut short).
+  if (!result.ok()) RETURN_IF_ERROR(verify());
   return result;
 }
 

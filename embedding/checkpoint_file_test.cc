@@ -141,6 +141,25 @@ TEST_P(CheckpointFileTest, FullCheckpointRestoresEveryRowExactly) {
   EXPECT_EQ(Contents(*restored_again), want_again);
 }
 
+TEST_P(CheckpointFileTest, AnAdoptedFileWithoutRecordsFillsMemoryFromIt) {
+  if (!GetParam()) GTEST_SKIP() << "adopting needs a spill tier";
+  auto table = MakeTable();
+  Train(*table, 50, 1);
+  const auto want = Contents(*table);
+  ASSERT_OK_AND_ASSIGN(auto snapshot, table->TakeSnapshot(false));
+  const std::string path = Dir() + "/full.sst";
+  ASSERT_OK(WriteTableFile(*snapshot, path).status());
+  std::vector<uint64_t> keys;
+  for (const auto& [key, row] : want) keys.push_back(key);
+  // No records at all: every row memory takes is read from the file.
+  auto restored = MakeTable();
+  ASSERT_OK(restored->AdoptSpillFile(path, keys, {}));
+  EXPECT_EQ(Contents(*restored), want);
+  const TableStats stats = restored->Stats();
+  EXPECT_GT(stats.resident_rows, 0u);
+  EXPECT_EQ(stats.resident_rows + stats.spilled_rows, want.size());
+}
+
 TEST_P(CheckpointFileTest, IncrementalHoldsOnlyChangesAndRestoresOnTop) {
   auto table = MakeTable();
   Train(*table, 40, 3);

@@ -1205,12 +1205,22 @@ class MemoryTable final : public Table {
 
   bool spills() const override { return spill_ != nullptr; }
 
-  absl::Status AdoptSpillFile(const std::string& path) override {
+  absl::Status AdoptSpillFile(const std::string& path,
+                              absl::Span<const uint64_t> keys,
+                              absl::Span<const char> prefix_records) override {
     if (spill_ == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
           "table '", spec_.name, "' has no spill tier to adopt '", path, "'"));
     }
-    return spill_->Adopt(path);
+    if (prefix_records.size() % record_bytes_ != 0 ||
+        prefix_records.size() / record_bytes_ > keys.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "AdoptSpillFile of table '", spec_.name, "': ", prefix_records.size(),
+          " bytes are not records of a prefix of ", keys.size(), " keys (",
+          record_bytes_, " bytes each)"));
+    }
+    RETURN_IF_ERROR(spill_->Adopt(path));
+    return PlaceNewRowsOfSpillTier(keys, prefix_records);
   }
 
   absl::Status RestoreRows(absl::Span<const uint64_t> keys,
@@ -1221,14 +1231,6 @@ class MemoryTable final : public Table {
           absl::StrCat("RestoreRows of table '", spec_.name, "': ", keys.size(),
                        " keys need ", keys.size() * record_bytes_,
                        " bytes of records, got ", records.size()));
-    }
-    if (assume == RestoredKeys::kNewAdopted) {
-      if (spill_ == nullptr) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "RestoreRows of table '", spec_.name,
-            "': rows said to be adopted by a spill tier, but it has none"));
-      }
-      return PlaceNewRowsOfSpillTier(keys, records);
     }
     const bool keys_are_new = assume == RestoredKeys::kNew;
     if (spill_ != nullptr && keys_are_new && keys.size() >= kMinRowsToIngest) {
@@ -1344,10 +1346,29 @@ class MemoryTable final : public Table {
 
   // The second step of both: rows whose records are in the spill tier
   // already move into memory while their stripe has room; the others count
-  // as spilled.
+  // as spilled. `prefix_records` holds the records of the first keys (all,
+  // or as many as the caller kept); rows that move into memory beyond them
+  // are read back from the spill tier in one MultiGet.
   absl::Status PlaceNewRowsOfSpillTier(absl::Span<const uint64_t> keys,
-                                       absl::Span<const char> records) {
+                                       absl::Span<const char> prefix_records) {
+    const size_t with_record = prefix_records.size() / record_bytes_;
     BatchScratch& scratch = GroupByStripe(keys, ThreadScratch(0));
+    std::vector<uint64_t> to_fetch;
+    for (size_t s = 0; s < stripes_.size(); ++s) {
+      Stripe& stripe = *stripes_[s];
+      MutexLock lock(&stripe.mu);
+      uint64_t room =
+          max_resident_per_stripe_ -
+          std::min<uint64_t>(max_resident_per_stripe_, stripe.index().size());
+      for (uint32_t j = scratch.group_begin[s];
+           j < scratch.group_begin[s + 1] && room > 0; ++j, --room) {
+        if (scratch.order[j] >= with_record) {
+          to_fetch.push_back(keys[scratch.order[j]]);
+        }
+      }
+    }
+    FetchedRows fetched(record_bytes_);
+    RETURN_IF_ERROR(fetched.Fetch(*spill_, SortedUnique(to_fetch)));
     for (size_t s = 0; s < stripes_.size(); ++s) {
       const uint32_t begin = scratch.group_begin[s];
       const uint32_t end = scratch.group_begin[s + 1];
@@ -1355,7 +1376,8 @@ class MemoryTable final : public Table {
       Stripe& stripe = *stripes_[s];
       MutexLock lock(&stripe.mu);
       SpillState& spill = stripe.spill();
-      // Lock-free reads that began before the ingest look again.
+      // Lock-free reads that began before the rows reached the spill tier
+      // look again.
       ++spill.generation;
       for (uint32_t j = begin; j < end; ++j) {
         const uint32_t pos = scratch.order[j];
@@ -1363,10 +1385,27 @@ class MemoryTable final : public Table {
         if (!spill.removed_keys.empty()) spill.removed_keys.erase(key);
         auto it = stripe.index().find(KeyProbe{key, scratch.hashes[j]},
                                       scratch.hashes[j]);
+        const char* record = pos < with_record
+                                 ? prefix_records.data() +
+                                       static_cast<size_t>(pos) * record_bytes_
+                                 : fetched.Find(key);
         RowId id;
         if (it != stripe.index().end()) {
-          id = *it;  // created by a concurrent Pull since the caller looked
-        } else if (stripe.index().size() >= max_resident_per_stripe_) {
+          // Created by a concurrent Pull since the caller looked: the
+          // restored record replaces it.
+          id = *it;
+          if (record == nullptr) {
+            const uint64_t one[] = {key};
+            RETURN_IF_ERROR(fetched.Fetch(*spill_, one));
+            record = fetched.Find(key);
+          }
+          if (record == nullptr) {
+            return absl::InternalError(
+                absl::StrCat("restore of table '", spec_.name, "': key ", key,
+                             " vanished from the spill tier"));
+          }
+        } else if (record == nullptr ||
+                   stripe.index().size() >= max_resident_per_stripe_) {
           ++spill.spilled_rows;
           continue;
         } else {
@@ -1374,8 +1413,7 @@ class MemoryTable final : public Table {
           stripe.index().insert(id);
         }
         std::memcpy(reinterpret_cast<char*>(stripe.Row(id)) + kRecordOffset,
-                    records.data() + static_cast<size_t>(pos) * record_bytes_,
-                    record_bytes_);
+                    record, record_bytes_);
         stripe.MutableHeader(id).access_word &= kCountMask;
       }
     }

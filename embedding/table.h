@@ -216,29 +216,30 @@ class Table {
     // table that holds none of its keys): spares a lookup of every key in
     // the spill tier.
     kNew,
-    // As kNew, and their records are in the spill tier already
-    // (AdoptSpillFile): only what fits in memory is copied there.
-    kNewAdopted,
   };
 
   // Checkpoint restore: stores records (RowRecordBytes each) for `keys`,
   // replacing rows that exist; the restored rows count as unchanged for the
   // next incremental snapshot. With a spill tier, rows beyond the budget go
   // straight to it. REQUIRES: distinct keys (as in a checkpoint file).
-  // INVALID_ARGUMENT if the sizes disagree, or kNewAdopted without a spill
-  // tier.
+  // INVALID_ARGUMENT if the sizes disagree.
   virtual absl::Status RestoreRows(
       absl::Span<const uint64_t> keys, absl::Span<const char> records,
       RestoredKeys assume = RestoredKeys::kMayExist) = 0;
 
-  // Checkpoint restore into a spilling table, first step: hands a sorted
-  // table file (the format of checkpoint_file.h: 8-byte big-endian keys to
-  // records; longer keys are metadata, not rows) to the spill tier as it is
-  // -- hard-linked where the file system allows, else copied; the file
-  // itself is never changed. No row counts as restored until RestoreRows
-  // (kNewAdopted) names it. REQUIRES: the table holds none of the file's
-  // keys. FAILED_PRECONDITION without a spill tier; errors name the file.
-  virtual absl::Status AdoptSpillFile(const std::string& path) = 0;
+  // Checkpoint restore of a whole sorted table file (the format of
+  // checkpoint_file.h: 8-byte big-endian keys to records; longer keys are
+  // metadata, not rows) into a spilling table: the file joins the spill
+  // tier as it is -- hard-linked where the file system allows, else copied;
+  // the file itself is never changed -- and rows move into memory while
+  // each stripe has room. `keys`: every row key of the file;
+  // `prefix_records`: the records of its first keys (as many as the caller
+  // kept, none is fine), the others are read back from the spill tier.
+  // REQUIRES: the table holds none of the file's keys. FAILED_PRECONDITION
+  // without a spill tier; errors name the file.
+  virtual absl::Status AdoptSpillFile(
+      const std::string& path, absl::Span<const uint64_t> keys,
+      absl::Span<const char> prefix_records) = 0;
 
   // True if the table has a spill tier.
   virtual bool spills() const = 0;

@@ -241,20 +241,34 @@ TEST(SpillTest, BulkRestoreRefusesRepeatedKeysAndChangesNothing) {
   EXPECT_EQ(table->Stats().rows, 0u);
 }
 
-TEST(SpillTest, AdoptingNeedsASpillTier) {
+TEST(SpillTest, AdoptingAFileNeedsASpillTierAndRecordsOfAPrefix) {
   TableSpec spec = SpecWith(OptimizerSpec::Kind::kSgd);
-  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  ASSERT_OK_AND_ASSIGN(auto memory_only, Table::Create(spec));
   EXPECT_THAT(
-      table->AdoptSpillFile("/nowhere/t.sst"),
+      memory_only->AdoptSpillFile("/nowhere/t.sst", {}, {}),
       ::embedps::testing::StatusIs(absl::StatusCode::kFailedPrecondition,
                                    ::testing::HasSubstr("no spill tier")));
   const size_t record_bytes =
       RowRecordBytes(kDim, OptimizerStateFloats(spec.optimizer, kDim));
-  EXPECT_THAT(table->RestoreRows({7}, std::vector<char>(record_bytes),
-                                 Table::RestoredKeys::kNewAdopted),
+  spec.memory_budget_bytes = 4 * 10 * record_bytes;
+  TableOptions options;
+  options.spill_directory = absl::StrCat(::testing::TempDir(), "/adopt_bad");
+  ASSERT_OK_AND_ASSIGN(auto spilling, Table::Create(spec, options));
+  // Records of more keys than named, and a partial record.
+  EXPECT_THAT(spilling->AdoptSpillFile("/nowhere/t.sst", {7},
+                                       std::vector<char>(2 * record_bytes)),
               ::embedps::testing::StatusIs(absl::StatusCode::kInvalidArgument,
-                                           ::testing::HasSubstr("adopted")));
-  EXPECT_EQ(table->Stats().rows, 0u);
+                                           ::testing::HasSubstr("prefix")));
+  EXPECT_THAT(spilling->AdoptSpillFile("/nowhere/t.sst", {7},
+                                       std::vector<char>(record_bytes - 1)),
+              ::embedps::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                           ::testing::HasSubstr("prefix")));
+  // A file that is not there.
+  EXPECT_THAT(
+      spilling->AdoptSpillFile("/nowhere/t.sst", {7}, {}),
+      ::embedps::testing::StatusIs(absl::StatusCode::kUnavailable,
+                                   ::testing::HasSubstr("/nowhere/t.sst")));
+  EXPECT_EQ(spilling->Stats().rows, 0u);
 }
 
 TEST(SpillTest, ASpillDirectoryThatCannotBeCreatedIsAClearError) {
