@@ -22,7 +22,7 @@
 
 namespace embedps::checkpoint {
 
-// 2: table files are checked by CRC-32C (version 1: zlib CRC-32). A build
+// 2: table files are checked by XXH3-64 (version 1: zlib CRC-32). A build
 // reads only its own version.
 inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr char kManifestFileName[] = "MANIFEST";

@@ -29,9 +29,9 @@ struct TableFileSummary {
   uint64_t rows = 0;
   uint64_t removed = 0;
   uint64_t bytes = 0;
-  // CRC-32C (Castagnoli) of the whole file, computed by RocksDB while it
-  // writes the file (for the manifest).
-  uint32_t crc32c = 0;
+  // XXH3-64 (xxHash) of the whole file, computed as RocksDB writes the
+  // file (for the manifest).
+  uint64_t xxh3 = 0;
 };
 
 // Writes `snapshot` to `path` (via `path + ".tmp"`, synced, then renamed).
@@ -50,7 +50,7 @@ struct TableFileRestore {
 
 // Applies a table file to `table`: rows of keys `keep` accepts (every key
 // when `keep` is empty) are restored (RestoreRows, in batches), removed keys
-// are erased. The whole file is first checked against `expected_crc32c` and
+// are erased. The whole file is first checked against `expected_xxh3` and
 // RocksDB's block checksums. A full file kept whole and restored into a
 // spilling table joins its spill tier as it is (Table::AdoptSpillFile: a
 // hard link, no rewrite); memory takes what fits.
@@ -60,13 +60,12 @@ struct TableFileRestore {
 // DATA_LOSS naming the file if it is truncated or corrupt;
 // FAILED_PRECONDITION naming it if its record size is not the table's.
 absl::StatusOr<TableFileRestore> RestoreTableFile(
-    const std::string& path, uint32_t expected_crc32c, Table& table,
+    const std::string& path, uint64_t expected_xxh3, Table& table,
     const std::function<bool(uint64_t)>& keep = nullptr);
 
-// CRC-32C of a whole file, as TableFileSummary::crc32c (RocksDB's
-// hardware-accelerated implementation). NOT_FOUND / UNAVAILABLE naming the
-// file if it cannot be read.
-absl::StatusOr<uint32_t> TableFileCrc32c(const std::string& path);
+// XXH3-64 of a whole file, as TableFileSummary::xxh3. NOT_FOUND /
+// UNAVAILABLE naming the file if it cannot be read.
+absl::StatusOr<uint64_t> TableFileXxh3(const std::string& path);
 
 }  // namespace embedps::embedding
 

@@ -13,6 +13,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "xxhash.h"
 
 namespace embedps::embedding {
 namespace {
@@ -84,9 +85,9 @@ class CheckpointFileTest : public ::testing::TestWithParam<bool> {
     }
   }
 
-  static TableFileRestore Restore(const std::string& path, uint32_t crc,
+  static TableFileRestore Restore(const std::string& path, uint64_t checksum,
                                   Table& table) {
-    auto restored = RestoreTableFile(path, crc, table);
+    auto restored = RestoreTableFile(path, checksum, table);
     EXPECT_OK(restored.status());
     return restored.ok() ? *restored : TableFileRestore{};
   }
@@ -115,12 +116,12 @@ TEST_P(CheckpointFileTest, FullCheckpointRestoresEveryRowExactly) {
   EXPECT_EQ(summary.rows, want.size());
   EXPECT_EQ(summary.removed, 0u);
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
-  // The checksum RocksDB computed while writing is the file's CRC-32C.
-  ASSERT_OK_AND_ASSIGN(const uint32_t crc, TableFileCrc32c(path));
-  EXPECT_EQ(crc, summary.crc32c);
+  // The checksum computed while writing is the file's XXH3.
+  ASSERT_OK_AND_ASSIGN(const uint64_t checksum, TableFileXxh3(path));
+  EXPECT_EQ(checksum, summary.xxh3);
 
   auto restored = MakeTable();
-  const TableFileRestore result = Restore(path, summary.crc32c, *restored);
+  const TableFileRestore result = Restore(path, summary.xxh3, *restored);
   EXPECT_EQ(result.rows, want.size());
   EXPECT_EQ(Contents(*restored), want);
   const TableStats stats = restored->Stats();
@@ -128,8 +129,8 @@ TEST_P(CheckpointFileTest, FullCheckpointRestoresEveryRowExactly) {
   // A spilling table adopted the file into its spill tier; training on
   // (spills, promotions, compactions) never changes the file.
   Train(*restored, 30, 3);
-  ASSERT_OK_AND_ASSIGN(const uint32_t crc_after, TableFileCrc32c(path));
-  EXPECT_EQ(crc_after, summary.crc32c);
+  ASSERT_OK_AND_ASSIGN(const uint64_t checksum_after, TableFileXxh3(path));
+  EXPECT_EQ(checksum_after, summary.xxh3);
   // And the table checkpoints on: the adopted file's metadata entries are
   // not rows.
   ASSERT_OK_AND_ASSIGN(auto again, restored->TakeSnapshot(false));
@@ -137,7 +138,7 @@ TEST_P(CheckpointFileTest, FullCheckpointRestoresEveryRowExactly) {
   ASSERT_OK_AND_ASSIGN(const TableFileSummary summary_again,
                        WriteTableFile(*again, Dir() + "/again.sst"));
   auto restored_again = MakeTable();
-  Restore(Dir() + "/again.sst", summary_again.crc32c, *restored_again);
+  Restore(Dir() + "/again.sst", summary_again.xxh3, *restored_again);
   EXPECT_EQ(Contents(*restored_again), want_again);
 }
 
@@ -186,7 +187,7 @@ TEST_P(CheckpointFileTest, IncrementalHoldsOnlyChangesAndRestoresOnTop) {
   uint64_t existing_changed = 0;
   {
     auto probe = MakeTable();
-    Restore(dir + "/full.sst", full_summary.crc32c, *probe);
+    Restore(dir + "/full.sst", full_summary.xxh3, *probe);
     std::vector<float> out(changed.size() * kDim);
     std::unique_ptr<bool[]> found(new bool[changed.size()]);
     ASSERT_OK_AND_ASSIGN(
@@ -198,9 +199,9 @@ TEST_P(CheckpointFileTest, IncrementalHoldsOnlyChangesAndRestoresOnTop) {
   EXPECT_EQ(summary.removed, erased_count);
 
   auto restored = MakeTable();
-  Restore(dir + "/full.sst", full_summary.crc32c, *restored);
+  Restore(dir + "/full.sst", full_summary.xxh3, *restored);
   const TableFileRestore result =
-      Restore(dir + "/incr.sst", summary.crc32c, *restored);
+      Restore(dir + "/incr.sst", summary.xxh3, *restored);
   EXPECT_TRUE(result.incremental);
   EXPECT_EQ(Contents(*restored), Contents(*table));
 
@@ -223,7 +224,7 @@ TEST_P(CheckpointFileTest, RestoringWithAKeyFilterSplitsRowsExactly) {
   std::map<uint64_t, std::string> united;
   for (int32_t shard = 0; shard < 3; ++shard) {
     auto part = MakeTable();
-    ASSERT_OK(RestoreTableFile(path, summary.crc32c, *part, [&](uint64_t key) {
+    ASSERT_OK(RestoreTableFile(path, summary.xxh3, *part, [&](uint64_t key) {
                 return JumpConsistentHash(Mix64(key), 3) == shard;
               }).status());
     for (const auto& [key, row] : Contents(*part)) {
@@ -250,7 +251,7 @@ TEST_P(CheckpointFileTest, AdmissionCountsSurviveARestore) {
                        WriteTableFile(*snapshot, path));
 
   auto restored = MakeTable(spec);
-  const TableFileRestore result = Restore(path, summary.crc32c, *restored);
+  const TableFileRestore result = Restore(path, summary.xxh3, *restored);
   ASSERT_OK(restored->MergeAdmissionStates(result.admission_states));
   ASSERT_OK(restored->Pull({{42}}, absl::MakeSpan(value)));
   EXPECT_EQ(restored->Stats().rows, 1u) << "third sighting admits";
@@ -298,35 +299,38 @@ TEST_P(CheckpointFileTest, CorruptTruncatedOrForeignFilesAreRefused) {
     f.put('\x5a');
   }
   auto target = MakeTable();
-  EXPECT_THAT(RestoreTableFile(flipped, summary.crc32c, *target, keep_all),
+  EXPECT_THAT(RestoreTableFile(flipped, summary.xxh3, *target, keep_all),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr(flipped)));
   // Truncated.
   const std::string truncated = dir + "/truncated.sst";
   std::filesystem::copy_file(path, truncated);
   std::filesystem::resize_file(truncated, summary.bytes - 100);
-  EXPECT_THAT(RestoreTableFile(truncated, summary.crc32c, *target, keep_all),
+  EXPECT_THAT(RestoreTableFile(truncated, summary.xxh3, *target, keep_all),
               StatusIs(absl::StatusCode::kDataLoss, HasSubstr(truncated)));
   // Missing.
   EXPECT_THAT(
-      RestoreTableFile(dir + "/missing.sst", summary.crc32c, *target, keep_all),
+      RestoreTableFile(dir + "/missing.sst", summary.xxh3, *target, keep_all),
       StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing.sst")));
   EXPECT_EQ(target->Stats().rows, 0u) << "nothing restored from bad files";
   // Right bytes, wrong table shape.
   TableSpec sgd = AdamSpec();
   sgd.optimizer.kind = OptimizerSpec::Kind::kSgd;
   auto other = MakeTable(sgd);
-  EXPECT_THAT(RestoreTableFile(path, summary.crc32c, *other, keep_all),
+  EXPECT_THAT(RestoreTableFile(path, summary.xxh3, *other, keep_all),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("dim or optimizer changed")));
 }
 
-TEST(TableFileCrc32cTest, IsCastagnoliCrc) {
-  const std::string path = absl::StrCat(::testing::TempDir(), "/check.txt");
-  std::ofstream(path) << "123456789";
-  // The standard check value of CRC-32C.
-  ASSERT_OK_AND_ASSIGN(const uint32_t crc, TableFileCrc32c(path));
-  EXPECT_EQ(crc, 0xE3069283u);
-  EXPECT_THAT(TableFileCrc32c(path + ".missing"),
+TEST(TableFileXxh3Test, IsXxh3OfTheWholeFile) {
+  const std::string path = absl::StrCat(::testing::TempDir(), "/check.bin");
+  std::string bytes(3 << 20, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i)
+    bytes[i] = static_cast<char>(i * 31);
+  std::ofstream(path, std::ios::binary) << bytes;
+  ASSERT_OK_AND_ASSIGN(const uint64_t checksum, TableFileXxh3(path));
+  // xxHash's one-shot function over the same bytes.
+  EXPECT_EQ(checksum, XXH3_64bits(bytes.data(), bytes.size()));
+  EXPECT_THAT(TableFileXxh3(path + ".missing"),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing")));
 }
 

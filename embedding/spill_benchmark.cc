@@ -335,7 +335,7 @@ int Run() {
     Check(restored.status(), "create restored");
     const absl::Time begin = absl::Now();
     auto restore = RestoreTableFile(
-        file, written->crc32c, **restored,
+        file, written->xxh3, **restored,
         filtered ? std::function<bool(uint64_t)>([](uint64_t) { return true; })
                  : nullptr);
     Check(restore.status(), "restore");

@@ -110,7 +110,7 @@ absl::StatusOr<double> ShardCheckpointer::Save(
       shard_file->set_shard(shard_index_);
       shard_file->set_path(relative);
       shard_file->set_bytes(summary->bytes);
-      shard_file->set_crc32c(summary->crc32c);
+      shard_file->set_xxh3(summary->xxh3);
       shard_file->set_rows(summary->rows);
       shard_file->set_removed(summary->removed);
       shard_file->set_incremental(item.snapshot->incremental());
@@ -215,7 +215,7 @@ absl::StatusOr<proto::LoadResponse> ShardCheckpointer::Restore(
             (std::filesystem::path(it->first) / it->second.path()).string();
         ASSIGN_OR_RETURN(const embedding::TableFileRestore restored,
                          embedding::RestoreTableFile(
-                             file_path, it->second.crc32c(), *entry.table,
+                             file_path, it->second.xxh3(), *entry.table,
                              same_sharding ? nullptr : keep));
         if (it + 1 == files.rend()) {
           // The newest file holds the admission state as of the checkpoint.
