@@ -223,6 +223,15 @@ int Run() {
       FindBinary(absl::GetFlag(FLAGS_raw_binary), "tools/raw_grpc_server");
   const uint64_t keys = absl::GetFlag(FLAGS_keys);
   const double seconds = absl::GetFlag(FLAGS_seconds);
+  for (int batch : Ints(absl::GetFlag(FLAGS_batch_sizes))) {
+    if (static_cast<uint64_t>(batch) > keys) {
+      std::fprintf(stderr,
+                   "ps_bench: a batch of %d distinct keys needs --keys >= %d "
+                   "(got %llu)\n",
+                   batch, batch, static_cast<unsigned long long>(keys));
+      return 2;
+    }
+  }
   const ZipfRanks zipf(keys, absl::GetFlag(FLAGS_zipf_s));
   std::printf(
       "ps_bench: %llu keys per table, Adagrad, %.1f s per figure, %u hardware "
