@@ -48,6 +48,9 @@ std::string MetaKey(absl::string_view suffix) {
 // because a C string would end at it.
 std::string InfoKey() { return MetaKey(absl::string_view("\0info", 5)); }
 
+// Full files: the rows of each lock stripe, S little-endian uint64s.
+std::string StripeRowsKey() { return MetaKey("\x02stripe_rows"); }
+
 std::string AdmissionKey(uint32_t stripe) {
   char index[4] = {static_cast<char>(stripe >> 24),
                    static_cast<char>(stripe >> 16),
@@ -159,6 +162,8 @@ absl::StatusOr<TableFileSummary> WriteTableFile(const TableSnapshot& snapshot,
     std::vector<char> records;
     std::vector<bool> removed;
   };
+  const auto& states = snapshot.admission_states();
+  std::vector<uint64_t> stripe_rows(snapshot.incremental() ? 0 : states.size());
   Batch filling, writing;
   std::future<absl::Status> written;
   const auto add_to_file = [&](const Batch& batch) -> absl::Status {
@@ -189,6 +194,9 @@ absl::StatusOr<TableFileSummary> WriteTableFile(const TableSnapshot& snapshot,
   };
   absl::Status read =
       snapshot.ForEach([&](uint64_t row_key, const char* record) {
+        if (!stripe_rows.empty() && record != nullptr) {
+          ++stripe_rows[snapshot.StripeOfKey(row_key)];
+        }
         filling.keys.push_back(row_key);
         filling.removed.push_back(record == nullptr);
         if (record == nullptr) {
@@ -204,7 +212,6 @@ absl::StatusOr<TableFileSummary> WriteTableFile(const TableSnapshot& snapshot,
   if (read.ok()) read = hand_over();
   if (written.valid()) read.Update(written.get());
   RETURN_IF_ERROR(read);
-  const auto& states = snapshot.admission_states();
   RETURN_IF_ERROR(FromRocks(
       writer.Put(
           InfoKey(),
@@ -216,6 +223,16 @@ absl::StatusOr<TableFileSummary> WriteTableFile(const TableSnapshot& snapshot,
     if (states[s].empty()) continue;
     RETURN_IF_ERROR(
         FromRocks(writer.Put(AdmissionKey(s), states[s]), "put", temporary));
+  }
+  if (!stripe_rows.empty()) {
+    std::string counts(stripe_rows.size() * 8, '\0');
+    for (size_t i = 0; i < stripe_rows.size(); ++i) {
+      for (int b = 0; b < 8; ++b) {
+        counts[i * 8 + b] = static_cast<char>(stripe_rows[i] >> (8 * b));
+      }
+    }
+    RETURN_IF_ERROR(
+        FromRocks(writer.Put(StripeRowsKey(), counts), "put", temporary));
   }
   rocksdb::ExternalSstFileInfo info;
   RETURN_IF_ERROR(FromRocks(writer.Finish(&info), "finish", temporary));
@@ -289,19 +306,68 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
                      "' needs ", record_bytes, " (dim or optimizer changed?)"));
   }
   result.admission_states.assign(stripes, "");
+  // The other metadata entries (they follow the info entry).
+  std::vector<uint64_t> stripe_rows;
+  const std::string admission_prefix = MetaKey(
+      "\x01"
+      "admission");
+  for (it->Next(); it->Valid(); it->Next()) {
+    const rocksdb::Slice key = it->key();
+    const rocksdb::Slice value = it->value();
+    if (key.size() == admission_prefix.size() + 4 &&
+        key.starts_with(admission_prefix)) {
+      const uint32_t stripe = static_cast<uint32_t>(
+          DecodeKey(key.data() + key.size() - 8) & 0xffffffffu);
+      if (stripe >= stripes) {
+        return absl::DataLossError(absl::StrCat(
+            "checkpoint file '", path, "': admission state of stripe ", stripe,
+            " but the file has ", stripes, " stripes"));
+      }
+      result.admission_states[stripe] = value.ToString();
+    } else if (key == StripeRowsKey() && value.size() == stripes * 8) {
+      stripe_rows.assign(stripes, 0);
+      for (size_t s = 0; s < stripes; ++s) {
+        for (int b = 7; b >= 0; --b) {
+          stripe_rows[s] = (stripe_rows[s] << 8) |
+                           static_cast<unsigned char>(value[s * 8 + b]);
+        }
+      }
+    }
+  }
+  RETURN_IF_ERROR(FromRocks(it->status(), "read", path));
+
+  if (!result.incremental && !keep && table.spills() &&
+      stripe_rows.size() == static_cast<size_t>(table.spec().num_stripes)) {
+    // A whole full file joins the spill tier as it is. Only its first
+    // rows are read, as many as the memory budget holds: they go to memory.
+    const size_t prefix_limit = table.spec().memory_budget_bytes;
+    std::vector<uint64_t> keys;
+    std::vector<char> records;
+    for (it->SeekToFirst(); it->Valid() && it->key().size() == 8 &&
+                            records.size() + record_bytes <= prefix_limit;
+         it->Next()) {
+      const uint64_t row_key = DecodeKey(it->key().data());
+      const rocksdb::Slice value = it->value();
+      if (value.size() != record_bytes) {
+        return absl::DataLossError(absl::StrCat(
+            "checkpoint file '", path, "': row of key ", row_key, " has ",
+            value.size(), " bytes in a full file, expected ", record_bytes));
+      }
+      keys.push_back(row_key);
+      records.insert(records.end(), value.data(), value.data() + value.size());
+    }
+    RETURN_IF_ERROR(FromRocks(it->status(), "read", path));
+    for (uint64_t rows : stripe_rows) result.rows += rows;
+    RETURN_IF_ERROR(verify());
+    RETURN_IF_ERROR(table.AdoptSpillFile(path, keys, records, stripe_rows));
+    return result;
+  }
+
   const size_t batch_rows =
       std::max<size_t>(1, kRestoreBatchBytes / record_bytes);
-
-  // A whole full file joins a spill tier as it is: the loop only collects
-  // its keys, and the records of the first rows, as many as the memory
-  // budget holds (they go to memory; any others memory takes are read
-  // back from the spill tier).
-  const bool adopt = !result.incremental && !keep && table.spills();
-  const size_t prefix_limit = adopt ? table.spec().memory_budget_bytes : 0;
   const Table::RestoredKeys assume = result.incremental
                                          ? Table::RestoredKeys::kMayExist
                                          : Table::RestoredKeys::kNew;
-
   std::vector<uint64_t> keys;
   std::vector<char> records;
   std::vector<uint64_t> removed;
@@ -316,27 +382,9 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
     removed.clear();
     return absl::OkStatus();
   };
-  const std::string admission_prefix = MetaKey(
-      "\x01"
-      "admission");
-  for (it->SeekToFirst(); it->Valid(); it->Next()) {
-    const rocksdb::Slice key = it->key();
+  for (it->SeekToFirst(); it->Valid() && it->key().size() == 8; it->Next()) {
+    const uint64_t row_key = DecodeKey(it->key().data());
     const rocksdb::Slice value = it->value();
-    if (key.size() != 8) {
-      if (key.size() == admission_prefix.size() + 4 &&
-          key.starts_with(admission_prefix)) {
-        const uint32_t stripe = static_cast<uint32_t>(
-            DecodeKey(key.data() + key.size() - 8) & 0xffffffffu);
-        if (stripe >= stripes) {
-          return absl::DataLossError(absl::StrCat(
-              "checkpoint file '", path, "': admission state of stripe ",
-              stripe, " but the file has ", stripes, " stripes"));
-        }
-        result.admission_states[stripe] = value.ToString();
-      }
-      continue;
-    }
-    const uint64_t row_key = DecodeKey(key.data());
     if (keep && !keep(row_key)) {
       ++result.skipped;
       continue;
@@ -355,23 +403,13 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
           value.size(), " bytes, expected ", record_bytes));
     } else {
       keys.push_back(row_key);
-      if (!adopt || records.size() + record_bytes <= prefix_limit) {
-        records.insert(records.end(), value.data(),
-                       value.data() + value.size());
-      }
+      records.insert(records.end(), value.data(), value.data() + value.size());
       ++result.rows;
     }
-    if (!adopt && keys.size() + removed.size() >= batch_rows) {
-      RETURN_IF_ERROR(flush());
-    }
+    if (keys.size() + removed.size() >= batch_rows) RETURN_IF_ERROR(flush());
   }
   RETURN_IF_ERROR(FromRocks(it->status(), "read", path));
-  if (!adopt) {
-    RETURN_IF_ERROR(flush());
-    return result;
-  }
-  RETURN_IF_ERROR(verify());
-  RETURN_IF_ERROR(table.AdoptSpillFile(path, keys, records));
+  RETURN_IF_ERROR(flush());
   return result;
 }
 

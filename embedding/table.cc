@@ -84,6 +84,11 @@ constexpr int32_t kHeaderFloats = sizeof(RowHeader) / sizeof(float);
 
 uint64_t KeyHash(uint64_t key) { return Mix64(key + kTableHashSalt); }
 
+// Stripes take the hash's top bits; absl's index uses the low ones.
+uint32_t StripeIndexOfHash(uint64_t hash, uint32_t stripe_mask) {
+  return static_cast<uint32_t>(hash >> 52) & stripe_mask;
+}
+
 // A lookup key for the row index, with its hash computed once.
 struct KeyProbe {
   uint64_t key;
@@ -371,8 +376,14 @@ class CopiedSnapshot final : public TableSnapshot {
   };
   static constexpr size_t kRemoved = SIZE_MAX;
 
-  CopiedSnapshot(bool incremental, size_t record_bytes)
-      : incremental_(incremental), record_bytes_(record_bytes) {}
+  CopiedSnapshot(bool incremental, size_t record_bytes, uint32_t stripe_mask)
+      : incremental_(incremental),
+        record_bytes_(record_bytes),
+        stripe_mask_(stripe_mask) {}
+
+  uint32_t StripeOfKey(uint64_t key) const override {
+    return StripeIndexOfHash(KeyHash(key), stripe_mask_);
+  }
 
   bool incremental() const override { return incremental_; }
   size_t record_bytes() const override { return record_bytes_; }
@@ -460,6 +471,7 @@ class CopiedSnapshot final : public TableSnapshot {
 
   const bool incremental_;
   const size_t record_bytes_;
+  const uint32_t stripe_mask_;
 };
 
 class MemoryTable final : public Table {
@@ -796,9 +808,8 @@ class MemoryTable final : public Table {
  private:
   static int32_t RoundUp4(int32_t x) { return (x + 3) & ~3; }
 
-  // Stripes take the hash's top bits; absl's index uses the low ones.
   uint32_t StripeIndex(uint64_t hash) const {
-    return static_cast<uint32_t>(hash >> 52) & stripe_mask_;
+    return StripeIndexOfHash(hash, stripe_mask_);
   }
   Stripe& StripeOf(uint64_t hash) const { return *stripes_[StripeIndex(hash)]; }
 
@@ -1152,8 +1163,8 @@ class MemoryTable final : public Table {
   absl::StatusOr<std::unique_ptr<TableSnapshot>> TakeSnapshot(
       bool incremental) override ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const bool first = !tracking_changes_.load(std::memory_order_relaxed);
-    auto snapshot =
-        std::make_unique<CopiedSnapshot>(incremental && !first, record_bytes_);
+    auto snapshot = std::make_unique<CopiedSnapshot>(
+        incremental && !first, record_bytes_, stripe_mask_);
     const bool only_changed = snapshot->incremental();
     std::vector<uint64_t> spilled_dirty;
     // The pause: every stripe locked (in index order, the only place that
@@ -1205,22 +1216,62 @@ class MemoryTable final : public Table {
 
   bool spills() const override { return spill_ != nullptr; }
 
-  absl::Status AdoptSpillFile(const std::string& path,
-                              absl::Span<const uint64_t> keys,
-                              absl::Span<const char> prefix_records) override {
+  uint32_t StripeOfKey(uint64_t key) const override {
+    return StripeIndex(KeyHash(key));
+  }
+
+  absl::Status AdoptSpillFile(
+      const std::string& path, absl::Span<const uint64_t> keys,
+      absl::Span<const char> records,
+      absl::Span<const uint64_t> rows_per_stripe) override {
     if (spill_ == nullptr) {
       return absl::FailedPreconditionError(absl::StrCat(
           "table '", spec_.name, "' has no spill tier to adopt '", path, "'"));
     }
-    if (prefix_records.size() % record_bytes_ != 0 ||
-        prefix_records.size() / record_bytes_ > keys.size()) {
+    if (records.size() != keys.size() * record_bytes_ ||
+        rows_per_stripe.size() != stripes_.size()) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "AdoptSpillFile of table '", spec_.name, "': ", prefix_records.size(),
-          " bytes are not records of a prefix of ", keys.size(), " keys (",
-          record_bytes_, " bytes each)"));
+          "AdoptSpillFile of table '", spec_.name, "': ", keys.size(),
+          " keys with ", records.size(), " bytes of records (", record_bytes_,
+          " each) and row counts of ", rows_per_stripe.size(), " stripes (",
+          stripes_.size(), " here)"));
     }
     RETURN_IF_ERROR(spill_->Adopt(path));
-    return PlaceNewRowsOfSpillTier(keys, prefix_records);
+    BatchScratch& scratch = GroupByStripe(keys, ThreadScratch(0));
+    for (size_t s = 0; s < stripes_.size(); ++s) {
+      const uint32_t begin = scratch.group_begin[s];
+      const uint32_t end = scratch.group_begin[s + 1];
+      Stripe& stripe = *stripes_[s];
+      MutexLock lock(&stripe.mu);
+      SpillState& spill = stripe.spill();
+      // Lock-free reads that began before the file joined look again.
+      ++spill.generation;
+      uint64_t placed = 0;
+      for (uint32_t j = begin; j < end; ++j) {
+        const uint32_t pos = scratch.order[j];
+        const uint64_t key = keys[pos];
+        if (!spill.removed_keys.empty()) spill.removed_keys.erase(key);
+        auto it = stripe.index().find(KeyProbe{key, scratch.hashes[j]},
+                                      scratch.hashes[j]);
+        RowId id;
+        if (it != stripe.index().end()) {
+          id = *it;  // created by a concurrent Pull: the restored row wins
+        } else if (stripe.index().size() >= max_resident_per_stripe_) {
+          continue;
+        } else {
+          ASSIGN_OR_RETURN(id, stripe.AllocateRow(key, 0));
+          stripe.index().insert(id);
+        }
+        ++placed;
+        std::memcpy(reinterpret_cast<char*>(stripe.Row(id)) + kRecordOffset,
+                    records.data() + static_cast<size_t>(pos) * record_bytes_,
+                    record_bytes_);
+        stripe.MutableHeader(id).access_word &= kCountMask;
+      }
+      spill.spilled_rows +=
+          rows_per_stripe[s] - std::min<uint64_t>(placed, rows_per_stripe[s]);
+    }
+    return absl::OkStatus();
   }
 
   absl::Status RestoreRows(absl::Span<const uint64_t> keys,
@@ -1344,31 +1395,11 @@ class MemoryTable final : public Table {
     return PlaceNewRowsOfSpillTier(keys, records);
   }
 
-  // The second step of both: rows whose records are in the spill tier
-  // already move into memory while their stripe has room; the others count
-  // as spilled. `prefix_records` holds the records of the first keys (all,
-  // or as many as the caller kept); rows that move into memory beyond them
-  // are read back from the spill tier in one MultiGet.
+  // The second step: rows whose records are in the spill tier already move
+  // into memory while their stripe has room; the others count as spilled.
   absl::Status PlaceNewRowsOfSpillTier(absl::Span<const uint64_t> keys,
-                                       absl::Span<const char> prefix_records) {
-    const size_t with_record = prefix_records.size() / record_bytes_;
+                                       absl::Span<const char> records) {
     BatchScratch& scratch = GroupByStripe(keys, ThreadScratch(0));
-    std::vector<uint64_t> to_fetch;
-    for (size_t s = 0; s < stripes_.size(); ++s) {
-      Stripe& stripe = *stripes_[s];
-      MutexLock lock(&stripe.mu);
-      uint64_t room =
-          max_resident_per_stripe_ -
-          std::min<uint64_t>(max_resident_per_stripe_, stripe.index().size());
-      for (uint32_t j = scratch.group_begin[s];
-           j < scratch.group_begin[s + 1] && room > 0; ++j, --room) {
-        if (scratch.order[j] >= with_record) {
-          to_fetch.push_back(keys[scratch.order[j]]);
-        }
-      }
-    }
-    FetchedRows fetched(record_bytes_);
-    RETURN_IF_ERROR(fetched.Fetch(*spill_, SortedUnique(to_fetch)));
     for (size_t s = 0; s < stripes_.size(); ++s) {
       const uint32_t begin = scratch.group_begin[s];
       const uint32_t end = scratch.group_begin[s + 1];
@@ -1385,27 +1416,10 @@ class MemoryTable final : public Table {
         if (!spill.removed_keys.empty()) spill.removed_keys.erase(key);
         auto it = stripe.index().find(KeyProbe{key, scratch.hashes[j]},
                                       scratch.hashes[j]);
-        const char* record = pos < with_record
-                                 ? prefix_records.data() +
-                                       static_cast<size_t>(pos) * record_bytes_
-                                 : fetched.Find(key);
         RowId id;
         if (it != stripe.index().end()) {
-          // Created by a concurrent Pull since the caller looked: the
-          // restored record replaces it.
-          id = *it;
-          if (record == nullptr) {
-            const uint64_t one[] = {key};
-            RETURN_IF_ERROR(fetched.Fetch(*spill_, one));
-            record = fetched.Find(key);
-          }
-          if (record == nullptr) {
-            return absl::InternalError(
-                absl::StrCat("restore of table '", spec_.name, "': key ", key,
-                             " vanished from the spill tier"));
-          }
-        } else if (record == nullptr ||
-                   stripe.index().size() >= max_resident_per_stripe_) {
+          id = *it;  // created by a concurrent Pull: the restored row wins
+        } else if (stripe.index().size() >= max_resident_per_stripe_) {
           ++spill.spilled_rows;
           continue;
         } else {
@@ -1413,7 +1427,8 @@ class MemoryTable final : public Table {
           stripe.index().insert(id);
         }
         std::memcpy(reinterpret_cast<char*>(stripe.Row(id)) + kRecordOffset,
-                    record, record_bytes_);
+                    records.data() + static_cast<size_t>(pos) * record_bytes_,
+                    record_bytes_);
         stripe.MutableHeader(id).access_word &= kCountMask;
       }
     }

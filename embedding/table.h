@@ -128,6 +128,8 @@ class TableSnapshot {
   virtual uint64_t copied_rows() const = 0;
   // How long the table's locks were held to take it: the training pause.
   virtual absl::Duration pause() const = 0;
+  // The lock stripe the table keeps `key` in (as Table::StripeOfKey).
+  virtual uint32_t StripeOfKey(uint64_t key) const = 0;
 };
 
 // One row as Scan shows it. Valid only during the visit.
@@ -231,15 +233,22 @@ class Table {
   // checkpoint_file.h: 8-byte big-endian keys to records; longer keys are
   // metadata, not rows) into a spilling table: the file joins the spill
   // tier as it is -- hard-linked where the file system allows, else copied;
-  // the file itself is never changed -- and rows move into memory while
-  // each stripe has room. `keys`: every row key of the file;
-  // `prefix_records`: the records of its first keys (as many as the caller
-  // kept, none is fine), the others are read back from the spill tier.
-  // REQUIRES: the table holds none of the file's keys. FAILED_PRECONDITION
-  // without a spill tier; errors name the file.
+  // the file itself is never changed. `keys` and `records`: the file's
+  // first rows, in order (as many as the caller read, none is fine); they
+  // move into memory while their stripe has room, every other row stays in
+  // the spill tier. `rows_per_stripe`: how many of the file's rows each
+  // lock stripe (StripeOfKey) holds, for the spill counts.
+  // REQUIRES: the table holds none of the file's keys (rows that concurrent
+  // Pulls create meanwhile stay as they are unless among `keys`).
+  // FAILED_PRECONDITION without a spill tier; INVALID_ARGUMENT if the
+  // shapes disagree; errors name the file.
   virtual absl::Status AdoptSpillFile(
       const std::string& path, absl::Span<const uint64_t> keys,
-      absl::Span<const char> prefix_records) = 0;
+      absl::Span<const char> records,
+      absl::Span<const uint64_t> rows_per_stripe) = 0;
+
+  // The lock stripe `key` belongs to, in [0, spec().num_stripes).
+  virtual uint32_t StripeOfKey(uint64_t key) const = 0;
 
   // True if the table has a spill tier.
   virtual bool spills() const = 0;

@@ -241,11 +241,12 @@ TEST(SpillTest, BulkRestoreRefusesRepeatedKeysAndChangesNothing) {
   EXPECT_EQ(table->Stats().rows, 0u);
 }
 
-TEST(SpillTest, AdoptingAFileNeedsASpillTierAndRecordsOfAPrefix) {
+TEST(SpillTest, AdoptingAFileNeedsASpillTierAndConsistentShapes) {
   TableSpec spec = SpecWith(OptimizerSpec::Kind::kSgd);
   ASSERT_OK_AND_ASSIGN(auto memory_only, Table::Create(spec));
+  const std::vector<uint64_t> counts(spec.num_stripes, 0);
   EXPECT_THAT(
-      memory_only->AdoptSpillFile("/nowhere/t.sst", {}, {}),
+      memory_only->AdoptSpillFile("/nowhere/t.sst", {}, {}, counts),
       ::embedps::testing::StatusIs(absl::StatusCode::kFailedPrecondition,
                                    ::testing::HasSubstr("no spill tier")));
   const size_t record_bytes =
@@ -254,18 +255,19 @@ TEST(SpillTest, AdoptingAFileNeedsASpillTierAndRecordsOfAPrefix) {
   TableOptions options;
   options.spill_directory = absl::StrCat(::testing::TempDir(), "/adopt_bad");
   ASSERT_OK_AND_ASSIGN(auto spilling, Table::Create(spec, options));
-  // Records of more keys than named, and a partial record.
-  EXPECT_THAT(spilling->AdoptSpillFile("/nowhere/t.sst", {7},
-                                       std::vector<char>(2 * record_bytes)),
+  // Records of more keys than named; row counts of another stripe count.
+  EXPECT_THAT(
+      spilling->AdoptSpillFile("/nowhere/t.sst", {7},
+                               std::vector<char>(2 * record_bytes), counts),
+      ::embedps::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                   ::testing::HasSubstr("bytes of records")));
+  EXPECT_THAT(spilling->AdoptSpillFile("/nowhere/t.sst", {}, {},
+                                       std::vector<uint64_t>(3, 0)),
               ::embedps::testing::StatusIs(absl::StatusCode::kInvalidArgument,
-                                           ::testing::HasSubstr("prefix")));
-  EXPECT_THAT(spilling->AdoptSpillFile("/nowhere/t.sst", {7},
-                                       std::vector<char>(record_bytes - 1)),
-              ::embedps::testing::StatusIs(absl::StatusCode::kInvalidArgument,
-                                           ::testing::HasSubstr("prefix")));
+                                           ::testing::HasSubstr("stripes")));
   // A file that is not there.
   EXPECT_THAT(
-      spilling->AdoptSpillFile("/nowhere/t.sst", {7}, {}),
+      spilling->AdoptSpillFile("/nowhere/t.sst", {}, {}, counts),
       ::embedps::testing::StatusIs(absl::StatusCode::kUnavailable,
                                    ::testing::HasSubstr("/nowhere/t.sst")));
   EXPECT_EQ(spilling->Stats().rows, 0u);
