@@ -1237,41 +1237,7 @@ class MemoryTable final : public Table {
           stripes_.size(), " here)"));
     }
     RETURN_IF_ERROR(spill_->Adopt(path));
-    BatchScratch& scratch = GroupByStripe(keys, ThreadScratch(0));
-    for (size_t s = 0; s < stripes_.size(); ++s) {
-      const uint32_t begin = scratch.group_begin[s];
-      const uint32_t end = scratch.group_begin[s + 1];
-      Stripe& stripe = *stripes_[s];
-      MutexLock lock(&stripe.mu);
-      SpillState& spill = stripe.spill();
-      // Lock-free reads that began before the file joined look again.
-      ++spill.generation;
-      uint64_t placed = 0;
-      for (uint32_t j = begin; j < end; ++j) {
-        const uint32_t pos = scratch.order[j];
-        const uint64_t key = keys[pos];
-        if (!spill.removed_keys.empty()) spill.removed_keys.erase(key);
-        auto it = stripe.index().find(KeyProbe{key, scratch.hashes[j]},
-                                      scratch.hashes[j]);
-        RowId id;
-        if (it != stripe.index().end()) {
-          id = *it;  // created by a concurrent Pull: the restored row wins
-        } else if (stripe.index().size() >= max_resident_per_stripe_) {
-          continue;
-        } else {
-          ASSIGN_OR_RETURN(id, stripe.AllocateRow(key, 0));
-          stripe.index().insert(id);
-        }
-        ++placed;
-        std::memcpy(reinterpret_cast<char*>(stripe.Row(id)) + kRecordOffset,
-                    records.data() + static_cast<size_t>(pos) * record_bytes_,
-                    record_bytes_);
-        stripe.MutableHeader(id).access_word &= kCountMask;
-      }
-      spill.spilled_rows +=
-          rows_per_stripe[s] - std::min<uint64_t>(placed, rows_per_stripe[s]);
-    }
-    return absl::OkStatus();
+    return PlaceRowsOfSpillTier(keys, records, rows_per_stripe);
   }
 
   absl::Status RestoreRows(absl::Span<const uint64_t> keys,
@@ -1392,24 +1358,29 @@ class MemoryTable final : public Table {
       ingest_records = sorted_records.data();
     }
     RETURN_IF_ERROR(spill_->Ingest(ingest_keys, ingest_records));
-    return PlaceNewRowsOfSpillTier(keys, records);
+    return PlaceRowsOfSpillTier(keys, records);
   }
 
-  // The second step: rows whose records are in the spill tier already move
-  // into memory while their stripe has room; the others count as spilled.
-  absl::Status PlaceNewRowsOfSpillTier(absl::Span<const uint64_t> keys,
-                                       absl::Span<const char> records) {
+  // The second step of both restores that go through the spill tier: rows
+  // whose records are there already move into memory while their stripe
+  // has room. The others count as spilled: the keys not placed, or, given
+  // `rows_per_stripe` (the spill tier holds that many rows of each stripe,
+  // `keys` among them), those counts less the rows placed.
+  absl::Status PlaceRowsOfSpillTier(
+      absl::Span<const uint64_t> keys, absl::Span<const char> records,
+      absl::Span<const uint64_t> rows_per_stripe = {}) {
     BatchScratch& scratch = GroupByStripe(keys, ThreadScratch(0));
     for (size_t s = 0; s < stripes_.size(); ++s) {
       const uint32_t begin = scratch.group_begin[s];
       const uint32_t end = scratch.group_begin[s + 1];
-      if (begin == end) continue;
+      if (begin == end && rows_per_stripe.empty()) continue;
       Stripe& stripe = *stripes_[s];
       MutexLock lock(&stripe.mu);
       SpillState& spill = stripe.spill();
       // Lock-free reads that began before the rows reached the spill tier
       // look again.
       ++spill.generation;
+      uint64_t placed = 0;
       for (uint32_t j = begin; j < end; ++j) {
         const uint32_t pos = scratch.order[j];
         const uint64_t key = keys[pos];
@@ -1420,17 +1391,20 @@ class MemoryTable final : public Table {
         if (it != stripe.index().end()) {
           id = *it;  // created by a concurrent Pull: the restored row wins
         } else if (stripe.index().size() >= max_resident_per_stripe_) {
-          ++spill.spilled_rows;
           continue;
         } else {
           ASSIGN_OR_RETURN(id, stripe.AllocateRow(key, 0));
           stripe.index().insert(id);
         }
+        ++placed;
         std::memcpy(reinterpret_cast<char*>(stripe.Row(id)) + kRecordOffset,
                     records.data() + static_cast<size_t>(pos) * record_bytes_,
                     record_bytes_);
         stripe.MutableHeader(id).access_word &= kCountMask;
       }
+      const uint64_t held =
+          rows_per_stripe.empty() ? end - begin : rows_per_stripe[s];
+      spill.spilled_rows += held - std::min(placed, held);
     }
     return absl::OkStatus();
   }

@@ -63,6 +63,12 @@ TableSpec SpecWith(OptimizerSpec::Kind kind) {
   return spec;
 }
 
+size_t SgdRecordBytes() {
+  return RowRecordBytes(
+      kDim, OptimizerStateFloats(SpecWith(OptimizerSpec::Kind::kSgd).optimizer,
+                                 kDim));
+}
+
 class SpillTrajectoryTest
     : public ::testing::TestWithParam<OptimizerSpec::Kind> {};
 
@@ -222,14 +228,19 @@ TEST(SpillTest, BulkRestoreOfNewRowsEqualsRestoringThemInSmallBatches) {
   EXPECT_EQ(AllRows(*bulk), AllRows(*batched));
 }
 
-TEST(SpillTest, BulkRestoreRefusesRepeatedKeysAndChangesNothing) {
+// An SGD table that spills beyond a budget of ~10 rows per stripe.
+absl::StatusOr<std::unique_ptr<Table>> SmallSpillingTable(
+    const std::string& name) {
   TableSpec spec = SpecWith(OptimizerSpec::Kind::kSgd);
-  const size_t record_bytes =
-      RowRecordBytes(kDim, OptimizerStateFloats(spec.optimizer, kDim));
-  spec.memory_budget_bytes = 4 * 10 * record_bytes;
+  spec.memory_budget_bytes = spec.num_stripes * 10 * SgdRecordBytes();
   TableOptions options;
-  options.spill_directory = absl::StrCat(::testing::TempDir(), "/repeated");
-  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec, options));
+  options.spill_directory = absl::StrCat(::testing::TempDir(), "/", name);
+  return Table::Create(spec, options);
+}
+
+TEST(SpillTest, BulkRestoreRefusesRepeatedKeysAndChangesNothing) {
+  const size_t record_bytes = SgdRecordBytes();
+  ASSERT_OK_AND_ASSIGN(auto table, SmallSpillingTable("repeated"));
   std::vector<uint64_t> keys(5000);
   for (size_t i = 0; i < keys.size(); ++i) keys[i] = 5000 - i;
   keys[10] = keys[20];
@@ -249,12 +260,8 @@ TEST(SpillTest, AdoptingAFileNeedsASpillTierAndConsistentShapes) {
       memory_only->AdoptSpillFile("/nowhere/t.sst", {}, {}, counts),
       ::embedps::testing::StatusIs(absl::StatusCode::kFailedPrecondition,
                                    ::testing::HasSubstr("no spill tier")));
-  const size_t record_bytes =
-      RowRecordBytes(kDim, OptimizerStateFloats(spec.optimizer, kDim));
-  spec.memory_budget_bytes = 4 * 10 * record_bytes;
-  TableOptions options;
-  options.spill_directory = absl::StrCat(::testing::TempDir(), "/adopt_bad");
-  ASSERT_OK_AND_ASSIGN(auto spilling, Table::Create(spec, options));
+  const size_t record_bytes = SgdRecordBytes();
+  ASSERT_OK_AND_ASSIGN(auto spilling, SmallSpillingTable("adopt_bad"));
   // Records of more keys than named; row counts of another stripe count.
   EXPECT_THAT(
       spilling->AdoptSpillFile("/nowhere/t.sst", {7},
