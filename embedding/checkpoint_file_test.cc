@@ -1,5 +1,7 @@
 #include "embedding/checkpoint_file.h"
 
+#include <unistd.h>
+
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -124,6 +126,10 @@ TEST_P(CheckpointFileTest, FullCheckpointRestoresEveryRowExactly) {
   const TableFileRestore result = Restore(path, summary.xxh3, *restored);
   EXPECT_EQ(result.rows, want.size());
   EXPECT_EQ(Contents(*restored), want);
+  if (GetParam()) {
+    EXPECT_EQ(std::filesystem::hard_link_count(path), 2u)
+        << "the spill tier holds the file by a hard link";
+  }
   const TableStats stats = restored->Stats();
   EXPECT_EQ(stats.resident_rows + stats.spilled_rows, want.size());
   // A spilling table adopted the file into its spill tier; training on
@@ -164,6 +170,33 @@ TEST_P(CheckpointFileTest, AnAdoptedFileWithoutRecordsServesRowsFromDisk) {
   // Rows come to memory on use, as spilled ones do.
   Train(*restored, 5, 2);
   EXPECT_GT(restored->Stats().resident_rows, 0u);
+}
+
+TEST_P(CheckpointFileTest, AFileOnAnotherFileSystemIsCopiedNotLinked) {
+  if (!GetParam()) GTEST_SKIP() << "adopting needs a spill tier";
+  // tmpfs: another file system than the test's temporary directory, so the
+  // hard link fails and the spill tier takes a copy.
+  const std::string elsewhere = absl::StrCat(
+      "/dev/shm/embedps_ckpt_",
+      ::testing::UnitTest::GetInstance()->random_seed(), "_", getpid());
+  std::error_code error;
+  if (!std::filesystem::create_directories(elsewhere, error) || error) {
+    GTEST_SKIP() << "no /dev/shm here";
+  }
+  auto table = MakeTable();
+  Train(*table, 30, 1);
+  const auto want = Contents(*table);
+  ASSERT_OK_AND_ASSIGN(auto snapshot, table->TakeSnapshot(false));
+  const std::string path = elsewhere + "/full.sst";
+  ASSERT_OK_AND_ASSIGN(const TableFileSummary summary,
+                       WriteTableFile(*snapshot, path));
+  auto restored = MakeTable();
+  Restore(path, summary.xxh3, *restored);
+  EXPECT_EQ(Contents(*restored), want);
+  EXPECT_EQ(std::filesystem::hard_link_count(path), 1u) << "copied, not linked";
+  std::filesystem::remove_all(elsewhere);
+  // The copy is the spill tier's own: the rows stay readable.
+  EXPECT_EQ(Contents(*restored), want);
 }
 
 TEST_P(CheckpointFileTest, IncrementalHoldsOnlyChangesAndRestoresOnTop) {
