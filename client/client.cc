@@ -128,7 +128,19 @@ absl::Status RunParts(size_t count,
 
 struct Client::Impl {
   ClientOptions options;
-  std::vector<std::unique_ptr<proto::EmbeddingService::Stub>> stubs;
+  // stubs[shard][channel]
+  std::vector<std::vector<std::unique_ptr<proto::EmbeddingService::Stub>>>
+      stubs;
+  std::atomic<uint64_t> next_channel{0};
+
+  // The shard's next channel, in turn.
+  proto::EmbeddingService::Stub* Stub(size_t shard) {
+    const auto& channels = stubs[shard];
+    if (channels.size() == 1) return channels[0].get();
+    return channels[next_channel.fetch_add(1, std::memory_order_relaxed) %
+                    channels.size()]
+        .get();
+  }
   uint64_t client_id = 0;
   std::atomic<uint64_t> next_sequence{1};
 
@@ -170,6 +182,10 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
     return absl::InvalidArgumentError(
         "ClientOptions.servers is empty: name every shard");
   }
+  if (options.channels_per_shard < 1) {
+    return absl::InvalidArgumentError(
+        "ClientOptions.channels_per_shard must be >= 1");
+  }
   if (options.max_keys_per_request == 0) {
     return absl::InvalidArgumentError(
         "ClientOptions.max_keys_per_request must be > 0");
@@ -183,10 +199,18 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  if (options.channels_per_shard > 1) {
+    // Otherwise gRPC shares one connection among channels of equal
+    // arguments.
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  }
   for (const std::string& server : options.servers) {
-    impl->stubs.push_back(
-        proto::EmbeddingService::NewStub(grpc::CreateCustomChannel(
-            server, grpc::InsecureChannelCredentials(), args)));
+    impl->stubs.emplace_back();
+    for (int c = 0; c < options.channels_per_shard; ++c) {
+      impl->stubs.back().push_back(
+          proto::EmbeddingService::NewStub(grpc::CreateCustomChannel(
+              server, grpc::InsecureChannelCredentials(), args)));
+    }
   }
   impl->client_id = std::random_device{}() * uint64_t{0x100000001} ^
                     static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
@@ -217,7 +241,7 @@ absl::StatusOr<TableHandle> Client::CreateTable(
     proto::CreateTableResponse response;
     absl::Status s = impl_->Call(static_cast<int32_t>(shard), "CreateTable",
                                  [&](grpc::ClientContext* context) {
-                                   return impl_->stubs[shard]->CreateTable(
+                                   return impl_->Stub(shard)->CreateTable(
                                        context, request, &response);
                                  });
     handle.shard_table_ids[shard] = response.table_id();
@@ -276,8 +300,7 @@ absl::Status Client::PullRows(const TableHandle& table,
         absl::Status s = impl_->Call(
             part.shard, method,
             [&](grpc::ClientContext* context) {
-              return impl_->stubs[part.shard]->Pull(context, request,
-                                                    &response);
+              return impl_->Stub(part.shard)->Pull(context, request, &response);
             },
             table.step_timeout);
         if (!s.ok()) return s;
@@ -372,7 +395,7 @@ absl::Status Client::Push(const TableHandle& table,
     }
     proto::PushResponse response;
     return impl_->Call(part.shard, "Push", [&](grpc::ClientContext* context) {
-      return impl_->stubs[part.shard]->Push(context, request, &response);
+      return impl_->Stub(part.shard)->Push(context, request, &response);
     });
   });
 }
@@ -440,7 +463,7 @@ Client::StartCheckpoint(const CheckpointOptions& options) {
   // The tables' specs, for the manifest (every shard has every table).
   proto::ListTablesResponse tables;
   RETURN_IF_ERROR(impl_->Call(0, "ListTables", [&](grpc::ClientContext* c) {
-    return impl_->stubs[0]->ListTables(c, proto::ListTablesRequest(), &tables);
+    return impl_->Stub(0)->ListTables(c, proto::ListTablesRequest(), &tables);
   }));
   for (const auto& entry : tables.table()) {
     pending->tables_.push_back(entry.config());
@@ -456,7 +479,7 @@ Client::StartCheckpoint(const CheckpointOptions& options) {
     proto::SaveResponse response;
     RETURN_IF_ERROR(impl_->Call(
         static_cast<int32_t>(shard), "Save", [&](grpc::ClientContext* c) {
-          return impl_->stubs[shard]->Save(c, request, &response);
+          return impl_->Stub(shard)->Save(c, request, &response);
         }));
     pauses[shard] = response.pause_seconds();
     return absl::OkStatus();
@@ -477,7 +500,7 @@ absl::StatusOr<proto::CheckpointManifest> Client::PendingCheckpoint::Finish(
     return impl.Call(
         static_cast<int32_t>(shard), "AwaitSave",
         [&](grpc::ClientContext* c) {
-          return impl.stubs[shard]->AwaitSave(c, request, &saved[shard]);
+          return impl.Stub(shard)->AwaitSave(c, request, &saved[shard]);
         },
         absl::Hours(1));
   }));
@@ -544,7 +567,7 @@ absl::StatusOr<proto::LoadResponse> Client::Load(const std::string& path) {
     return impl_->Call(
         static_cast<int32_t>(shard), "Load",
         [&](grpc::ClientContext* c) {
-          return impl_->stubs[shard]->Load(c, request, &responses[shard]);
+          return impl_->Stub(shard)->Load(c, request, &responses[shard]);
         },
         absl::Hours(1));
   }));
@@ -557,8 +580,8 @@ absl::StatusOr<std::vector<proto::StatsResponse>> Client::Stats() {
     proto::StatsRequest request;
     return impl_->Call(static_cast<int32_t>(shard), "Stats",
                        [&](grpc::ClientContext* context) {
-                         return impl_->stubs[shard]->Stats(context, request,
-                                                           &responses[shard]);
+                         return impl_->Stub(shard)->Stats(context, request,
+                                                          &responses[shard]);
                        });
   });
   if (!status.ok()) return status;

@@ -45,6 +45,10 @@ struct ClientOptions {
   proto::ValueType wire_type = proto::FLOAT32;
   // Largest gRPC message, in bytes. Default: 1 GiB.
   int max_message_bytes = 1 << 30;
+  // TCP connections (gRPC channels) to each shard; RPCs take them in turn.
+  // More than one lets several requests in flight to one shard travel on
+  // separate HTTP/2 connections. Default: 1.
+  int channels_per_shard = 1;
 };
 
 // A table as this client addresses it: its id on each shard.

@@ -62,11 +62,13 @@ class ClusterTest : public ::testing::Test {
 
   std::unique_ptr<client::Client> Connect(
       proto::ValueType wire = proto::FLOAT32,
-      absl::Duration retry_deadline = absl::Seconds(5)) {
+      absl::Duration retry_deadline = absl::Seconds(5),
+      int channels_per_shard = 1) {
     client::ClientOptions options;
     options.servers = addresses_;
     options.wire_type = wire;
     options.retry_deadline = retry_deadline;
+    options.channels_per_shard = channels_per_shard;
     auto client = client::Client::Connect(options);
     EXPECT_OK(client);
     return std::move(client).value();
@@ -178,7 +180,9 @@ TEST_F(ClusterTest, DuplicatesAndOrderArePreserved) {
 // a Push, as a training loop does; every update lands.
 TEST_F(ClusterTest, SharedClientWithAsyncCallsFromManyThreads) {
   StartShards(2);
-  auto client = Connect();
+  // Three connections to each shard, taken in turn by the calls.
+  auto client = Connect(proto::FLOAT32, absl::Seconds(5),
+                        /*channels_per_shard=*/3);
   ASSERT_OK_AND_ASSIGN(client::TableHandle table,
                        client->CreateTable(SgdTable("shared")));
   constexpr int kThreads = 4, kSteps = 50;
@@ -203,6 +207,18 @@ TEST_F(ClusterTest, SharedClientWithAsyncCallsFromManyThreads) {
     });
   }
   for (auto& thread : threads) thread.join();
+}
+
+TEST_F(ClusterTest, ClientOptionsThatCannotWorkAreRefused) {
+  client::ClientOptions options;
+  EXPECT_THAT(client::Client::Connect(options).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("servers is empty")));
+  options.servers = {"127.0.0.1:1"};
+  options.channels_per_shard = 0;
+  EXPECT_THAT(client::Client::Connect(options).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("channels_per_shard")));
 }
 
 TEST_F(ClusterTest, Float16OnTheWire) {

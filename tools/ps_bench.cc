@@ -56,6 +56,8 @@ ABSL_FLAG(std::vector<std::string>, distributions,
 ABSL_FLAG(std::vector<std::string>, wires,
           (std::vector<std::string>{"float32", "float16"}), "value encodings");
 ABSL_FLAG(uint64_t, keys, 1000000, "rows per table (the key space)");
+ABSL_FLAG(int, channels_per_shard, 1,
+          "gRPC channels (TCP connections) from the client to each shard");
 ABSL_FLAG(double, zipf_s, 1.05, "Zipf exponent");
 ABSL_FLAG(double, seconds, 1.0, "duration of each measurement");
 ABSL_FLAG(std::vector<std::string>, servers, {},
@@ -256,6 +258,7 @@ int Run() {
         client::ClientOptions options;
         options.servers = cluster.addresses;
         options.wire_type = wire;
+        options.channels_per_shard = absl::GetFlag(FLAGS_channels_per_shard);
         auto client_or = client::Client::Connect(options);
         Check(client_or.status(), "connecting");
         auto client = std::move(client_or).value();
