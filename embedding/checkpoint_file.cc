@@ -48,7 +48,7 @@ std::string MetaKey(absl::string_view suffix) {
 // because a C string would end at it.
 std::string InfoKey() { return MetaKey(absl::string_view("\0info", 5)); }
 
-// Full files: the rows of each lock stripe, S little-endian uint64s.
+// Full files: the rows of each lock stripe, S big-endian uint64s.
 std::string StripeRowsKey() { return MetaKey("\x02stripe_rows"); }
 
 std::string AdmissionKey(uint32_t stripe) {
@@ -86,11 +86,10 @@ class Xxh3Generator : public rocksdb::FileChecksumGenerator {
     XXH3_64bits_update(state_, data, n);
   }
   void Finalize() override { value_ = XXH3_64bits_digest(state_); }
+  // 8 bytes, big-endian.
   std::string GetChecksum() const override {
     std::string bytes(8, '\0');
-    for (int i = 0; i < 8; ++i) {
-      bytes[i] = static_cast<char>(value_ >> (56 - 8 * i));
-    }
+    EncodeKey(value_, bytes.data());
     return bytes;
   }
   const char* Name() const override { return "embedps.XXH3_64"; }
@@ -138,9 +137,7 @@ absl::StatusOr<uint64_t> DecodeChecksum(const std::string& checksum,
                                             checksum.size(),
                                             "-byte file checksum, expected 8"));
   }
-  uint64_t value = 0;
-  for (char c : checksum) value = (value << 8) | static_cast<unsigned char>(c);
-  return value;
+  return DecodeKey(checksum.data());
 }
 
 }  // namespace
@@ -227,9 +224,7 @@ absl::StatusOr<TableFileSummary> WriteTableFile(const TableSnapshot& snapshot,
   if (!stripe_rows.empty()) {
     std::string counts(stripe_rows.size() * 8, '\0');
     for (size_t i = 0; i < stripe_rows.size(); ++i) {
-      for (int b = 0; b < 8; ++b) {
-        counts[i * 8 + b] = static_cast<char>(stripe_rows[i] >> (8 * b));
-      }
+      EncodeKey(stripe_rows[i], counts.data() + i * 8);
     }
     RETURN_IF_ERROR(
         FromRocks(writer.Put(StripeRowsKey(), counts), "put", temporary));
@@ -325,12 +320,9 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
       }
       result.admission_states[stripe] = value.ToString();
     } else if (key == StripeRowsKey() && value.size() == stripes * 8) {
-      stripe_rows.assign(stripes, 0);
+      stripe_rows.resize(stripes);
       for (size_t s = 0; s < stripes; ++s) {
-        for (int b = 7; b >= 0; --b) {
-          stripe_rows[s] = (stripe_rows[s] << 8) |
-                           static_cast<unsigned char>(value[s * 8 + b]);
-        }
+        stripe_rows[s] = DecodeKey(value.data() + s * 8);
       }
     }
   }

@@ -133,7 +133,8 @@ class SpillStore {
   std::atomic<uint64_t> next_ingest_file_{0};
 };
 
-// The 8-byte big-endian form of a key, and back.
+// The 8-byte big-endian form of a key (or of any uint64: checkpoint
+// files use it for their other integers too), and back.
 void EncodeKey(uint64_t key, char out[8]);
 uint64_t DecodeKey(const char in[8]);
 
