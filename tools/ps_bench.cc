@@ -219,13 +219,15 @@ void RawCall(Cluster& c, size_t request_bytes, size_t response_bytes) {
 }
 
 int Run() {
-  const std::string server =
-      FindBinary(absl::GetFlag(FLAGS_server_binary), "server/ps_server");
-  const std::string raw =
-      FindBinary(absl::GetFlag(FLAGS_raw_binary), "tools/raw_grpc_server");
+  // Every flag is checked before any server starts (Ints exits on a bad
+  // one, which would leave started servers behind).
   const uint64_t keys = absl::GetFlag(FLAGS_keys);
-  const double seconds = absl::GetFlag(FLAGS_seconds);
-  for (int batch : Ints(absl::GetFlag(FLAGS_batch_sizes))) {
+  const std::vector<int> dims = Ints(absl::GetFlag(FLAGS_dims));
+  const std::vector<int> batch_sizes = Ints(absl::GetFlag(FLAGS_batch_sizes));
+  const std::vector<int> inflights = Ints(absl::GetFlag(FLAGS_inflight));
+  const std::vector<int> flag_shard_counts =
+      Ints(absl::GetFlag(FLAGS_shard_counts));
+  for (int batch : batch_sizes) {
     if (static_cast<uint64_t>(batch) > keys) {
       std::fprintf(stderr,
                    "ps_bench: a batch of %d distinct keys needs --keys >= %d "
@@ -234,6 +236,11 @@ int Run() {
       return 2;
     }
   }
+  const std::string server =
+      FindBinary(absl::GetFlag(FLAGS_server_binary), "server/ps_server");
+  const std::string raw =
+      FindBinary(absl::GetFlag(FLAGS_raw_binary), "tools/raw_grpc_server");
+  const double seconds = absl::GetFlag(FLAGS_seconds);
   const ZipfRanks zipf(keys, absl::GetFlag(FLAGS_zipf_s));
   std::printf(
       "ps_bench: %llu keys per table, Adagrad, %.1f s per figure, %u hardware "
@@ -246,11 +253,11 @@ int Run() {
 
   const std::vector<std::string> running = absl::GetFlag(FLAGS_servers);
   const std::vector<int> shard_counts =
-      running.empty() ? Ints(absl::GetFlag(FLAGS_shard_counts))
+      running.empty() ? flag_shard_counts
                       : std::vector<int>{static_cast<int>(running.size())};
   for (int shards : shard_counts) {
     Cluster cluster = StartCluster(shards, running, server, raw);
-    for (int dim : Ints(absl::GetFlag(FLAGS_dims))) {
+    for (int dim : dims) {
       for (const std::string& wire_name : absl::GetFlag(FLAGS_wires)) {
         const proto::ValueType wire =
             wire_name == "float16" ? proto::FLOAT16 : proto::FLOAT32;
@@ -280,8 +287,8 @@ int Run() {
                   "filling");
           }
         }
-        for (int batch : Ints(absl::GetFlag(FLAGS_batch_sizes))) {
-          for (int inflight : Ints(absl::GetFlag(FLAGS_inflight))) {
+        for (int batch : batch_sizes) {
+          for (int inflight : inflights) {
             for (const std::string& dist : absl::GetFlag(FLAGS_distributions)) {
               std::vector<std::vector<std::vector<uint64_t>>> batches;
               for (int t = 0; t < inflight; ++t) {
