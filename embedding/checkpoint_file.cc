@@ -16,6 +16,7 @@
 #include "common/file_io.h"
 #include "common/status_macros.h"
 #include "embedding/internal/spill_store.h"
+#include "embedding/internal/write_behind_file_system.h"
 #include "rocksdb/env.h"
 #include "rocksdb/file_checksum.h"
 #include "rocksdb/filter_policy.h"
@@ -36,6 +37,10 @@ constexpr size_t kMetaPrefixBytes = 8;
 constexpr char kFormatTag[] = "embedps-table-file v1";
 // Bytes of rows read from a snapshot while the previous batch is written.
 constexpr size_t kWriteBatchBytes = size_t{8} << 20;
+// SstFileWriter's output buffer (one write to the file), and how much of it
+// may wait for the disk while the writer goes on.
+constexpr size_t kWriteBufferBytes = size_t{4} << 20;
+constexpr size_t kWriteBehindBytes = size_t{16} << 20;
 // Record bytes handed to Table::RestoreRows at a time: a spilling table
 // ingests each batch as one SST file, so batches are large.
 constexpr size_t kRestoreBatchBytes = size_t{64} << 20;
@@ -145,9 +150,25 @@ absl::StatusOr<uint64_t> DecodeChecksum(const std::string& checksum,
 absl::StatusOr<TableFileSummary> WriteTableFile(const TableSnapshot& snapshot,
                                                 const std::string& path) {
   const std::string temporary = path + ".tmp";
-  const rocksdb::Options options = FileOptions();
-  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(options), options);
-  RETURN_IF_ERROR(FromRocks(writer.Open(temporary), "open", temporary));
+  // The file is written with direct IO (no copy into the page cache, whose
+  // pages a checkpoint would only evict the table's from) behind the writer:
+  // SstFileWriter builds the next 4 MiB while the disk takes the last ones.
+  // File systems without direct IO (tmpfs) get ordinary writes.
+  const std::unique_ptr<rocksdb::Env> env =
+      internal::NewWriteBehindEnv(kWriteBehindBytes);
+  rocksdb::Options options = FileOptions();
+  options.env = env.get();
+  rocksdb::EnvOptions env_options(options);
+  env_options.use_direct_writes = true;
+  env_options.writable_file_max_buffer_size = kWriteBufferBytes;
+  // With direct IO there are no pages of the file to drop from the cache.
+  auto writer = std::make_unique<rocksdb::SstFileWriter>(
+      env_options, options, nullptr, /*invalidate_page_cache=*/false);
+  if (!writer->Open(temporary).ok()) {
+    env_options.use_direct_writes = false;
+    writer = std::make_unique<rocksdb::SstFileWriter>(env_options, options);
+    RETURN_IF_ERROR(FromRocks(writer->Open(temporary), "open", temporary));
+  }
   TableFileSummary summary;
   // Two threads: this one reads the snapshot (the spill tier's iterator)
   // into a batch while a second one adds the previous batch to the file.
@@ -172,7 +193,7 @@ absl::StatusOr<TableFileSummary> WriteTableFile(const TableSnapshot& snapshot,
               ? rocksdb::Slice()
               : rocksdb::Slice(batch.records.data() + i * record_bytes,
                                record_bytes);
-      RETURN_IF_ERROR(FromRocks(writer.Put(rocksdb::Slice(key, 8), value),
+      RETURN_IF_ERROR(FromRocks(writer->Put(rocksdb::Slice(key, 8), value),
                                 "put", temporary));
     }
     return absl::OkStatus();
@@ -210,7 +231,7 @@ absl::StatusOr<TableFileSummary> WriteTableFile(const TableSnapshot& snapshot,
   if (written.valid()) read.Update(written.get());
   RETURN_IF_ERROR(read);
   RETURN_IF_ERROR(FromRocks(
-      writer.Put(
+      writer->Put(
           InfoKey(),
           absl::StrCat(kFormatTag, " record_bytes=", snapshot.record_bytes(),
                        " incremental=", snapshot.incremental() ? 1 : 0,
@@ -219,7 +240,7 @@ absl::StatusOr<TableFileSummary> WriteTableFile(const TableSnapshot& snapshot,
   for (uint32_t s = 0; s < states.size(); ++s) {
     if (states[s].empty()) continue;
     RETURN_IF_ERROR(
-        FromRocks(writer.Put(AdmissionKey(s), states[s]), "put", temporary));
+        FromRocks(writer->Put(AdmissionKey(s), states[s]), "put", temporary));
   }
   if (!stripe_rows.empty()) {
     std::string counts(stripe_rows.size() * 8, '\0');
@@ -227,10 +248,10 @@ absl::StatusOr<TableFileSummary> WriteTableFile(const TableSnapshot& snapshot,
       EncodeKey(stripe_rows[i], counts.data() + i * 8);
     }
     RETURN_IF_ERROR(
-        FromRocks(writer.Put(StripeRowsKey(), counts), "put", temporary));
+        FromRocks(writer->Put(StripeRowsKey(), counts), "put", temporary));
   }
   rocksdb::ExternalSstFileInfo info;
-  RETURN_IF_ERROR(FromRocks(writer.Finish(&info), "finish", temporary));
+  RETURN_IF_ERROR(FromRocks(writer->Finish(&info), "finish", temporary));
   RETURN_IF_ERROR(SyncPath(temporary));
   ASSIGN_OR_RETURN(summary.xxh3, DecodeChecksum(info.file_checksum, temporary));
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
