@@ -41,6 +41,11 @@ rocksdb::Options SpillOptions(const SpillStoreOptions& options) {
   rocks.bottommost_compression = rocksdb::kNoCompression;
   // Small memtables: inserts walk a shallower skip list.
   rocks.write_buffer_size = 16 << 20;
+  // Most keys a promotion looks up are not in the memtables (they spilled
+  // long ago): a bloom filter over each memtable's whole keys answers those
+  // without walking the skip list.
+  rocks.memtable_prefix_bloom_size_ratio = 0.05;
+  rocks.memtable_whole_key_filtering = true;
   rocks.max_write_buffer_number = 4;
   rocks.level0_file_num_compaction_trigger = 8;
   rocks.target_file_size_base = 64 << 20;
