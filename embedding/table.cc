@@ -20,6 +20,7 @@
 #include "embedding/initializer.h"
 #include "embedding/internal/huge_page_allocator.h"
 #include "embedding/internal/row_arena.h"
+#include "embedding/internal/row_index_hash.h"
 #include "embedding/internal/spill_store.h"
 #include "embedding/optimizer.h"
 
@@ -28,9 +29,6 @@ namespace {
 
 using RowId = uint32_t;
 
-// Salt that makes the table's key hash independent of the shard routing
-// hash (Mix64(key)), so keys of one shard still spread over all stripes.
-constexpr uint64_t kTableHashSalt = 0x2545f4914f6cdd1dULL;
 // A row's last_touch holds this while the row is on the free list.
 constexpr uint32_t kFreeRowMark = UINT32_MAX;
 // Largest touch value a live row records.
@@ -39,7 +37,10 @@ constexpr uint32_t kMaxTouch = UINT32_MAX - 1;
 constexpr RowId kRowsPerLockHold = 4096;
 // Row ids are uint32; this one means "no row".
 constexpr RowId kNoRow = UINT32_MAX;
-constexpr uint64_t kMaxRowsPerStripe = kNoRow - 1;
+// Row ids fit in 24 bits: an index slot packs the id with an 8-bit key
+// fingerprint into 4 bytes. 16.7M rows a stripe, 1.07 billion a table with
+// the default 64 stripes (more stripes raise it).
+constexpr uint64_t kMaxRowsPerStripe = uint64_t{1} << 24;
 // How far ahead of use batched loops prefetch.
 constexpr size_t kIndexPrefetchDistance = 16;
 constexpr size_t kRowPrefetchDistance = 8;
@@ -82,7 +83,7 @@ void AppendCleanRecord(const char* record, size_t record_bytes,
 static_assert(sizeof(RowHeader) == 16, "header must stay 16 bytes");
 constexpr int32_t kHeaderFloats = sizeof(RowHeader) / sizeof(float);
 
-uint64_t KeyHash(uint64_t key) { return Mix64(key + kTableHashSalt); }
+uint64_t KeyHash(uint64_t key) { return embedding_internal::TableKeyHash(key); }
 
 // Stripes take the hash's top bits; absl's index uses the low ones.
 uint32_t StripeIndexOfHash(uint64_t hash, uint32_t stripe_mask) {
@@ -100,28 +101,66 @@ inline void PrefetchWrite(const void* p) { __builtin_prefetch(p, 1, 3); }
 
 class Stripe;
 
-// Hash and equality of the row index: a stored RowId is hashed and compared
-// by the key in its row's header, so the index holds 4 bytes per row.
+// One slot of the row index, 4 bytes: the row's id (low 24 bits) and its
+// key's 8-bit IndexFingerprint (high 8). A lookup compares fingerprints
+// first and reads a row's header only when they are equal: nearly every
+// other key in the probed group is told apart without touching its row.
+struct IndexSlot {
+  uint32_t bits;
+  RowId id() const { return bits & 0xFFFFFF; }
+  uint8_t fingerprint() const { return static_cast<uint8_t>(bits >> 24); }
+};
+
+uint8_t FingerprintOfHash(uint64_t hash) {
+  return embedding_internal::IndexFingerprint(hash);
+}
+
+IndexSlot MakeIndexSlot(RowId id, uint64_t hash) {
+  return IndexSlot{id | (uint32_t{FingerprintOfHash(hash)} << 24)};
+}
+
+// A lookup that trusts the fingerprint: it finds a row whose key has the
+// same fingerprint (and the same 7 bits absl keeps), without reading any
+// row. The caller must compare the row's key before using it (a wrong row
+// is found with a probability of about 2^-8 per other key in the probed
+// groups whose 7 absl bits match, ~0.05% of lookups) and look the key up
+// again with a KeyProbe if it differs.
+struct FingerprintProbe {
+  uint64_t hash;
+};
+
+// Hash and equality of the row index: a slot is hashed by the key in its
+// row's header (only when the index grows), compared by fingerprint and
+// then by that key.
 struct RowHash {
   using is_transparent = void;
   const Stripe* stripe;
-  size_t operator()(RowId id) const;
+  size_t operator()(const IndexSlot& slot) const;
   size_t operator()(const KeyProbe& probe) const { return probe.hash; }
+  size_t operator()(const FingerprintProbe& probe) const { return probe.hash; }
 };
 
 struct RowEq {
   using is_transparent = void;
   const Stripe* stripe;
-  bool operator()(RowId a, RowId b) const { return a == b; }
-  bool operator()(const KeyProbe& probe, RowId id) const;
-  bool operator()(RowId id, const KeyProbe& probe) const {
-    return (*this)(probe, id);
+  bool operator()(const IndexSlot& a, const IndexSlot& b) const {
+    return a.bits == b.bits;
+  }
+  bool operator()(const KeyProbe& probe, const IndexSlot& slot) const;
+  bool operator()(const IndexSlot& slot, const KeyProbe& probe) const {
+    return (*this)(probe, slot);
+  }
+  bool operator()(const FingerprintProbe& probe, const IndexSlot& slot) const {
+    return slot.fingerprint() == FingerprintOfHash(probe.hash);
+  }
+  bool operator()(const IndexSlot& slot, const FingerprintProbe& probe) const {
+    return (*this)(probe, slot);
   }
 };
 
 using RowIndex =
-    absl::flat_hash_set<RowId, RowHash, RowEq,
-                        embedding_internal::HugePageAllocator<RowId>>;
+    absl::flat_hash_set<IndexSlot, RowHash, RowEq,
+                        embedding_internal::HugePageAllocator<IndexSlot>>;
 
 struct StripeCounters {
   uint64_t spills = 0;
@@ -221,6 +260,11 @@ class Stripe {
     return id;
   }
 
+  // Puts a row whose header is written into the index.
+  void IndexRow(RowId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    index_.insert(MakeIndexSlot(id, KeyHash(Header(id).key)));
+  }
+
   // Removes a row that is in the index.
   void FreeRow(RowId id, uint64_t hash) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     RowHeader& header = MutableHeader(id);
@@ -240,8 +284,9 @@ class Stripe {
     // absl's index: one slot and one control byte per capacity, plus a
     // group's worth of cloned control bytes.
     const uint64_t index_bytes =
-        index_.capacity() == 0 ? 0
-                               : index_.capacity() * (sizeof(RowId) + 1) + 16;
+        index_.capacity() == 0
+            ? 0
+            : index_.capacity() * (sizeof(IndexSlot) + 1) + 16;
     const uint64_t row_bytes =
         uint64_t{used_rows_} *
         (arena_.reserved_bytes() / std::max<uint64_t>(arena_.capacity(), 1));
@@ -259,12 +304,13 @@ class Stripe {
   SpillState spill_ ABSL_GUARDED_BY(mu);
 };
 
-size_t RowHash::operator()(RowId id) const {
-  return KeyHash(stripe->Header(id).key);
+size_t RowHash::operator()(const IndexSlot& slot) const {
+  return KeyHash(stripe->Header(slot.id()).key);
 }
 
-bool RowEq::operator()(const KeyProbe& probe, RowId id) const {
-  return stripe->Header(id).key == probe.key;
+bool RowEq::operator()(const KeyProbe& probe, const IndexSlot& slot) const {
+  return slot.fingerprint() == FingerprintOfHash(probe.hash) &&
+         stripe->Header(slot.id()).key == probe.key;
 }
 
 // Per-thread scratch of one batch: the batch's keys grouped by stripe.
@@ -617,7 +663,7 @@ class MemoryTable final : public Table {
                                       scratch.hashes[j]);
         found[pos] = it != stripe.index().end();
         if (found[pos]) {
-          std::memcpy(out, stripe.Row(*it) + kHeaderFloats,
+          std::memcpy(out, stripe.Row(it->id()) + kHeaderFloats,
                       sizeof(float) * dim_);
           ++hits;
         } else {
@@ -654,7 +700,7 @@ class MemoryTable final : public Table {
         }
         // A stale spill-tier copy must not bring the row back.
         if (spill_ != nullptr) writes.delete_keys.push_back(key);
-        stripe.FreeRow(*it, scratch.hashes[j]);
+        stripe.FreeRow(it->id(), scratch.hashes[j]);
         NoteRemoved(stripe, key);
         ++stripe.counters().erased;
         ++erased;
@@ -934,35 +980,49 @@ class MemoryTable final : public Table {
   void FindRows(const Stripe& stripe, absl::Span<const uint64_t> keys,
                 BatchScratch& scratch, uint32_t begin, uint32_t end,
                 bool for_write) const ABSL_SHARED_LOCKS_REQUIRED(stripe.mu) {
+    // Three stages in flight, as in PullGroup: the index slots of key j+16
+    // are prefetched, key j+8 is found by fingerprint and its row fetched,
+    // and key j's row is checked against the key (a row of another key
+    // with the same fingerprint is replaced by an exact lookup).
     const RowIndex& index = stripe.index();
-    const uint32_t prefetch_end =
-        std::min(end, begin + static_cast<uint32_t>(kIndexPrefetchDistance));
-    for (uint32_t j = begin; j < prefetch_end; ++j) {
-      index.prefetch(KeyProbe{keys[scratch.order[j]], scratch.hashes[j]});
+    const auto key_at = [&](uint32_t j) { return keys[scratch.order[j]]; };
+    const auto find_by_fingerprint = [&](uint32_t j) {
+      auto it =
+          index.find(FingerprintProbe{scratch.hashes[j]}, scratch.hashes[j]);
+      scratch.rows[j] = it == index.end() ? kNoRow : it->id();
+      if (scratch.rows[j] != kNoRow) {
+        PrefetchRow(stripe, scratch.rows[j], for_write, /*from_byte=*/0);
+      }
+    };
+    const uint32_t index_lead = static_cast<uint32_t>(kIndexPrefetchDistance);
+    const uint32_t lookup_lead = static_cast<uint32_t>(kRowPrefetchDistance);
+    for (uint32_t j = begin; j < std::min(end, begin + index_lead); ++j) {
+      index.prefetch(KeyProbe{key_at(j), scratch.hashes[j]});
+    }
+    for (uint32_t j = begin; j < std::min(end, begin + lookup_lead); ++j) {
+      find_by_fingerprint(j);
     }
     for (uint32_t j = begin; j < end; ++j) {
-      if (j + kIndexPrefetchDistance < end) {
-        const uint32_t ahead = j + kIndexPrefetchDistance;
+      if (j + index_lead < end) {
         index.prefetch(
-            KeyProbe{keys[scratch.order[ahead]], scratch.hashes[ahead]});
+            KeyProbe{key_at(j + index_lead), scratch.hashes[j + index_lead]});
       }
-      auto it = index.find(KeyProbe{keys[scratch.order[j]], scratch.hashes[j]},
-                           scratch.hashes[j]);
-      if (it == index.end()) {
-        scratch.rows[j] = kNoRow;
-        continue;
-      }
-      scratch.rows[j] = *it;
-      PrefetchRow(stripe, *it, for_write);
+      if (j + lookup_lead < end) find_by_fingerprint(j + lookup_lead);
+      const RowId id = scratch.rows[j];
+      if (id == kNoRow || stripe.Header(id).key == key_at(j)) continue;
+      auto it =
+          index.find(KeyProbe{key_at(j), scratch.hashes[j]}, scratch.hashes[j]);
+      scratch.rows[j] = it == index.end() ? kNoRow : it->id();
     }
   }
 
-  // Prefetches the row's cache lines after the first: the key compare that
-  // found the row has just read the header line.
-  void PrefetchRow(const Stripe& stripe, RowId id, bool for_write) const {
+  // Prefetches the row's cache lines from `from_byte` on (by default after
+  // the first: an exact lookup that found the row has read the header).
+  void PrefetchRow(const Stripe& stripe, RowId id, bool for_write,
+                   size_t from_byte = 64) const {
     const char* row = reinterpret_cast<const char*>(stripe.Row(id));
     const size_t row_bytes = static_cast<size_t>(row_floats_) * sizeof(float);
-    for (size_t offset = 64; offset < row_bytes; offset += 64) {
+    for (size_t offset = from_byte; offset < row_bytes; offset += 64) {
       if (for_write) {
         PrefetchWrite(row + offset);
       } else {
@@ -980,7 +1040,7 @@ class MemoryTable final : public Table {
                absl::MakeSpan(row + kHeaderFloats, dim_));
     optimizer_->InitState(row + kHeaderFloats + dim_);
     stripe.MutableHeader(id).access_word = kDirtyBit | kReferencedBit;
-    stripe.index().insert(id);
+    stripe.IndexRow(id);
     ++stripe.counters().admitted;
     SpillState& spill = stripe.spill();
     if (!spill.removed_keys.empty()) spill.removed_keys.erase(key);
@@ -1001,7 +1061,7 @@ class MemoryTable final : public Table {
     SpillState& spill = stripe.spill();
     header.access_word = (header.access_word & kCountMask) | kReferencedBit;
     if (spill.dirty_keys.erase(key) > 0) header.access_word |= kDirtyBit;
-    stripe.index().insert(id);
+    stripe.IndexRow(id);
     --spill.spilled_rows;
     ++stripe.counters().promotions;
     return id;
@@ -1020,11 +1080,14 @@ class MemoryTable final : public Table {
     };
     const auto find_and_prefetch =
         [&](uint32_t j) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          const KeyProbe probe = probe_at(j);
+          // By fingerprint: no row is read here; the row found (checked
+          // when it is used) is fetched meanwhile, header included.
+          const FingerprintProbe probe{scratch.hashes[j]};
           auto it = stripe.index().find(probe, probe.hash);
-          scratch.rows[j] = it == stripe.index().end() ? kNoRow : *it;
-          if (scratch.rows[j] != kNoRow)
-            PrefetchRow(stripe, scratch.rows[j], false);
+          scratch.rows[j] = it == stripe.index().end() ? kNoRow : it->id();
+          if (scratch.rows[j] != kNoRow) {
+            PrefetchRow(stripe, scratch.rows[j], false, /*from_byte=*/0);
+          }
           // Batch order is not stripe order: the output rows are written at
           // scattered positions, so fetch their lines for writing too.
           const char* out = reinterpret_cast<const char*>(
@@ -1048,6 +1111,8 @@ class MemoryTable final : public Table {
       const uint32_t pos = scratch.order[j];
       float* out = values.data() + static_cast<size_t>(pos) * dim_;
       RowId id = scratch.rows[j];
+      // Another key with the same fingerprint: look the key up exactly.
+      if (id != kNoRow && stripe.Header(id).key != keys[pos]) id = kNoRow;
       if (id == kNoRow) {
         // Absent when found, but an earlier duplicate in this batch may
         // have created it since.
@@ -1055,7 +1120,7 @@ class MemoryTable final : public Table {
         const KeyProbe probe{key, scratch.hashes[j]};
         auto it = stripe.index().find(probe, probe.hash);
         if (it != stripe.index().end()) {
-          id = *it;
+          id = it->id();
         } else if (policy.defer != nullptr) {
           policy.defer->push_back(pos);
           continue;
@@ -1094,7 +1159,7 @@ class MemoryTable final : public Table {
       const KeyProbe probe{key, scratch.hashes[j]};
       auto it = stripe.index().find(probe, probe.hash);
       if (it != stripe.index().end()) {
-        scratch.rows[j] = *it;  // created by an earlier duplicate
+        scratch.rows[j] = it->id();  // created by an earlier duplicate
       } else if (policy.defer != nullptr) {
         policy.defer->push_back(scratch.order[j]);
       } else if (const char* record = Spilled(policy, key)) {
@@ -1295,7 +1360,7 @@ class MemoryTable final : public Table {
         if (!spill.removed_keys.empty()) spill.removed_keys.erase(key);
         RowId id;
         if (it != stripe.index().end()) {
-          id = *it;
+          id = it->id();
         } else if (stripe.index().size() >= max_resident_per_stripe_) {
           // The stripe is full: straight to the spill tier, in key order
           // (files are sorted), which RocksDB takes fastest.
@@ -1305,7 +1370,7 @@ class MemoryTable final : public Table {
           continue;
         } else {
           ASSIGN_OR_RETURN(id, stripe.AllocateRow(key, 0));
-          stripe.index().insert(id);
+          stripe.IndexRow(id);
         }
         std::memcpy(reinterpret_cast<char*>(stripe.Row(id)) + kRecordOffset,
                     record, record_bytes_);
@@ -1389,12 +1454,12 @@ class MemoryTable final : public Table {
                                       scratch.hashes[j]);
         RowId id;
         if (it != stripe.index().end()) {
-          id = *it;  // created by a concurrent Pull: the restored row wins
+          id = it->id();  // created by a concurrent Pull: the restored row wins
         } else if (stripe.index().size() >= max_resident_per_stripe_) {
           continue;
         } else {
           ASSIGN_OR_RETURN(id, stripe.AllocateRow(key, 0));
-          stripe.index().insert(id);
+          stripe.IndexRow(id);
         }
         ++placed;
         std::memcpy(reinterpret_cast<char*>(stripe.Row(id)) + kRecordOffset,
@@ -1558,8 +1623,8 @@ class MemoryTable final : public Table {
           auto it = stripe.index().find(KeyProbe{keys[pos], sub.hashes[j]},
                                         sub.hashes[j]);
           if (it != stripe.index().end()) {
-            source =
-                reinterpret_cast<const char*>(stripe.Row(*it)) + kRecordOffset;
+            source = reinterpret_cast<const char*>(stripe.Row(it->id())) +
+                     kRecordOffset;
           }
         }
         if (source == nullptr) source = fetched.Find(keys[pos]);

@@ -9,9 +9,12 @@
 // Memory layout (see docs/architecture.md): each stripe keeps rows in an
 // arena of fixed-size chunks. A row is a 16-byte header (key, last touch,
 // access count), the embedding, and the optimizer state, contiguous. The
-// stripe's index is an absl::flat_hash_set of 4-byte row ids whose hash and
-// equality read the key from the row, so a row costs 16 bytes of header plus
-// about 5/load-factor bytes of index beyond its floats.
+// stripe's index is an absl::flat_hash_set of 4-byte slots (a 24-bit row id
+// and an 8-bit fingerprint of the key's hash) whose equality compares
+// fingerprints and then reads the key from the row, so a row costs 16 bytes
+// of header plus about 5/load-factor bytes of index beyond its floats.
+// Batched lookups find rows by fingerprint alone, fetch them, and check the
+// key when they use it. A stripe holds at most 2^24 rows.
 //
 // Spill tier (TableOptions::spill_directory): rows beyond the memory budget
 // live in RocksDB; a batch's misses are read with one MultiGet and promoted,

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "embedding/initializer.h"
+#include "embedding/internal/row_index_hash.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -122,6 +123,66 @@ TEST_P(TableContractTest, PushAppliesSgdExactly) {
   const std::vector<float> after = PullOne(*table, 12);
   for (int d = 0; d < kDim; ++d)
     EXPECT_EQ(after[d], before[d] - 0.5f * grad[d]);
+}
+
+// Two keys whose row-index slots look alike to a lookup by fingerprint
+// (the same 8-bit IndexFingerprint and the same low 7 bits absl keeps), in
+// a one-stripe table small enough that both sit in one index group: a
+// Pull or Push of one may find the other's slot first and must then look
+// its key up exactly. Found by a birthday search (a few hundred keys).
+TEST_P(TableContractTest, KeysWithTheSameIndexFingerprintKeepTheirOwnRows) {
+  absl::flat_hash_map<uint64_t, uint64_t> key_of_signature;
+  uint64_t first = 0, second = 0;
+  for (uint64_t key = 1; key < (uint64_t{1} << 24) && second == 0; ++key) {
+    const uint64_t hash = embedding_internal::TableKeyHash(key);
+    const uint64_t signature =
+        (uint64_t{embedding_internal::IndexFingerprint(hash)} << 7) |
+        (hash & 0x7f);
+    auto [it, inserted] = key_of_signature.try_emplace(signature, key);
+    if (!inserted) {
+      first = it->second;
+      second = key;
+    }
+  }
+  ASSERT_NE(second, 0u) << "no colliding pair among 2^24 keys";
+  TableSpec spec = SgdSpec();
+  spec.num_stripes = 1;
+  const std::vector<float> first_initial = InitialOf(spec, first);
+  const std::vector<float> second_initial = InitialOf(spec, second);
+  std::vector<float> first_grad(kDim), second_grad(kDim);
+  for (int d = 0; d < kDim; ++d) {
+    first_grad[d] = 1.0f + d;
+    second_grad[d] = -2.0f - d;
+  }
+  // Both orders of creation: whichever slot comes first in the group, the
+  // other key's lookup meets it.
+  for (const bool first_created_first : {true, false}) {
+    SCOPED_TRACE(first_created_first ? "first created first"
+                                     : "second created first");
+    ASSERT_OK_AND_ASSIGN(auto table, MakeTable(spec));
+    if (first_created_first) {
+      PullOne(*table, first);
+      PullOne(*table, second);
+    } else {
+      PullOne(*table, second);
+      PullOne(*table, first);
+    }
+    // One Push naming both, then each alone: the batch path and the
+    // single-key path both find their own rows.
+    std::vector<float> grads(first_grad);
+    grads.insert(grads.end(), second_grad.begin(), second_grad.end());
+    ASSERT_OK(table->Push({{first, second}}, grads));
+    ASSERT_OK(table->Push({{second}}, second_grad));
+    std::vector<float> both(2 * kDim);
+    ASSERT_OK(table->Pull({{second, first}}, absl::MakeSpan(both)));
+    for (int d = 0; d < kDim; ++d) {
+      EXPECT_EQ(both[kDim + d], first_initial[d] - 0.5f * first_grad[d]) << d;
+      const float once = second_initial[d] - 0.5f * second_grad[d];
+      EXPECT_EQ(both[d], once - 0.5f * second_grad[d]) << d;
+    }
+    EXPECT_EQ(PullOne(*table, first),
+              std::vector<float>(both.begin() + kDim, both.end()));
+  }
 }
 
 // Adagrad distinguishes "one update with the summed gradient" from "two
