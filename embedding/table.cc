@@ -111,12 +111,9 @@ struct IndexSlot {
   uint8_t fingerprint() const { return static_cast<uint8_t>(bits >> 24); }
 };
 
-uint8_t FingerprintOfHash(uint64_t hash) {
-  return embedding_internal::IndexFingerprint(hash);
-}
-
 IndexSlot MakeIndexSlot(RowId id, uint64_t hash) {
-  return IndexSlot{id | (uint32_t{FingerprintOfHash(hash)} << 24)};
+  return IndexSlot{
+      id | (uint32_t{embedding_internal::IndexFingerprint(hash)} << 24)};
 }
 
 // A lookup that trusts the fingerprint: it finds a row whose key has the
@@ -151,7 +148,8 @@ struct RowEq {
     return (*this)(probe, slot);
   }
   bool operator()(const FingerprintProbe& probe, const IndexSlot& slot) const {
-    return slot.fingerprint() == FingerprintOfHash(probe.hash);
+    return slot.fingerprint() ==
+           embedding_internal::IndexFingerprint(probe.hash);
   }
   bool operator()(const IndexSlot& slot, const FingerprintProbe& probe) const {
     return (*this)(probe, slot);
@@ -309,7 +307,8 @@ size_t RowHash::operator()(const IndexSlot& slot) const {
 }
 
 bool RowEq::operator()(const KeyProbe& probe, const IndexSlot& slot) const {
-  return slot.fingerprint() == FingerprintOfHash(probe.hash) &&
+  return slot.fingerprint() ==
+             embedding_internal::IndexFingerprint(probe.hash) &&
          stripe->Header(slot.id()).key == probe.key;
 }
 
@@ -975,6 +974,19 @@ class MemoryTable final : public Table {
     return status;
   }
 
+  // The row whose index slot matches `hash`'s fingerprint, or kNoRow; the
+  // whole row (header included) is prefetched. No row is read: the caller
+  // checks the key in the header when it uses the row.
+  RowId FindByFingerprint(const Stripe& stripe, uint64_t hash,
+                          bool for_write) const
+      ABSL_SHARED_LOCKS_REQUIRED(stripe.mu) {
+    const RowIndex& index = stripe.index();
+    auto it = index.find(FingerprintProbe{hash}, hash);
+    if (it == index.end()) return kNoRow;
+    PrefetchRow(stripe, it->id(), for_write, /*from_byte=*/0);
+    return it->id();
+  }
+
   // Finds the row of each grouped position in [begin, end) into
   // scratch.rows (kNoRow when absent), prefetching index slots and rows.
   void FindRows(const Stripe& stripe, absl::Span<const uint64_t> keys,
@@ -987,12 +999,7 @@ class MemoryTable final : public Table {
     const RowIndex& index = stripe.index();
     const auto key_at = [&](uint32_t j) { return keys[scratch.order[j]]; };
     const auto find_by_fingerprint = [&](uint32_t j) {
-      auto it =
-          index.find(FingerprintProbe{scratch.hashes[j]}, scratch.hashes[j]);
-      scratch.rows[j] = it == index.end() ? kNoRow : it->id();
-      if (scratch.rows[j] != kNoRow) {
-        PrefetchRow(stripe, scratch.rows[j], for_write, /*from_byte=*/0);
-      }
+      scratch.rows[j] = FindByFingerprint(stripe, scratch.hashes[j], for_write);
     };
     const uint32_t index_lead = static_cast<uint32_t>(kIndexPrefetchDistance);
     const uint32_t lookup_lead = static_cast<uint32_t>(kRowPrefetchDistance);
@@ -1080,14 +1087,9 @@ class MemoryTable final : public Table {
     };
     const auto find_and_prefetch =
         [&](uint32_t j) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          // By fingerprint: no row is read here; the row found (checked
-          // when it is used) is fetched meanwhile, header included.
-          const FingerprintProbe probe{scratch.hashes[j]};
-          auto it = stripe.index().find(probe, probe.hash);
-          scratch.rows[j] = it == stripe.index().end() ? kNoRow : it->id();
-          if (scratch.rows[j] != kNoRow) {
-            PrefetchRow(stripe, scratch.rows[j], false, /*from_byte=*/0);
-          }
+          // Checked against the key when it is used.
+          scratch.rows[j] =
+              FindByFingerprint(stripe, scratch.hashes[j], /*for_write=*/false);
           // Batch order is not stripe order: the output rows are written at
           // scattered positions, so fetch their lines for writing too.
           const char* out = reinterpret_cast<const char*>(
