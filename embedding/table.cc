@@ -974,16 +974,20 @@ class MemoryTable final : public Table {
     return status;
   }
 
+  // How much of a row an operation reads: a Pull only the header and the
+  // values, an update the optimizer state too.
+  enum class RowPart { kValues, kWhole };
+
   // The row whose index slot matches `hash`'s fingerprint, or kNoRow; the
-  // whole row (header included) is prefetched. No row is read: the caller
-  // checks the key in the header when it uses the row.
-  RowId FindByFingerprint(const Stripe& stripe, uint64_t hash,
+  // row's `part` (header included) is prefetched. No row is read: the
+  // caller checks the key in the header when it uses the row.
+  RowId FindByFingerprint(const Stripe& stripe, uint64_t hash, RowPart part,
                           bool for_write) const
       ABSL_SHARED_LOCKS_REQUIRED(stripe.mu) {
     const RowIndex& index = stripe.index();
     auto it = index.find(FingerprintProbe{hash}, hash);
     if (it == index.end()) return kNoRow;
-    PrefetchRow(stripe, it->id(), for_write, /*from_byte=*/0);
+    PrefetchRow(stripe, it->id(), part, for_write, /*from_byte=*/0);
     return it->id();
   }
 
@@ -999,7 +1003,8 @@ class MemoryTable final : public Table {
     const RowIndex& index = stripe.index();
     const auto key_at = [&](uint32_t j) { return keys[scratch.order[j]]; };
     const auto find_by_fingerprint = [&](uint32_t j) {
-      scratch.rows[j] = FindByFingerprint(stripe, scratch.hashes[j], for_write);
+      scratch.rows[j] = FindByFingerprint(stripe, scratch.hashes[j],
+                                          RowPart::kWhole, for_write);
     };
     const uint32_t index_lead = static_cast<uint32_t>(kIndexPrefetchDistance);
     const uint32_t lookup_lead = static_cast<uint32_t>(kRowPrefetchDistance);
@@ -1023,13 +1028,17 @@ class MemoryTable final : public Table {
     }
   }
 
-  // Prefetches the row's cache lines from `from_byte` on (by default after
-  // the first: an exact lookup that found the row has read the header).
-  void PrefetchRow(const Stripe& stripe, RowId id, bool for_write,
+  // Prefetches the cache lines of the row's `part` from `from_byte` on (by
+  // default after the first: an exact lookup that found the row has read
+  // the header).
+  void PrefetchRow(const Stripe& stripe, RowId id, RowPart part, bool for_write,
                    size_t from_byte = 64) const {
     const char* row = reinterpret_cast<const char*>(stripe.Row(id));
-    const size_t row_bytes = static_cast<size_t>(row_floats_) * sizeof(float);
-    for (size_t offset = from_byte; offset < row_bytes; offset += 64) {
+    const size_t end =
+        sizeof(float) * (part == RowPart::kValues
+                             ? static_cast<size_t>(kHeaderFloats + dim_)
+                             : static_cast<size_t>(row_floats_));
+    for (size_t offset = from_byte; offset < end; offset += 64) {
       if (for_write) {
         PrefetchWrite(row + offset);
       } else {
@@ -1088,8 +1097,8 @@ class MemoryTable final : public Table {
     const auto find_and_prefetch =
         [&](uint32_t j) ABSL_NO_THREAD_SAFETY_ANALYSIS {
           // Checked against the key when it is used.
-          scratch.rows[j] =
-              FindByFingerprint(stripe, scratch.hashes[j], /*for_write=*/false);
+          scratch.rows[j] = FindByFingerprint(
+              stripe, scratch.hashes[j], RowPart::kValues, /*for_write=*/false);
           // Batch order is not stripe order: the output rows are written at
           // scattered positions, so fetch their lines for writing too.
           const char* out = reinterpret_cast<const char*>(
