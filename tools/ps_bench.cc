@@ -1,10 +1,10 @@
 // ps_bench: Pull and Push throughput of real ps_server processes on
-// loopback, next to the raw gRPC ceiling measured in the same run.
+// loopback, next to the raw gRPC ceilings measured in the same run.
 //
 //   bazel build //tools:ps_bench //server:ps_server //tools:raw_grpc_server
 //   bazel-bin/tools/ps_bench [--dims=16,64] [--batch_sizes=10000,100000]
 //       [--shard_counts=1,2] [--inflight=1,4] [--distributions=uniform,zipf]
-//       [--wires=float32,float16] [--seconds=1]
+//       [--wires=float32,float16] [--seconds=1] [--rounds=1]
 //
 // For every shape it starts the shards (ps_server, 127.0.0.1, port 0) and
 // as many raw_grpc_server processes, fills an Adagrad table with `keys`
@@ -14,8 +14,13 @@
 //   raw: the same number of unary calls, split over the same number of
 //     processes, whose requests and responses carry exactly the bytes of
 //     the Pull (8 B a key in, value bytes · dim a key out) or of the Push
-//     (8 B + value bytes · dim a key in), with no work on the server.
+//     (8 B + value bytes · dim a key in), with no work on the server;
+//     "raw" through generated protobuf stubs and handlers (protobuf copies
+//     each payload into and out of its message), "zc" (zero copy) with
+//     each payload in a slice of its own (common/bulk_message.h).
 // keys/s counts the caller's keys; MB/s counts request + response payload.
+// With --rounds=n every op and its ceilings are measured back to back n
+// times and the medians printed (the ratios are medians of each round's).
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +41,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/client.h"
+#include "common/bulk_message.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/server_process.h"
 #include "tools/key_distributions.h"
@@ -60,6 +66,9 @@ ABSL_FLAG(int, channels_per_shard, 1,
           "gRPC channels (TCP connections) from the client to each shard");
 ABSL_FLAG(double, zipf_s, 1.05, "Zipf exponent");
 ABSL_FLAG(double, seconds, 1.0, "duration of each measurement");
+ABSL_FLAG(int, rounds, 1,
+          "measurements of each figure, each op back to back with its "
+          "ceilings; the medians (of figures and of ratios) are printed");
 ABSL_FLAG(std::vector<std::string>, servers, {},
           "host:port of a running cluster, in shard order, to measure instead "
           "of starting one (--shard_counts is then ignored)");
@@ -163,6 +172,7 @@ struct Cluster {
   std::vector<std::unique_ptr<testing::ServerProcess>> servers, raw;
   std::vector<std::string> addresses;
   std::vector<std::unique_ptr<RawBench::Stub>> raw_stubs;
+  std::vector<std::unique_ptr<grpc::GenericStub>> raw_generic_stubs;
 };
 
 // Starts `shards` ps_server processes, or uses `running` when given, and
@@ -186,26 +196,45 @@ Cluster StartCluster(int shards, const std::vector<std::string>& running,
     grpc::ChannelArguments args;
     args.SetMaxReceiveMessageSize(1 << 30);
     args.SetMaxSendMessageSize(1 << 30);
-    c.raw_stubs.push_back(RawBench::NewStub(grpc::CreateCustomChannel(
-        (*r)->address(), grpc::InsecureChannelCredentials(), args)));
+    const auto channel = grpc::CreateCustomChannel(
+        (*r)->address(), grpc::InsecureChannelCredentials(), args);
+    c.raw_stubs.push_back(RawBench::NewStub(channel));
+    c.raw_generic_stubs.push_back(std::make_unique<grpc::GenericStub>(channel));
     c.raw.push_back(std::move(*r));
   }
   return c;
 }
 
+// The two ceilings: the raw server's Call (protobuf copies the payloads)
+// and CallBulk (payloads in slices of their own, no copies).
+enum class RawWire { kProtobuf, kZeroCopy };
+
 // One raw "call": a unary RPC to every raw server in parallel, each with
 // its share of the bytes (as the client splits a batch over shards).
-void RawCall(Cluster& c, size_t request_bytes, size_t response_bytes) {
+void RawCall(Cluster& c, RawWire wire, size_t request_bytes,
+             size_t response_bytes) {
   const size_t shards = c.raw_stubs.size();
+  static const std::string* const zeros = new std::string(256 << 20, '\0');
   std::vector<std::future<void>> pending;
   const auto one = [&](size_t s) {
     RawRequest request;
-    request.mutable_payload()->resize(request_bytes / shards);
     request.set_response_bytes(static_cast<uint32_t>(response_bytes / shards));
-    RawResponse response;
     grpc::ClientContext context;
-    const grpc::Status status =
-        c.raw_stubs[s]->Call(&context, request, &response);
+    grpc::Status status;
+    if (wire == RawWire::kProtobuf) {
+      request.mutable_payload()->resize(request_bytes / shards);
+      RawResponse response;
+      status = c.raw_stubs[s]->Call(&context, request, &response);
+    } else {
+      std::vector<BulkField> payload;
+      payload.push_back({RawRequest::kPayloadFieldNumber,
+                         grpc::Slice(zeros->data(), request_bytes / shards,
+                                     grpc::Slice::STATIC_SLICE)});
+      grpc::ByteBuffer response;
+      status = BulkUnaryCall(
+          *c.raw_generic_stubs[s], "/embedps.tools.RawBench/CallBulk", &context,
+          SerializeBulkMessage(request, std::move(payload)), &response);
+    }
     if (!status.ok()) {
       std::fprintf(stderr, "raw call failed: %s\n",
                    status.error_message().c_str());
@@ -241,15 +270,20 @@ int Run() {
   const std::string raw =
       FindBinary(absl::GetFlag(FLAGS_raw_binary), "tools/raw_grpc_server");
   const double seconds = absl::GetFlag(FLAGS_seconds);
+  const int rounds = absl::GetFlag(FLAGS_rounds);
+  if (rounds < 1) {
+    std::fprintf(stderr, "ps_bench: --rounds must be >= 1 (got %d)\n", rounds);
+    return 2;
+  }
   const ZipfRanks zipf(keys, absl::GetFlag(FLAGS_zipf_s));
   std::printf(
       "ps_bench: %llu keys per table, Adagrad, %.1f s per figure, %u hardware "
       "threads\n",
       static_cast<unsigned long long>(keys), seconds,
       std::thread::hardware_concurrency());
-  std::printf("%-5s %4s %7s %6s %8s %8s %8s %12s %9s %12s %7s\n", "op", "dim",
-              "batch", "shards", "inflight", "keys", "wire", "keys/s", "MB/s",
-              "raw keys/s", "vs raw");
+  std::printf("%-5s %4s %7s %6s %8s %8s %8s %12s %9s %12s %7s %12s %7s\n", "op",
+              "dim", "batch", "shards", "inflight", "keys", "wire", "keys/s",
+              "MB/s", "raw keys/s", "vs raw", "zc keys/s", "vs zc");
 
   const std::vector<std::string> running = absl::GetFlag(FLAGS_servers);
   const std::vector<int> shard_counts =
@@ -299,39 +333,72 @@ int Run() {
               std::vector<std::vector<float>> out(
                   inflight, std::vector<float>(size_t{1} * batch * dim));
               std::vector<float> grads(size_t{1} * batch * dim, 1e-3f);
-              const double pull =
-                  CallsPerSecond(inflight, seconds, [&](int t, uint64_t i) {
-                    Check(client->Pull(table, batches[t][i % 4],
-                                       absl::MakeSpan(out[t])),
-                          "Pull");
-                  });
-              const double push =
-                  CallsPerSecond(inflight, seconds, [&](int t, uint64_t i) {
-                    Check(client->Push(table, batches[t][i % 4], grads),
-                          "Push");
-                  });
               const size_t pull_in = size_t{8} * batch,
                            pull_out = value_bytes * dim * batch;
               const size_t push_in =
                   (8 + value_bytes * dim) * static_cast<size_t>(batch);
-              const double raw_pull = CallsPerSecond(
-                  inflight, seconds,
-                  [&](int, uint64_t) { RawCall(cluster, pull_in, pull_out); });
-              const double raw_push = CallsPerSecond(
-                  inflight, seconds,
-                  [&](int, uint64_t) { RawCall(cluster, push_in, 0); });
-              const auto row = [&](const char* op, double calls,
-                                   double raw_calls, size_t bytes) {
+              // Calls per second of each op and its two ceilings, measured
+              // back to back in every round.
+              struct Round {
+                double op, raw, zero_copy;
+              };
+              std::vector<Round> pulls, pushes;
+              for (int round = 0; round < rounds; ++round) {
+                Round pull, push;
+                pull.op =
+                    CallsPerSecond(inflight, seconds, [&](int t, uint64_t i) {
+                      Check(client->Pull(table, batches[t][i % 4],
+                                         absl::MakeSpan(out[t])),
+                            "Pull");
+                    });
+                push.op =
+                    CallsPerSecond(inflight, seconds, [&](int t, uint64_t i) {
+                      Check(client->Push(table, batches[t][i % 4], grads),
+                            "Push");
+                    });
+                for (const RawWire raw_wire :
+                     {RawWire::kProtobuf, RawWire::kZeroCopy}) {
+                  const double raw_pull =
+                      CallsPerSecond(inflight, seconds, [&](int, uint64_t) {
+                        RawCall(cluster, raw_wire, pull_in, pull_out);
+                      });
+                  const double raw_push =
+                      CallsPerSecond(inflight, seconds, [&](int, uint64_t) {
+                        RawCall(cluster, raw_wire, push_in, 0);
+                      });
+                  (raw_wire == RawWire::kProtobuf ? pull.raw : pull.zero_copy) =
+                      raw_pull;
+                  (raw_wire == RawWire::kProtobuf ? push.raw : push.zero_copy) =
+                      raw_push;
+                }
+                pulls.push_back(pull);
+                pushes.push_back(push);
+              }
+              const auto row = [&](const char* op,
+                                   const std::vector<Round>& rounds_of_op,
+                                   size_t bytes) {
+                const auto median = [&](auto value) {
+                  std::vector<double> v;
+                  for (const Round& r : rounds_of_op) v.push_back(value(r));
+                  std::sort(v.begin(), v.end());
+                  return v[v.size() / 2];
+                };
+                const double calls =
+                    median([](const Round& r) { return r.op; });
                 std::printf(
                     "%-5s %4d %7d %6d %8d %8s %8s %10.2f M %9.0f %10.2f M "
-                    "%6.2fx\n",
+                    "%6.2fx %10.2f M %6.2fx\n",
                     op, dim, batch, shards, inflight, dist.c_str(),
                     wire_name.c_str(), calls * batch / 1e6, calls * bytes / 1e6,
-                    raw_calls * batch / 1e6, calls / raw_calls);
+                    median([](const Round& r) { return r.raw; }) * batch / 1e6,
+                    median([](const Round& r) { return r.op / r.raw; }),
+                    median([](const Round& r) { return r.zero_copy; }) * batch /
+                        1e6,
+                    median([](const Round& r) { return r.op / r.zero_copy; }));
                 std::fflush(stdout);
               };
-              row("pull", pull, raw_pull, pull_in + pull_out);
-              row("push", push, raw_push, push_in);
+              row("pull", pulls, pull_in + pull_out);
+              row("push", pushes, push_in);
             }
           }
         }

@@ -1,6 +1,6 @@
 // raw_grpc_server: a gRPC server that only moves bytes, for ps_bench's
-// ceiling. Same server options as ps_server (message size), no table work:
-// it answers each Call with `response_bytes` zero bytes.
+// ceilings. Same server options as ps_server (message size), no table work:
+// it answers each Call and CallBulk with `response_bytes` zero bytes.
 //
 //   raw_grpc_server --port=0 --port_file=/tmp/raw.port
 #include <signal.h>
@@ -13,24 +13,64 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "common/bulk_message.h"
+#include "common/grpc_status.h"
 #include "grpcpp/grpcpp.h"
 #include "tools/raw_bench.grpc.pb.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on");
 ABSL_FLAG(int32_t, port, 0, "port; 0 picks a free one");
 ABSL_FLAG(std::string, port_file, "", "where to write the chosen port");
+ABSL_FLAG(size_t, max_response_bytes, 64 << 20,
+          "largest response CallBulk answers (a buffer of zeros this big)");
 ABSL_FLAG(std::string, log_level, "",
           "accepted for symmetry with ps_server; unused");
 
 namespace {
 
-class RawBenchService final : public embedps::tools::RawBench::Service {
-  grpc::Status Call(grpc::ServerContext*,
-                    const embedps::tools::RawRequest* request,
-                    embedps::tools::RawResponse* response) override {
+using embedps::tools::RawBench;
+using embedps::tools::RawRequest;
+using embedps::tools::RawResponse;
+
+class RawBenchService final
+    : public RawBench::WithRawCallbackMethod_CallBulk<RawBench::Service> {
+ public:
+  grpc::Status Call(grpc::ServerContext*, const RawRequest* request,
+                    RawResponse* response) override {
     response->mutable_payload()->resize(request->response_bytes());
     return grpc::Status::OK;
   }
+
+  grpc::ServerUnaryReactor* CallBulk(grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request,
+                                     grpc::ByteBuffer* response) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    RawRequest header;
+    const absl::StatusOr<std::vector<embedps::BulkBytes>> payload =
+        embedps::ParseBulkMessage(*request, {RawRequest::kPayloadFieldNumber},
+                                  &header);
+    if (!payload.ok()) {
+      reactor->Finish(embedps::ToGrpcStatus(payload.status()));
+      return reactor;
+    }
+    const size_t bytes = header.response_bytes();
+    if (zeros_.size() < bytes) {
+      reactor->Finish(grpc::Status(grpc::StatusCode::OUT_OF_RANGE,
+                                   "response_bytes over --max_response_bytes"));
+      return reactor;
+    }
+    std::vector<embedps::BulkField> fields;
+    fields.push_back(
+        {RawResponse::kPayloadFieldNumber,
+         grpc::Slice(zeros_.data(), bytes, grpc::Slice::STATIC_SLICE)});
+    *response = embedps::SerializeBulkMessage(RawResponse(), std::move(fields));
+    reactor->Finish(grpc::Status::OK);
+    return reactor;
+  }
+
+ private:
+  const std::string zeros_ =
+      std::string(absl::GetFlag(FLAGS_max_response_bytes), '\0');
 };
 
 }  // namespace
