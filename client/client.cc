@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/manifest.h"
+#include "common/bulk_message.h"
 #include "common/file_io.h"
 #include "common/float16.h"
 #include "common/grpc_status.h"
@@ -98,16 +99,19 @@ std::vector<Part> SplitByShard(const std::vector<uint64_t>& keys,
   return parts;
 }
 
-// Appends rather than resizes: std::string::resize would zero the bytes
-// first, a second pass over megabytes per call.
-std::string PackKeys(const std::vector<uint64_t>& keys,
+// The keys of `rows`, packed for the wire.
+grpc::Slice PackKeys(const std::vector<uint64_t>& keys,
                      const std::vector<uint32_t>& rows) {
-  std::string bytes;
-  bytes.reserve(rows.size() * sizeof(uint64_t));
-  for (uint32_t r : rows) {
-    bytes.append(reinterpret_cast<const char*>(&keys[r]), sizeof(uint64_t));
-  }
-  return bytes;
+  OwnedBytes bytes(rows.size() * sizeof(uint64_t));
+  uint64_t* out = reinterpret_cast<uint64_t*>(bytes.data());
+  for (size_t i = 0; i < rows.size(); ++i) out[i] = keys[rows[i]];
+  return std::move(bytes).ReleaseToSlice();
+}
+
+// "/embedps.proto.EmbeddingService/<method>"
+std::string MethodPath(absl::string_view method) {
+  return absl::StrCat("/", proto::EmbeddingService::service_full_name(), "/",
+                      method);
 }
 
 // Runs every part's work in parallel (the last on this thread) and returns
@@ -128,18 +132,26 @@ absl::Status RunParts(size_t count,
 
 struct Client::Impl {
   ClientOptions options;
+  // One channel's stubs: the generated one, and a generic one for the bulk
+  // methods (Pull, Push), whose messages are built and read without copies
+  // (common/bulk_message.h).
+  struct Stubs {
+    std::unique_ptr<proto::EmbeddingService::Stub> generated;
+    std::unique_ptr<grpc::GenericStub> bulk;
+  };
   // stubs[shard][channel]
-  std::vector<std::vector<std::unique_ptr<proto::EmbeddingService::Stub>>>
-      stubs;
+  std::vector<std::vector<Stubs>> stubs;
   std::atomic<uint64_t> next_channel{0};
 
   // The shard's next channel, in turn.
-  proto::EmbeddingService::Stub* Stub(size_t shard) {
-    const auto& channels = stubs[shard];
-    if (channels.size() == 1) return channels[0].get();
+  Stubs& Channel(size_t shard) {
+    auto& channels = stubs[shard];
+    if (channels.size() == 1) return channels[0];
     return channels[next_channel.fetch_add(1, std::memory_order_relaxed) %
-                    channels.size()]
-        .get();
+                    channels.size()];
+  }
+  proto::EmbeddingService::Stub* Stub(size_t shard) {
+    return Channel(shard).generated.get();
   }
   uint64_t client_id = 0;
   std::atomic<uint64_t> next_sequence{1};
@@ -207,9 +219,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   for (const std::string& server : options.servers) {
     impl->stubs.emplace_back();
     for (int c = 0; c < options.channels_per_shard; ++c) {
+      const std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+          server, grpc::InsecureChannelCredentials(), args);
       impl->stubs.back().push_back(
-          proto::EmbeddingService::NewStub(grpc::CreateCustomChannel(
-              server, grpc::InsecureChannelCredentials(), args)));
+          {proto::EmbeddingService::NewStub(channel),
+           std::make_unique<grpc::GenericStub>(channel)});
     }
   }
   impl->client_id = std::random_device{}() * uint64_t{0x100000001} ^
@@ -287,39 +301,56 @@ absl::Status Client::PullRows(const TableHandle& table,
   std::vector<float> rows(distinct ? 0 : dedup.keys.size() * dim);
   float* const row_base = distinct ? values.data() : rows.data();
   const proto::ValueType wire = impl_->options.wire_type;
+  static const std::string* const pull_path =
+      new std::string(MethodPath("Pull"));
   const absl::Status status =
       RunParts(parts.size(), [&](size_t p) -> absl::Status {
         const Part& part = parts[p];
-        proto::PullRequest request;
-        request.set_table_id(table.shard_table_ids[part.shard]);
-        request.set_keys(PackKeys(dedup.keys, part.rows));
-        request.set_value_type(wire);
-        request.set_step(step);
-        request.set_read_only(read_only);
-        proto::PullResponse response;
+        proto::PullRequest header;
+        header.set_table_id(table.shard_table_ids[part.shard]);
+        header.set_value_type(wire);
+        header.set_step(step);
+        header.set_read_only(read_only);
+        std::vector<BulkField> fields;
+        fields.push_back({proto::PullRequest::kKeysFieldNumber,
+                          PackKeys(dedup.keys, part.rows)});
+        const grpc::ByteBuffer request =
+            SerializeBulkMessage(header, std::move(fields));
+        grpc::ByteBuffer response;
         absl::Status s = impl_->Call(
             part.shard, method,
             [&](grpc::ClientContext* context) {
-              return impl_->Stub(part.shard)->Pull(context, request, &response);
+              return BulkUnaryCall(*impl_->Channel(part.shard).bulk, *pull_path,
+                                   context, request, &response);
             },
             table.step_timeout);
         if (!s.ok()) return s;
-        const size_t value_bytes = wire == proto::FLOAT16 ? 2 : 4;
-        if (response.values().size() != part.rows.size() * dim * value_bytes) {
+        proto::PullResponse response_header;
+        absl::StatusOr<std::vector<BulkBytes>> bulk = ParseBulkMessage(
+            response, {proto::PullResponse::kValuesFieldNumber},
+            &response_header);
+        if (!bulk.ok()) {
           return absl::InternalError(absl::StrCat(
-              "shard ", part.shard, " answered ", response.values().size(),
-              " bytes for ", part.rows.size(), " rows of dim ", dim));
+              "shard ", part.shard,
+              " answered a malformed Pull: ", bulk.status().message()));
         }
-        const char* data = response.values().data();
+        const BulkBytes& values = (*bulk)[0];
+        const size_t value_bytes = wire == proto::FLOAT16 ? 2 : 4;
+        const size_t row_bytes = dim * value_bytes;
+        if (values.size() != part.rows.size() * row_bytes) {
+          return absl::InternalError(absl::StrCat(
+              "shard ", part.shard, " answered ", values.size(), " bytes for ",
+              part.rows.size(), " rows of dim ", dim));
+        }
+        // Each row goes from the received slices to its place.
+        std::vector<uint16_t> halves(wire == proto::FLOAT16 ? dim : 0);
         for (size_t k = 0; k < part.rows.size(); ++k) {
           float* out = row_base + static_cast<size_t>(part.rows[k]) * dim;
           if (wire == proto::FLOAT16) {
-            HalvesToFloats(
-                absl::MakeConstSpan(
-                    reinterpret_cast<const uint16_t*>(data + k * dim * 2), dim),
-                out);
+            values.CopyTo(k * row_bytes, row_bytes, halves.data());
+            HalvesToFloats(halves, out);
           } else {
-            std::memcpy(out, data + k * dim * 4, dim * 4);
+            values.CopyTo(k * row_bytes, row_bytes, out);
           }
         }
         return absl::OkStatus();
@@ -369,33 +400,42 @@ absl::Status Client::Push(const TableHandle& table,
     CloseStepOnEveryShard(num_shards(), parts);
   }
   const proto::ValueType wire = impl_->options.wire_type;
+  static const std::string* const push_path =
+      new std::string(MethodPath("Push"));
   return RunParts(parts.size(), [&](size_t p) -> absl::Status {
     const Part& part = parts[p];
-    proto::PushRequest request;
-    request.set_table_id(table.shard_table_ids[part.shard]);
-    request.set_keys(PackKeys(dedup.keys, part.rows));
-    request.set_value_type(wire);
-    request.set_step(step);
-    request.set_client_id(impl_->client_id);
-    request.set_sequence(impl_->next_sequence.fetch_add(1));
-    request.set_parts_in_step(part.parts_in_step);
-    request.set_parts_in_step(part.parts_in_step);
-    std::string* bytes = request.mutable_gradients();
+    proto::PushRequest header;
+    header.set_table_id(table.shard_table_ids[part.shard]);
+    header.set_value_type(wire);
+    header.set_step(step);
+    header.set_client_id(impl_->client_id);
+    header.set_sequence(impl_->next_sequence.fetch_add(1));
+    header.set_parts_in_step(part.parts_in_step);
+    // The part's gradients, gathered (and narrowed) into the buffer that
+    // goes out.
     const size_t value_bytes = wire == proto::FLOAT16 ? 2 : 4;
-    bytes->reserve(part.rows.size() * dim * value_bytes);
-    std::vector<uint16_t> halves(wire == proto::FLOAT16 ? dim : 0);
+    OwnedBytes gradients(part.rows.size() * dim * value_bytes);
     for (size_t k = 0; k < part.rows.size(); ++k) {
       const float* g = grad_base + static_cast<size_t>(part.rows[k]) * dim;
+      char* out = gradients.data() + k * dim * value_bytes;
       if (wire == proto::FLOAT16) {
-        FloatsToHalves(absl::MakeConstSpan(g, dim), halves.data());
-        bytes->append(reinterpret_cast<const char*>(halves.data()), dim * 2);
+        FloatsToHalves(absl::MakeConstSpan(g, dim),
+                       reinterpret_cast<uint16_t*>(out));
       } else {
-        bytes->append(reinterpret_cast<const char*>(g), dim * 4);
+        std::memcpy(out, g, dim * sizeof(float));
       }
     }
-    proto::PushResponse response;
+    std::vector<BulkField> fields;
+    fields.push_back({proto::PushRequest::kKeysFieldNumber,
+                      PackKeys(dedup.keys, part.rows)});
+    fields.push_back({proto::PushRequest::kGradientsFieldNumber,
+                      std::move(gradients).ReleaseToSlice()});
+    const grpc::ByteBuffer request =
+        SerializeBulkMessage(header, std::move(fields));
     return impl_->Call(part.shard, "Push", [&](grpc::ClientContext* context) {
-      return impl_->Stub(part.shard)->Push(context, request, &response);
+      grpc::ByteBuffer response;
+      return BulkUnaryCall(*impl_->Channel(part.shard).bulk, *push_path,
+                           context, request, &response);
     });
   });
 }

@@ -3,10 +3,13 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "common/bulk_message.h"
 #include "common/float16.h"
 #include "common/grpc_status.h"
 #include "common/key_hash.h"
@@ -54,6 +57,8 @@ const char* RejectionName(Rejection reason) {
       return "spec_conflict";
     case Rejection::kLateStep:
       return "late_step";
+    case Rejection::kMalformedRequest:
+      return "malformed_request";
     case Rejection::kCount:
       break;
   }
@@ -81,7 +86,7 @@ namespace {
 // Shared checks of Pull and Push: the keys are whole uint64s, there are
 // some (unless `allow_empty`) but not too many, and each belongs to this
 // shard. On failure `*rejection` says why.
-absl::StatusOr<std::vector<uint64_t>> DecodeKeys(const std::string& bytes,
+absl::StatusOr<std::vector<uint64_t>> DecodeKeys(const BulkBytes& bytes,
                                                  const ShardOptions& options,
                                                  bool allow_empty,
                                                  Rejection* rejection) {
@@ -104,7 +109,7 @@ absl::StatusOr<std::vector<uint64_t>> DecodeKeys(const std::string& bytes,
                      " (--max_keys_per_request): split the batch"));
   }
   std::vector<uint64_t> keys(n);
-  if (n > 0) std::memcpy(keys.data(), bytes.data(), bytes.size());
+  if (n > 0) bytes.CopyTo(keys.data());
   if (options.num_shards > 1) {
     for (uint64_t key : keys) {
       const int32_t shard = ShardOfKey(key, options.num_shards);
@@ -155,124 +160,147 @@ grpc::Status EmbeddingServiceImpl::ListTablesImpl(
   return grpc::Status::OK;
 }
 
-grpc::Status EmbeddingServiceImpl::PullImpl(grpc::ServerContext*,
-                                            const proto::PullRequest* request,
-                                            proto::PullResponse* response) {
+grpc::Status EmbeddingServiceImpl::ParsePull(const grpc::ByteBuffer& request,
+                                             PullCall* call) {
+  absl::StatusOr<std::vector<BulkBytes>> bulk = ParseBulkMessage(
+      request, {proto::PullRequest::kKeysFieldNumber}, &call->header);
+  if (!bulk.ok()) return Reject(Rejection::kMalformedRequest, bulk.status());
+  const proto::PullRequest& header = call->header;
   absl::StatusOr<TableRegistry::Entry> entry =
-      registry_->Find(request->table_id());
+      registry_->Find(header.table_id());
   if (!entry.ok()) return Reject(Rejection::kUnknownTable, entry.status());
-  embedding::Table* const table = entry->table;
-  if (!proto::ValueType_IsValid(request->value_type())) {
+  call->entry = *entry;
+  if (!proto::ValueType_IsValid(header.value_type())) {
     return Reject(Rejection::kBadValueType,
-                  UnknownValueType(request->value_type()));
+                  UnknownValueType(header.value_type()));
   }
   Rejection rejection;
   absl::StatusOr<std::vector<uint64_t>> keys =
-      DecodeKeys(request->keys(), options_, /*allow_empty=*/false, &rejection);
+      DecodeKeys((*bulk)[0], options_, /*allow_empty=*/false, &rejection);
   if (!keys.ok()) return Reject(rejection, keys.status());
-  if (entry->synchronizer != nullptr) {
+  call->keys = *std::move(keys);
+  return grpc::Status::OK;
+}
+
+grpc::Status EmbeddingServiceImpl::ServePull(const PullCall& call,
+                                             grpc::ByteBuffer* response) {
+  const proto::PullRequest& request = call.header;
+  embedding::Table* const table = call.entry.table;
+  const std::vector<uint64_t>& keys = call.keys;
+  if (call.entry.synchronizer != nullptr) {
     const absl::Status ready =
-        entry->synchronizer->AwaitPullable(request->step());
+        call.entry.synchronizer->AwaitPullable(request.step());
     if (!ready.ok()) return ToGrpcStatus(ready);
   }
 
   const size_t dim = table->spec().dim;
-  const size_t floats = keys->size() * dim;
-  const embedding::AccessContext context{request->step()};
+  const size_t floats = keys.size() * dim;
+  const embedding::AccessContext context{request.step()};
   const auto read = [&](absl::Span<float> out) -> absl::Status {
-    if (!request->read_only()) return table->Pull(*keys, out, context);
-    std::unique_ptr<bool[]> found(new bool[keys->size()]);
+    if (!request.read_only()) return table->Pull(keys, out, context);
+    std::unique_ptr<bool[]> found(new bool[keys.size()]);
     RETURN_IF_ERROR(
-        table->Lookup(*keys, out, absl::MakeSpan(found.get(), keys->size()))
+        table->Lookup(keys, out, absl::MakeSpan(found.get(), keys.size()))
             .status());
     const embedding::TableSpec& spec = table->spec();
-    for (size_t i = 0; i < keys->size(); ++i) {
+    for (size_t i = 0; i < keys.size(); ++i) {
       if (found[i]) continue;
-      embedding::InitialRow(spec.initializer, spec.seed, (*keys)[i],
+      embedding::InitialRow(spec.initializer, spec.seed, keys[i],
                             out.subspan(i * dim, dim));
     }
     return absl::OkStatus();
   };
-  std::string* values = response->mutable_values();
-  if (request->value_type() == proto::FLOAT32) {
-    // Pull straight into the response (std::string storage is aligned for
-    // float: heap buffers by malloc, short ones inside the object).
-    values->resize(floats * sizeof(float));
-    return ToGrpcStatus(
-        read(absl::MakeSpan(reinterpret_cast<float*>(values->data()), floats)));
+  // The values are pulled (float32) or narrowed (float16) straight into
+  // the buffer that goes out.
+  OwnedBytes values(floats * ValueBytes(request.value_type()));
+  if (request.value_type() == proto::FLOAT32) {
+    const absl::Status status =
+        read(absl::MakeSpan(reinterpret_cast<float*>(values.data()), floats));
+    if (!status.ok()) return ToGrpcStatus(status);
+  } else {
+    std::vector<float> pulled(floats);
+    const absl::Status status = read(absl::MakeSpan(pulled));
+    if (!status.ok()) return ToGrpcStatus(status);
+    FloatsToHalves(pulled, reinterpret_cast<uint16_t*>(values.data()));
   }
-  std::vector<float> pulled(floats);
-  const absl::Status status = read(absl::MakeSpan(pulled));
-  if (!status.ok()) return ToGrpcStatus(status);
-  values->resize(floats * sizeof(uint16_t));
-  FloatsToHalves(pulled, reinterpret_cast<uint16_t*>(values->data()));
+  std::vector<BulkField> fields;
+  fields.push_back({proto::PullResponse::kValuesFieldNumber,
+                    std::move(values).ReleaseToSlice()});
+  *response = SerializeBulkMessage(proto::PullResponse(), std::move(fields));
   return grpc::Status::OK;
 }
 
-grpc::Status EmbeddingServiceImpl::PushImpl(grpc::ServerContext*,
-                                            const proto::PushRequest* request,
-                                            proto::PushResponse*) {
+grpc::Status EmbeddingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
+                                            grpc::ByteBuffer* response) {
+  proto::PushRequest request;
+  absl::StatusOr<std::vector<BulkBytes>> bulk =
+      ParseBulkMessage(bytes,
+                       {proto::PushRequest::kKeysFieldNumber,
+                        proto::PushRequest::kGradientsFieldNumber},
+                       &request);
+  if (!bulk.ok()) return Reject(Rejection::kMalformedRequest, bulk.status());
+  const BulkBytes& gradients = (*bulk)[1];
   absl::StatusOr<TableRegistry::Entry> entry =
-      registry_->Find(request->table_id());
+      registry_->Find(request.table_id());
   if (!entry.ok()) return Reject(Rejection::kUnknownTable, entry.status());
   embedding::Table* const table = entry->table;
-  if (!proto::ValueType_IsValid(request->value_type())) {
+  if (!proto::ValueType_IsValid(request.value_type())) {
     return Reject(Rejection::kBadValueType,
-                  UnknownValueType(request->value_type()));
+                  UnknownValueType(request.value_type()));
   }
   // In SYNC and SSP a part that only closes a step may carry no keys.
   const bool closes_step =
-      entry->synchronizer != nullptr && request->parts_in_step() > 0;
+      entry->synchronizer != nullptr && request.parts_in_step() > 0;
   Rejection rejection;
   absl::StatusOr<std::vector<uint64_t>> keys =
-      DecodeKeys(request->keys(), options_, closes_step, &rejection);
+      DecodeKeys((*bulk)[0], options_, closes_step, &rejection);
   if (!keys.ok()) return Reject(rejection, keys.status());
 
   const size_t dim = table->spec().dim;
   const size_t floats = keys->size() * dim;
-  const size_t want_bytes = floats * ValueBytes(request->value_type());
-  const std::string& bytes = request->gradients();
-  if (bytes.size() != want_bytes) {
+  const size_t want_bytes = floats * ValueBytes(request.value_type());
+  if (gradients.size() != want_bytes) {
     return Reject(Rejection::kSizeMismatch,
                   absl::InvalidArgumentError(absl::StrCat(
                       keys->size(), " keys of table '", table->spec().name,
                       "' (dim ", dim, ") need ", want_bytes, " bytes of ",
-                      ValueTypeName(request->value_type()), " gradients, got ",
-                      bytes.size())));
+                      ValueTypeName(request.value_type()), " gradients, got ",
+                      gradients.size())));
   }
   // Exactly once: a retry of an applied Push gets the first outcome.
   const PushDeduplicator::Decision decision =
-      deduplicator_.Begin(request->client_id(), request->sequence());
+      deduplicator_.Begin(request.client_id(), request.sequence());
   if (decision.kind == PushDeduplicator::Decision::kDone) {
     return ToGrpcStatus(decision.status);
   }
-  // float32 gradients are read in place from the request (its string
-  // buffer is malloc-aligned); float16 ones are widened into `widened`.
-  std::vector<float> widened;
+  // float32 gradients are read in place when they arrived in one aligned
+  // piece, else gathered into `copied`; float16 ones are widened into it.
+  std::vector<float> copied;
   absl::Span<const float> grads;
-  if (request->value_type() == proto::FLOAT32 &&
-      reinterpret_cast<uintptr_t>(bytes.data()) % alignof(float) == 0) {
-    grads = absl::MakeConstSpan(reinterpret_cast<const float*>(bytes.data()),
-                                floats);
+  if (request.value_type() == proto::FLOAT32 &&
+      gradients.chunks().size() == 1 &&
+      reinterpret_cast<uintptr_t>(gradients.chunks()[0].data()) %
+              alignof(float) ==
+          0) {
+    grads = absl::MakeConstSpan(
+        reinterpret_cast<const float*>(gradients.chunks()[0].data()), floats);
+  } else if (request.value_type() == proto::FLOAT32) {
+    copied.resize(floats);
+    if (floats > 0) gradients.CopyTo(copied.data());
+    grads = copied;
   } else {
-    widened.resize(floats);
-    if (request->value_type() == proto::FLOAT32) {
-      if (floats > 0) std::memcpy(widened.data(), bytes.data(), bytes.size());
-    } else {
-      HalvesToFloats(
-          absl::MakeConstSpan(reinterpret_cast<const uint16_t*>(bytes.data()),
-                              floats),
-          widened.data());
-    }
-    grads = widened;
+    std::vector<uint16_t> halves(floats);
+    if (floats > 0) gradients.CopyTo(halves.data());
+    copied.resize(floats);
+    HalvesToFloats(halves, copied.data());
+    grads = copied;
   }
   const absl::Status status =
       entry->synchronizer != nullptr
-          ? entry->synchronizer->Push(request->client_id(), request->step(),
-                                      request->parts_in_step(), *keys, grads)
-          : table->Push(*keys, grads,
-                        embedding::AccessContext{request->step()});
-  deduplicator_.Finish(request->client_id(), request->sequence(), status);
+          ? entry->synchronizer->Push(request.client_id(), request.step(),
+                                      request.parts_in_step(), *keys, grads)
+          : table->Push(*keys, grads, embedding::AccessContext{request.step()});
+  deduplicator_.Finish(request.client_id(), request.sequence(), status);
   if (!status.ok()) {
     // Sizes were checked above: what remains is NaN/Inf gradients
     // (INVALID_ARGUMENT), a SYNC step pushed after it was applied
@@ -373,18 +401,71 @@ grpc::Status EmbeddingServiceImpl::ListTables(
   });
 }
 
-grpc::Status EmbeddingServiceImpl::Pull(grpc::ServerContext* context,
-                                        const proto::PullRequest* request,
-                                        proto::PullResponse* response) {
-  return metrics_->Measure(
-      RpcMethod::kPull, [&] { return PullImpl(context, request, response); });
+namespace {
+
+// Finishes a bulk call. An OK answer must carry a message: one that did not
+// set it (a Push acknowledged as a retry) sends the empty message.
+void FinishBulkCall(grpc::ServerUnaryReactor* reactor,
+                    const grpc::Status& status, grpc::ByteBuffer* response) {
+  if (status.ok() && !response->Valid()) {
+    grpc::Slice empty_message;
+    *response = grpc::ByteBuffer(&empty_message, 1);
+  }
+  reactor->Finish(status);
 }
 
-grpc::Status EmbeddingServiceImpl::Push(grpc::ServerContext* context,
-                                        const proto::PushRequest* request,
-                                        proto::PushResponse* response) {
-  return metrics_->Measure(
-      RpcMethod::kPush, [&] { return PushImpl(context, request, response); });
+}  // namespace
+
+grpc::ServerUnaryReactor* EmbeddingServiceImpl::Pull(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  grpc::ServerUnaryReactor* const reactor = context->DefaultReactor();
+  auto timer = std::make_unique<RpcMetrics::Timer>(metrics_, RpcMethod::kPull);
+  auto call = std::make_unique<PullCall>();
+  grpc::Status status = ParsePull(*request, call.get());
+  if (status.ok() && call->entry.synchronizer != nullptr) {
+    RunDetached([this, reactor, response, timer = std::move(timer),
+                 call = std::move(call)] {
+      const grpc::Status served = ServePull(*call, response);
+      timer->set_ok(served.ok());
+      FinishBulkCall(reactor, served, response);
+    });
+    return reactor;
+  }
+  if (status.ok()) status = ServePull(*call, response);
+  timer->set_ok(status.ok());
+  FinishBulkCall(reactor, status, response);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* EmbeddingServiceImpl::Push(
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+    grpc::ByteBuffer* response) {
+  grpc::ServerUnaryReactor* const reactor = context->DefaultReactor();
+  FinishBulkCall(
+      reactor,
+      metrics_->Measure(RpcMethod::kPush,
+                        [&] { return PushImpl(*request, response); }),
+      response);
+  return reactor;
+}
+
+void EmbeddingServiceImpl::RunDetached(absl::AnyInvocable<void() &&> work) {
+  {
+    std::lock_guard<std::mutex> lock(detached_mu_);
+    ++detached_running_;
+  }
+  std::thread([this, work = std::move(work)]() mutable {
+    std::move(work)();
+    work = nullptr;  // what it held goes before the service may
+    std::lock_guard<std::mutex> lock(detached_mu_);
+    if (--detached_running_ == 0) detached_done_.notify_all();
+  }).detach();
+}
+
+EmbeddingServiceImpl::~EmbeddingServiceImpl() {
+  std::unique_lock<std::mutex> lock(detached_mu_);
+  detached_done_.wait(lock, [&] { return detached_running_ == 0; });
 }
 
 grpc::Status EmbeddingServiceImpl::Stats(grpc::ServerContext* context,

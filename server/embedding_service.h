@@ -11,8 +11,12 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
 #include <cstdint>
+#include <mutex>
+#include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "proto/embedps.grpc.pb.h"
 #include "server/checkpointer.h"
 #include "server/push_deduplicator.h"
@@ -47,16 +51,29 @@ enum class Rejection {
   kInvalidSpec,
   kSpecConflict,
   kLateStep,
+  kMalformedRequest,
   kCount,  // number of reasons
 };
 const char* RejectionName(Rejection reason);
 
-class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
+// Pull and Push, the bulk methods, are served through gRPC's callback API
+// on the messages' bytes (common/bulk_message.h): keys are read from the
+// received slices and pulled values go out in a buffer of their own, with
+// no protobuf copy either way. The other methods are ordinary synchronous
+// handlers.
+using EmbeddingServiceBase =
+    proto::EmbeddingService::WithRawCallbackMethod_Pull<
+        proto::EmbeddingService::WithRawCallbackMethod_Push<
+            proto::EmbeddingService::Service>>;
+
+class EmbeddingServiceImpl final : public EmbeddingServiceBase {
  public:
   // `registry`, `checkpointer` and `metrics` must outlive the service;
   // every call is recorded in `metrics`, and Stats reports them.
   EmbeddingServiceImpl(ShardOptions options, TableRegistry* registry,
                        ShardCheckpointer* checkpointer, RpcMetrics* metrics);
+  // Waits for Pulls still waiting on their own threads (see Pull).
+  ~EmbeddingServiceImpl() override;
 
   grpc::Status CreateTable(grpc::ServerContext* context,
                            const proto::CreateTableRequest* request,
@@ -64,12 +81,14 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
   grpc::Status ListTables(grpc::ServerContext* context,
                           const proto::ListTablesRequest* request,
                           proto::ListTablesResponse* response) override;
-  grpc::Status Pull(grpc::ServerContext* context,
-                    const proto::PullRequest* request,
-                    proto::PullResponse* response) override;
-  grpc::Status Push(grpc::ServerContext* context,
-                    const proto::PushRequest* request,
-                    proto::PushResponse* response) override;
+  // A Pull of a SYNC or SSP table may wait for other workers' steps; it
+  // waits on a thread of its own, not on one of gRPC's callback threads.
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
+                                 const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override;
   grpc::Status Stats(grpc::ServerContext* context,
                      const proto::StatsRequest* request,
                      proto::StatsResponse* response) override;
@@ -94,12 +113,18 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
   grpc::Status ListTablesImpl(grpc::ServerContext* context,
                               const proto::ListTablesRequest* request,
                               proto::ListTablesResponse* response);
-  grpc::Status PullImpl(grpc::ServerContext* context,
-                        const proto::PullRequest* request,
-                        proto::PullResponse* response);
-  grpc::Status PushImpl(grpc::ServerContext* context,
-                        const proto::PushRequest* request,
-                        proto::PushResponse* response);
+  // A Pull whose request has been read and checked.
+  struct PullCall {
+    proto::PullRequest header;  // all but the keys
+    TableRegistry::Entry entry;
+    std::vector<uint64_t> keys;
+  };
+  grpc::Status ParsePull(const grpc::ByteBuffer& request, PullCall* call);
+  grpc::Status ServePull(const PullCall& call, grpc::ByteBuffer* response);
+  grpc::Status PushImpl(const grpc::ByteBuffer& request,
+                        grpc::ByteBuffer* response);
+  // Runs `work` on a thread of its own (counted in detached_running_).
+  void RunDetached(absl::AnyInvocable<void() &&> work);
   grpc::Status StatsImpl(grpc::ServerContext* context,
                          const proto::StatsRequest* request,
                          proto::StatsResponse* response);
@@ -112,6 +137,9 @@ class EmbeddingServiceImpl final : public proto::EmbeddingService::Service {
   PushDeduplicator deduplicator_;
   std::array<std::atomic<uint64_t>, static_cast<size_t>(Rejection::kCount)>
       rejected_{};
+  std::mutex detached_mu_;
+  std::condition_variable detached_done_;
+  int detached_running_ = 0;  // guarded by detached_mu_
 };
 
 }  // namespace embedps::server

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "checkpoint/manifest.h"
 #include "common/logging.h"
+#include "common/malloc_options.h"
 #include "google/protobuf/text_format.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
@@ -263,5 +264,6 @@ int main(int argc, char** argv) {
       "  ps_server --port=50051 --shard_index=0 --num_shards=2 "
       "--tables=tables.txtpb");
   absl::ParseCommandLine(argc, argv);
+  embedps::ReuseLargeAllocations();
   return embedps::server::Run();
 }

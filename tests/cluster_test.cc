@@ -15,6 +15,7 @@
 
 #include "client/client.h"
 #include "client/coordination_client.h"
+#include "common/bulk_message.h"
 #include "common/key_hash.h"
 #include "common/status_matchers.h"
 #include "embedding/table.h"
@@ -359,6 +360,30 @@ TEST_F(ClusterTest, BadInputIsRefusedAndChangesNothing) {
     EXPECT_EQ(stub->Pull(&context, pull, &response).error_code(),
               grpc::StatusCode::INVALID_ARGUMENT);
   }
+  // Bytes that are no PullRequest or PushRequest at all: a tag without a
+  // value, a keys field longer than the message, field number 0.
+  {
+    grpc::GenericStub generic(
+        grpc::CreateChannel(addresses_[0], grpc::InsecureChannelCredentials()));
+    const std::string valid_push = base.SerializeAsString();
+    for (const std::string& method : {"Pull", "Push"}) {
+      for (const std::string& bytes :
+           {std::string("\x08", 1), valid_push.substr(0, valid_push.size() - 3),
+            std::string("\x00\x01\x02", 3)}) {
+        grpc::ClientContext context;
+        grpc::Slice slice(bytes.data(), bytes.size());
+        grpc::ByteBuffer response;
+        const grpc::Status status = BulkUnaryCall(
+            generic, absl::StrCat("/embedps.proto.EmbeddingService/", method),
+            &context, grpc::ByteBuffer(&slice, 1), &response);
+        EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+            << method << " of " << bytes.size() << " bytes";
+        EXPECT_THAT(status.error_message(),
+                    HasSubstr(absl::StrCat("cannot parse embedps.proto.",
+                                           method, "Request")));
+      }
+    }
+  }
   // A different spec under the same name.
   {
     proto::TableConfig other = SgdTable("strict");
@@ -376,6 +401,7 @@ TEST_F(ClusterTest, BadInputIsRefusedAndChangesNothing) {
   EXPECT_EQ(stats[0].table(0).push_requests(), 1u);
   EXPECT_EQ(stats[0].rejected_requests().at("wrong_shard"), 1u);
   EXPECT_EQ(stats[0].rejected_requests().at("non_finite_gradient"), 2u);
+  EXPECT_EQ(stats[0].rejected_requests().at("malformed_request"), 6u);
   // A read-only Pull (Lookup) takes the same checks.
   {
     grpc::ClientContext context;

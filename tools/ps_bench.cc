@@ -42,6 +42,7 @@
 #include "absl/strings/str_format.h"
 #include "client/client.h"
 #include "common/bulk_message.h"
+#include "common/malloc_options.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/server_process.h"
 #include "tools/key_distributions.h"
@@ -173,6 +174,9 @@ struct Cluster {
   std::vector<std::string> addresses;
   std::vector<std::unique_ptr<RawBench::Stub>> raw_stubs;
   std::vector<std::unique_ptr<grpc::GenericStub>> raw_generic_stubs;
+  // What zero-copy raw requests carry (sized before each measurement, so
+  // that no measurement pays for faulting it in).
+  std::string zeros;
 };
 
 // Starts `shards` ps_server processes, or uses `running` when given, and
@@ -214,7 +218,6 @@ enum class RawWire { kProtobuf, kZeroCopy };
 void RawCall(Cluster& c, RawWire wire, size_t request_bytes,
              size_t response_bytes) {
   const size_t shards = c.raw_stubs.size();
-  static const std::string* const zeros = new std::string(256 << 20, '\0');
   std::vector<std::future<void>> pending;
   const auto one = [&](size_t s) {
     RawRequest request;
@@ -228,7 +231,7 @@ void RawCall(Cluster& c, RawWire wire, size_t request_bytes,
     } else {
       std::vector<BulkField> payload;
       payload.push_back({RawRequest::kPayloadFieldNumber,
-                         grpc::Slice(zeros->data(), request_bytes / shards,
+                         grpc::Slice(c.zeros.data(), request_bytes / shards,
                                      grpc::Slice::STATIC_SLICE)});
       grpc::ByteBuffer response;
       status = BulkUnaryCall(
@@ -342,6 +345,7 @@ int Run() {
               struct Round {
                 double op, raw, zero_copy;
               };
+              cluster.zeros.resize(std::max(pull_in, push_in));
               std::vector<Round> pulls, pushes;
               for (int round = 0; round < rounds; ++round) {
                 Round pull, push;
@@ -413,5 +417,6 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  embedps::ReuseLargeAllocations();
   return embedps::tools::Run();
 }

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/bulk_message.h"
 #include "common/grpc_status.h"
+#include "common/malloc_options.h"
 #include "grpcpp/grpcpp.h"
 #include "tools/raw_bench.grpc.pb.h"
 
@@ -77,6 +78,7 @@ class RawBenchService final
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  embedps::ReuseLargeAllocations();
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);

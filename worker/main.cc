@@ -24,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/logging.h"
+#include "common/malloc_options.h"
 #include "dense/collective/file_store.h"
 #include "dense/collective/in_memory_store.h"
 #include "google/protobuf/text_format.h"
@@ -367,6 +368,7 @@ int main(int argc, char** argv) {
       "ps_worker: trains a model. --model=mlp runs a data-parallel dense job "
       "(see docs/operations.md).");
   absl::ParseCommandLine(argc, argv);
+  embedps::ReuseLargeAllocations();
   if (absl::Status s = embedps::SetLogLevel(absl::GetFlag(FLAGS_log_level));
       !s.ok()) {
     std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
