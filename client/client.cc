@@ -43,7 +43,13 @@ Dedup Deduplicate(absl::Span<const uint64_t> keys) {
   d.position.resize(keys.size());
   absl::flat_hash_map<uint64_t, uint32_t> index;
   index.reserve(keys.size());
+  // A large batch's map is larger than the cache: each insert would wait
+  // for its slot's line; fetch them a few keys ahead.
+  constexpr size_t kPrefetchDistance = 16;
   for (size_t i = 0; i < keys.size(); ++i) {
+    if (i + kPrefetchDistance < keys.size()) {
+      index.prefetch(keys[i + kPrefetchDistance]);
+    }
     auto [it, inserted] = index.try_emplace(keys[i], d.keys.size());
     if (inserted) d.keys.push_back(keys[i]);
     d.position[i] = it->second;
