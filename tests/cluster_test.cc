@@ -366,7 +366,7 @@ TEST_F(ClusterTest, BadInputIsRefusedAndChangesNothing) {
     grpc::GenericStub generic(
         grpc::CreateChannel(addresses_[0], grpc::InsecureChannelCredentials()));
     const std::string valid_push = base.SerializeAsString();
-    for (const std::string& method : {"Pull", "Push"}) {
+    for (const char* method : {"Pull", "Push"}) {
       for (const std::string& bytes :
            {std::string("\x08", 1), valid_push.substr(0, valid_push.size() - 3),
             std::string("\x00\x01\x02", 3)}) {
