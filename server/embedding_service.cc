@@ -423,7 +423,10 @@ grpc::ServerUnaryReactor* EmbeddingServiceImpl::Pull(
   auto timer = std::make_unique<RpcMetrics::Timer>(metrics_, RpcMethod::kPull);
   auto call = std::make_unique<PullCall>();
   grpc::Status status = ParsePull(*request, call.get());
-  if (status.ok() && call->entry.synchronizer != nullptr) {
+  // Usually the step is pullable when its Pull arrives; only a Pull that
+  // must wait leaves gRPC's thread.
+  if (status.ok() && call->entry.synchronizer != nullptr &&
+      !call->entry.synchronizer->Pullable(call->header.step())) {
     RunDetached([this, reactor, response, timer = std::move(timer),
                  call = std::move(call)] {
       const grpc::Status served = ServePull(*call, response);

@@ -81,8 +81,9 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
   grpc::Status ListTables(grpc::ServerContext* context,
                           const proto::ListTablesRequest* request,
                           proto::ListTablesResponse* response) override;
-  // A Pull of a SYNC or SSP table may wait for other workers' steps; it
-  // waits on a thread of its own, not on one of gRPC's callback threads.
+  // A Pull of a SYNC or SSP table may have to wait for other workers'
+  // steps; one that must waits on a thread of its own, not on one of
+  // gRPC's callback threads.
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context,
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override;

@@ -69,6 +69,13 @@ absl::Status StepSynchronizer::AwaitPullable(uint64_t step) {
   return absl::OkStatus();
 }
 
+bool StepSynchronizer::Pullable(uint64_t step) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (mode_ == Mode::kSync) return !started_ || next_step_ >= step;
+  return step <= staleness_ ||
+         WorkersPast(step - staleness_ - 1) >= num_workers_;
+}
+
 absl::Status StepSynchronizer::Push(uint64_t client_id, uint64_t step,
                                     uint32_t parts_in_step,
                                     absl::Span<const uint64_t> keys,

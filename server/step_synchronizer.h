@@ -45,6 +45,10 @@ class StepSynchronizer {
   // Returns when a Pull for `step` may read the table.
   absl::Status AwaitPullable(uint64_t step);
 
+  // Whether AwaitPullable(step) would return at once (steps only advance:
+  // once true, it stays true).
+  bool Pullable(uint64_t step);
+
   // One push part of `client_id` for `step` (keys may be empty when
   // `parts_in_step` closes the step). FAILED_PRECONDITION for a SYNC step
   // that was already applied. Errors of the table (NaN/Inf) come back

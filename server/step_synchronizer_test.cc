@@ -84,11 +84,19 @@ TEST(StepSynchronizerTest, SyncPullTimesOutNamingTheStep) {
   auto table = SgdTable();
   StepSynchronizer sync(StepSynchronizer::Mode::kSync, 0, 2,
                         absl::Milliseconds(50), table.get());
+  EXPECT_TRUE(sync.Pullable(0));
   ASSERT_OK(sync.AwaitPullable(0));
+  EXPECT_TRUE(sync.Pullable(0));
+  EXPECT_FALSE(sync.Pullable(1));
   ASSERT_OK(sync.Push(1, 0, 1, {{3}}, std::vector<float>(kDim, 1.0f)));
+  EXPECT_FALSE(sync.Pullable(1));
   EXPECT_THAT(sync.AwaitPullable(1),
               StatusIs(absl::StatusCode::kDeadlineExceeded,
                        HasSubstr("1 of 2 workers have pushed it")));
+  ASSERT_OK(sync.Push(2, 0, 1, {{3}}, std::vector<float>(kDim, 1.0f)));
+  EXPECT_TRUE(sync.Pullable(1));
+  EXPECT_FALSE(sync.Pullable(2));
+  EXPECT_OK(sync.AwaitPullable(1));
 }
 
 TEST(StepSynchronizerTest, SspLetsWorkersRunAheadByTheStaleness) {
@@ -103,10 +111,13 @@ TEST(StepSynchronizerTest, SspLetsWorkersRunAheadByTheStaleness) {
   // Applied on arrival.
   EXPECT_EQ(Row(*table, 3)[0], -3.0f);
   // Step 3 needs both workers past step 0; worker 2 has done nothing.
+  EXPECT_TRUE(ssp.Pullable(2));
+  EXPECT_FALSE(ssp.Pullable(3));
   EXPECT_THAT(
       ssp.AwaitPullable(3),
       StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("1 of 2 have")));
   ASSERT_OK(ssp.Push(2, 0, 1, {}, {}));
+  EXPECT_TRUE(ssp.Pullable(3));
   EXPECT_OK(ssp.AwaitPullable(3));
 }
 
