@@ -147,15 +147,19 @@ absl::StatusOr<uint64_t> DecodeChecksum(const std::string& checksum,
 
 }  // namespace
 
-absl::StatusOr<TableFileSummary> WriteTableFile(const TableSnapshot& snapshot,
-                                                const std::string& path) {
+absl::StatusOr<TableFileSummary> WriteTableFile(
+    const TableSnapshot& snapshot, const std::string& path,
+    const TableFileWriteOptions& write_options) {
   const std::string temporary = path + ".tmp";
   // The file is written with direct IO (no copy into the page cache, whose
   // pages a checkpoint would only evict the table's from) behind the writer:
   // SstFileWriter builds the next 4 MiB while the disk takes the last ones.
-  // File systems without direct IO (tmpfs) get ordinary writes.
-  const std::unique_ptr<rocksdb::Env> env =
-      internal::NewWriteBehindEnv(kWriteBehindBytes);
+  // File systems without direct IO (tmpfs before Linux 6.6, some network
+  // file systems) get ordinary writes.
+  const std::unique_ptr<rocksdb::Env> env = internal::NewWriteBehindEnv(
+      kWriteBehindBytes, write_options.file_system != nullptr
+                             ? write_options.file_system
+                             : rocksdb::FileSystem::Default());
   rocksdb::Options options = FileOptions();
   options.env = env.get();
   rocksdb::EnvOptions env_options(options);

@@ -16,12 +16,17 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "embedding/table.h"
+
+namespace rocksdb {
+class FileSystem;
+}  // namespace rocksdb
 
 namespace embedps::embedding {
 
@@ -34,10 +39,19 @@ struct TableFileSummary {
   uint64_t xxh3 = 0;
 };
 
-// Writes `snapshot` to `path` (via `path + ".tmp"`, synced, then renamed).
+struct TableFileWriteOptions {
+  // The file system the file is written to; null: the operating system's.
+  // (Tests give one that refuses direct IO, as some file systems do.)
+  std::shared_ptr<rocksdb::FileSystem> file_system;
+};
+
+// Writes `snapshot` to `path` (via `path + ".tmp"`, synced, then renamed),
+// with direct IO where the file system takes it and buffered writes where
+// it does not (the rows are the same).
 // UNAVAILABLE/INTERNAL naming the file on I/O errors.
-absl::StatusOr<TableFileSummary> WriteTableFile(const TableSnapshot& snapshot,
-                                                const std::string& path);
+absl::StatusOr<TableFileSummary> WriteTableFile(
+    const TableSnapshot& snapshot, const std::string& path,
+    const TableFileWriteOptions& options = {});
 
 struct TableFileRestore {
   uint64_t rows = 0;

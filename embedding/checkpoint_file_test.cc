@@ -15,6 +15,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "rocksdb/file_system.h"
 #include "xxhash.h"
 
 namespace embedps::embedding {
@@ -102,6 +103,54 @@ INSTANTIATE_TEST_SUITE_P(MemoryAndSpill, CheckpointFileTest,
                          [](const ::testing::TestParamInfo<bool>& info) {
                            return info.param ? "Spilling" : "MemoryOnly";
                          });
+
+// A file system that refuses direct IO (as some do: O_DIRECT gets EINVAL),
+// counting the opens it saw.
+class NoDirectIoFileSystem : public rocksdb::FileSystemWrapper {
+ public:
+  NoDirectIoFileSystem() : FileSystemWrapper(rocksdb::FileSystem::Default()) {}
+  const char* Name() const override { return "NoDirectIoFileSystem"; }
+  rocksdb::IOStatus NewWritableFile(
+      const std::string& path, const rocksdb::FileOptions& options,
+      std::unique_ptr<rocksdb::FSWritableFile>* result,
+      rocksdb::IODebugContext* dbg) override {
+    if (options.use_direct_writes) {
+      ++refused;
+      return rocksdb::IOStatus::InvalidArgument(path, "no O_DIRECT here");
+    }
+    ++buffered;
+    return target()->NewWritableFile(path, options, result, dbg);
+  }
+  int refused = 0;
+  int buffered = 0;
+};
+
+TEST_P(CheckpointFileTest, FileSystemsWithoutDirectIoGetBufferedWrites) {
+  auto table = MakeTable();
+  Train(*table, 30, 1);
+  ASSERT_OK_AND_ASSIGN(auto snapshot, table->TakeSnapshot(false));
+  const auto want = Contents(*table);
+  auto file_system = std::make_shared<NoDirectIoFileSystem>();
+  const std::string path = Dir() + "/buffered.sst";
+  ASSERT_OK_AND_ASSIGN(const TableFileSummary summary,
+                       WriteTableFile(*snapshot, path, {file_system}));
+  EXPECT_EQ(file_system->refused, 1);
+  EXPECT_EQ(file_system->buffered, 1);
+  EXPECT_EQ(summary.rows, want.size());
+  ASSERT_OK_AND_ASSIGN(const uint64_t checksum, TableFileXxh3(path));
+  EXPECT_EQ(checksum, summary.xxh3);
+  auto restored = MakeTable();
+  EXPECT_EQ(Restore(path, summary.xxh3, *restored).rows, want.size());
+  EXPECT_EQ(Contents(*restored), want);
+  // A file written with direct IO holds the same rows (not the same bytes:
+  // each file's properties name its own creation).
+  const std::string direct = Dir() + "/direct.sst";
+  ASSERT_OK_AND_ASSIGN(const TableFileSummary direct_summary,
+                       WriteTableFile(*snapshot, direct));
+  auto from_direct = MakeTable();
+  Restore(direct, direct_summary.xxh3, *from_direct);
+  EXPECT_EQ(Contents(*from_direct), want);
+}
 
 TEST_P(CheckpointFileTest, FullCheckpointRestoresEveryRowExactly) {
   auto table = MakeTable();

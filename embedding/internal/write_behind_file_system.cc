@@ -270,9 +270,10 @@ rocksdb::IOStatus WriteBehindFileSystem::NewWritableFile(
   return IOStatus::OK();
 }
 
-std::unique_ptr<rocksdb::Env> NewWriteBehindEnv(size_t max_pending_bytes) {
+std::unique_ptr<rocksdb::Env> NewWriteBehindEnv(
+    size_t max_pending_bytes, std::shared_ptr<rocksdb::FileSystem> target) {
   return rocksdb::NewCompositeEnv(std::make_shared<WriteBehindFileSystem>(
-      rocksdb::FileSystem::Default(), max_pending_bytes));
+      std::move(target), max_pending_bytes));
 }
 
 }  // namespace embedps::embedding::internal

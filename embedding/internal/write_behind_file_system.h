@@ -44,10 +44,13 @@ class WriteBehindFileSystem : public rocksdb::FileSystemWrapper {
   const size_t max_pending_bytes_;
 };
 
-// An Env over the default file system whose writable files write behind
-// their writer (WriteBehindFileSystem). Set it as rocksdb::Options::env of an
-// SstFileWriter; it must outlive every file it opened.
-std::unique_ptr<rocksdb::Env> NewWriteBehindEnv(size_t max_pending_bytes);
+// An Env over `target` (default: the operating system's file system) whose
+// writable files write behind their writer (WriteBehindFileSystem). Set it
+// as rocksdb::Options::env of an SstFileWriter; it must outlive every file
+// it opened.
+std::unique_ptr<rocksdb::Env> NewWriteBehindEnv(
+    size_t max_pending_bytes, std::shared_ptr<rocksdb::FileSystem> target =
+                                  rocksdb::FileSystem::Default());
 
 }  // namespace embedps::embedding::internal
 
