@@ -1,6 +1,7 @@
 #include "server/embedding_service.h"
 
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
@@ -218,10 +219,13 @@ grpc::Status EmbeddingServiceImpl::ServePull(const PullCall& call,
         read(absl::MakeSpan(reinterpret_cast<float*>(values.data()), floats));
     if (!status.ok()) return ToGrpcStatus(status);
   } else {
-    std::vector<float> pulled(floats);
-    const absl::Status status = read(absl::MakeSpan(pulled));
+    // Uninitialized (the Pull writes every value): zeroing tens of MB
+    // first would be a pass for nothing.
+    const std::unique_ptr<float[]> pulled(new float[floats]);
+    const absl::Span<float> pulled_span(pulled.get(), floats);
+    const absl::Status status = read(pulled_span);
     if (!status.ok()) return ToGrpcStatus(status);
-    FloatsToHalves(pulled, reinterpret_cast<uint16_t*>(values.data()));
+    FloatsToHalves(pulled_span, reinterpret_cast<uint16_t*>(values.data()));
   }
   std::vector<BulkField> fields;
   fields.push_back({proto::PullResponse::kValuesFieldNumber,
@@ -275,7 +279,8 @@ grpc::Status EmbeddingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
   }
   // float32 gradients are read in place when they arrived in one aligned
   // piece, else gathered into `copied`; float16 ones are widened into it.
-  std::vector<float> copied;
+  // (Uninitialized: every float is written before it is read.)
+  std::unique_ptr<float[]> copied;
   absl::Span<const float> grads;
   if (request.value_type() == proto::FLOAT32 &&
       gradients.chunks().size() == 1 &&
@@ -285,15 +290,15 @@ grpc::Status EmbeddingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
     grads = absl::MakeConstSpan(
         reinterpret_cast<const float*>(gradients.chunks()[0].data()), floats);
   } else if (request.value_type() == proto::FLOAT32) {
-    copied.resize(floats);
-    if (floats > 0) gradients.CopyTo(copied.data());
-    grads = copied;
+    copied.reset(new float[floats]);
+    if (floats > 0) gradients.CopyTo(copied.get());
+    grads = absl::MakeConstSpan(copied.get(), floats);
   } else {
-    std::vector<uint16_t> halves(floats);
-    if (floats > 0) gradients.CopyTo(halves.data());
-    copied.resize(floats);
-    HalvesToFloats(halves, copied.data());
-    grads = copied;
+    const std::unique_ptr<uint16_t[]> halves(new uint16_t[floats]);
+    if (floats > 0) gradients.CopyTo(halves.get());
+    copied.reset(new float[floats]);
+    HalvesToFloats(absl::MakeConstSpan(halves.get(), floats), copied.get());
+    grads = absl::MakeConstSpan(copied.get(), floats);
   }
   const absl::Status status =
       entry->synchronizer != nullptr
