@@ -147,6 +147,8 @@ struct Client::Impl {
   };
   // stubs[shard][channel]
   std::vector<std::vector<Stubs>> stubs;
+  const std::string pull_path = MethodPath("Pull");
+  const std::string push_path = MethodPath("Push");
   std::atomic<uint64_t> next_channel{0};
 
   // The shard's next channel, in turn.
@@ -307,8 +309,6 @@ absl::Status Client::PullRows(const TableHandle& table,
   std::vector<float> rows(distinct ? 0 : dedup.keys.size() * dim);
   float* const row_base = distinct ? values.data() : rows.data();
   const proto::ValueType wire = impl_->options.wire_type;
-  static const std::string* const pull_path =
-      new std::string(MethodPath("Pull"));
   const absl::Status status =
       RunParts(parts.size(), [&](size_t p) -> absl::Status {
         const Part& part = parts[p];
@@ -326,8 +326,9 @@ absl::Status Client::PullRows(const TableHandle& table,
         absl::Status s = impl_->Call(
             part.shard, method,
             [&](grpc::ClientContext* context) {
-              return BulkUnaryCall(*impl_->Channel(part.shard).bulk, *pull_path,
-                                   context, request, &response);
+              return BulkUnaryCall(*impl_->Channel(part.shard).bulk,
+                                   impl_->pull_path, context, request,
+                                   &response);
             },
             table.step_timeout);
         if (!s.ok()) return s;
@@ -406,8 +407,6 @@ absl::Status Client::Push(const TableHandle& table,
     CloseStepOnEveryShard(num_shards(), parts);
   }
   const proto::ValueType wire = impl_->options.wire_type;
-  static const std::string* const push_path =
-      new std::string(MethodPath("Push"));
   return RunParts(parts.size(), [&](size_t p) -> absl::Status {
     const Part& part = parts[p];
     proto::PushRequest header;
@@ -440,7 +439,7 @@ absl::Status Client::Push(const TableHandle& table,
         SerializeBulkMessage(header, std::move(fields));
     return impl_->Call(part.shard, "Push", [&](grpc::ClientContext* context) {
       grpc::ByteBuffer response;
-      return BulkUnaryCall(*impl_->Channel(part.shard).bulk, *push_path,
+      return BulkUnaryCall(*impl_->Channel(part.shard).bulk, impl_->push_path,
                            context, request, &response);
     });
   });

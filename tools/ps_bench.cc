@@ -235,8 +235,10 @@ void RawCall(Cluster& c, RawWire wire, size_t request_bytes,
                                      grpc::Slice::STATIC_SLICE)});
       grpc::ByteBuffer response;
       status = BulkUnaryCall(
-          *c.raw_generic_stubs[s], "/embedps.tools.RawBench/CallBulk", &context,
-          SerializeBulkMessage(request, std::move(payload)), &response);
+          *c.raw_generic_stubs[s],
+          absl::StrCat("/", RawBench::service_full_name(), "/CallBulk"),
+          &context, SerializeBulkMessage(request, std::move(payload)),
+          &response);
     }
     if (!status.ok()) {
       std::fprintf(stderr, "raw call failed: %s\n",
