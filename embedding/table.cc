@@ -81,6 +81,16 @@ void AppendCleanRecord(const char* record, size_t record_bytes,
   ClearRecordFlags(out.data() + at);
 }
 static_assert(sizeof(RowHeader) == 16, "header must stay 16 bytes");
+
+// A row's access metadata as the first 8 bytes of its record hold it (last
+// touch, then the access count without flags), read as one integer.
+uint64_t AccessMetadata(const RowHeader& header) {
+  const uint32_t words[2] = {header.last_touch,
+                             header.access_word & kCountMask};
+  uint64_t metadata;
+  std::memcpy(&metadata, words, sizeof(metadata));
+  return metadata;
+}
 constexpr int32_t kHeaderFloats = sizeof(RowHeader) / sizeof(float);
 
 uint64_t KeyHash(uint64_t key) { return embedding_internal::TableKeyHash(key); }
@@ -162,6 +172,7 @@ using RowIndex =
 
 struct StripeCounters {
   uint64_t spills = 0;
+  uint64_t spills_of_unchanged_rows = 0;
   uint64_t promotions = 0;
   uint64_t admitted = 0;
   uint64_t admission_rejected = 0;
@@ -255,8 +266,35 @@ class Stripe {
     header.key = key;
     header.last_touch = touch;
     header.access_word = 0;
+    ForgetSpillCopy(id);
     return id;
   }
+
+  // The spill tier holds a current copy of a resident row: the same
+  // embedding and optimizer state, with access metadata `copy_metadata`
+  // (AccessMetadata; the row's own may have moved on since). Evicting such
+  // a row writes at most its metadata (MemoryTable::SettleSpill).
+  void NoteCurrentSpillCopy(RowId id, uint64_t copy_metadata)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (spill_copy_metadata_.size() < used_rows_) {
+      spill_copy_metadata_.resize(used_rows_, kNoCurrentCopy);
+    }
+    spill_copy_metadata_[id] = copy_metadata;
+  }
+  // The row changed, or its copy was deleted.
+  void ForgetSpillCopy(RowId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (id < spill_copy_metadata_.size()) {
+      spill_copy_metadata_[id] = kNoCurrentCopy;
+    }
+  }
+  // The access metadata of the row's current spill-tier copy, or
+  // kNoCurrentCopy.
+  uint64_t SpillCopyMetadata(RowId id) const ABSL_SHARED_LOCKS_REQUIRED(mu) {
+    return id < spill_copy_metadata_.size() ? spill_copy_metadata_[id]
+                                            : kNoCurrentCopy;
+  }
+  // Not the metadata of any record: its last touch would be kFreeRowMark.
+  static constexpr uint64_t kNoCurrentCopy = UINT64_MAX;
 
   // Puts a row whose header is written into the index.
   void IndexRow(RowId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
@@ -268,6 +306,7 @@ class Stripe {
     RowHeader& header = MutableHeader(id);
     index_.erase(KeyProbe{header.key, hash});
     header.last_touch = kFreeRowMark;
+    ForgetSpillCopy(id);
     free_rows_.push_back(id);
   }
 
@@ -289,6 +328,7 @@ class Stripe {
         uint64_t{used_rows_} *
         (arena_.reserved_bytes() / std::max<uint64_t>(arena_.capacity(), 1));
     return row_bytes + index_bytes + free_rows_.capacity() * sizeof(RowId) +
+           spill_copy_metadata_.capacity() * sizeof(uint64_t) +
            admission_->bytes();
   }
 
@@ -297,6 +337,8 @@ class Stripe {
   RowIndex index_ ABSL_GUARDED_BY(mu);
   RowId used_rows_ ABSL_GUARDED_BY(mu) = 0;
   std::vector<RowId> free_rows_ ABSL_GUARDED_BY(mu);
+  // By row id (see NoteCurrentSpillCopy); empty until a row has a copy.
+  std::vector<uint64_t> spill_copy_metadata_ ABSL_GUARDED_BY(mu);
   std::unique_ptr<AdmissionFilter> admission_ ABSL_GUARDED_BY(mu);
   StripeCounters counters_ ABSL_GUARDED_BY(mu);
   SpillState spill_ ABSL_GUARDED_BY(mu);
@@ -384,11 +426,18 @@ struct SpillWrites {
   std::vector<uint64_t> put_keys;
   std::vector<char> put_records;
   std::vector<uint64_t> delete_keys;
-  bool empty() const { return put_keys.empty() && delete_keys.empty(); }
+  // Rows whose spill-tier copy is current but for its access metadata.
+  std::vector<uint64_t> metadata_keys;
+  std::vector<uint64_t> access_metadata;  // AccessMetadata, by metadata_keys
+  bool empty() const {
+    return put_keys.empty() && delete_keys.empty() && metadata_keys.empty();
+  }
   void clear() {
     put_keys.clear();
     put_records.clear();
     delete_keys.clear();
+    metadata_keys.clear();
+    access_metadata.clear();
   }
 };
 
@@ -824,6 +873,7 @@ class MemoryTable final : public Table {
       stats.evicted += c.evicted;
       stats.erased += c.erased;
       stats.spills += c.spills;
+      stats.spills_of_unchanged_rows += c.spills_of_unchanged_rows;
       stats.promotions += c.promotions;
     }
     stats.rows = stats.resident_rows + stats.spilled_rows;
@@ -1063,10 +1113,12 @@ class MemoryTable final : public Table {
     return id;
   }
 
-  // Moves a spilled row back into memory. Its spill-tier copy stays (stale
-  // once the row changes): a resident row always wins, the next eviction
-  // overwrites the copy, and removals delete it. Not deleting it halves the
-  // spill tier's writes.
+  // Moves a spilled row back into memory. Its spill-tier copy stays: a
+  // resident row always wins, and removals delete the copy. Until the row's
+  // embedding or optimizer state changes the copy is current, and evicting
+  // the row writes nothing (SettleSpill); after a change the eviction
+  // overwrites it. Keeping the copy halves the spill tier's writes, and
+  // rows that were only read cost none.
   absl::StatusOr<RowId> PromoteRow(Stripe& stripe, uint64_t key,
                                    const char* record)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
@@ -1078,6 +1130,7 @@ class MemoryTable final : public Table {
     header.access_word = (header.access_word & kCountMask) | kReferencedBit;
     if (spill.dirty_keys.erase(key) > 0) header.access_word |= kDirtyBit;
     stripe.IndexRow(id);
+    stripe.NoteCurrentSpillCopy(id, AccessMetadata(header));
     --spill.spilled_rows;
     ++stripe.counters().promotions;
     return id;
@@ -1386,6 +1439,7 @@ class MemoryTable final : public Table {
         std::memcpy(reinterpret_cast<char*>(stripe.Row(id)) + kRecordOffset,
                     record, record_bytes_);
         stripe.MutableHeader(id).access_word &= kCountMask;
+        stripe.ForgetSpillCopy(id);  // a spill-tier copy holds the old row
       }
       if (spill_ != nullptr) RETURN_IF_ERROR(SettleSpill(stripe, writes));
     }
@@ -1476,7 +1530,10 @@ class MemoryTable final : public Table {
         std::memcpy(reinterpret_cast<char*>(stripe.Row(id)) + kRecordOffset,
                     records.data() + static_cast<size_t>(pos) * record_bytes_,
                     record_bytes_);
-        stripe.MutableHeader(id).access_word &= kCountMask;
+        RowHeader& header = stripe.MutableHeader(id);
+        header.access_word &= kCountMask;
+        // The spill tier holds this very record.
+        stripe.NoteCurrentSpillCopy(id, AccessMetadata(header));
       }
       const uint64_t held =
           rows_per_stripe.empty() ? end - begin : rows_per_stripe[s];
@@ -1651,21 +1708,44 @@ class MemoryTable final : public Table {
   // Under the stripe's lock: picks rows to spill if the stripe holds more
   // than its share of the budget, writes them and `writes` in one atomic
   // batch, and only then frees them. On error nothing is freed.
+  //
+  // A victim whose spill-tier copy is current (same floats) is not written
+  // again. A table with a TTL writes its access metadata if it moved (8
+  // bytes, a RocksDB Merge), so that the TTL sees every touch. A table
+  // without one writes nothing: there last touch and Pull count are
+  // statistics, and those of a row that was only read while resident stay
+  // as the spill tier has them (they lag the row's, never lead) — the
+  // Merges cost as much as whole records (a memtable insert each:
+  // docs/benchmarks.md), and skipping them nearly doubles a read-mostly
+  // spilling Pull.
   absl::Status SettleSpill(Stripe& stripe, SpillWrites& writes)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     std::vector<RowId> victims;
     SelectVictims(stripe, victims);
     SpillState& spill = stripe.spill();
     for (RowId id : victims) {
-      writes.put_keys.push_back(stripe.Header(id).key);
-      AppendCleanRecord(
-          reinterpret_cast<const char*>(stripe.Row(id)) + kRecordOffset,
-          record_bytes_, writes.put_records);
+      const RowHeader& header = stripe.Header(id);
+      const uint64_t copy = stripe.SpillCopyMetadata(id);
+      if (copy == Stripe::kNoCurrentCopy) {
+        writes.put_keys.push_back(header.key);
+        AppendCleanRecord(
+            reinterpret_cast<const char*>(stripe.Row(id)) + kRecordOffset,
+            record_bytes_, writes.put_records);
+      } else {
+        ++stripe.counters().spills_of_unchanged_rows;
+        if (spec_.eviction.ttl > 0 && copy != AccessMetadata(header)) {
+          writes.metadata_keys.push_back(header.key);
+          writes.access_metadata.push_back(AccessMetadata(header));
+        }
+      }
     }
-    if (writes.empty()) return absl::OkStatus();
-    RETURN_IF_ERROR(spill_->Write(writes.put_keys, writes.put_records.data(),
-                                  writes.delete_keys));
-    ++spill.generation;
+    if (!writes.empty()) {
+      RETURN_IF_ERROR(spill_->Write(
+          writes.put_keys, writes.put_records.data(), writes.delete_keys,
+          writes.metadata_keys,
+          reinterpret_cast<const char*>(writes.access_metadata.data())));
+      ++spill.generation;
+    }
     for (RowId id : victims) {
       const RowHeader& header = stripe.Header(id);
       if (header.access_word & kDirtyBit) spill.dirty_keys.insert(header.key);
@@ -1738,8 +1818,14 @@ class MemoryTable final : public Table {
         const char* record = fetched.Find(key);
         if (record == nullptr) continue;
         const uint64_t hash = KeyHash(key);
-        if (stripe.index().contains(KeyProbe{key, hash})) {
-          writes.delete_keys.push_back(key);  // a stale copy: garbage
+        auto resident = stripe.index().find(KeyProbe{key, hash}, hash);
+        if (resident != stripe.index().end()) {
+          // A stale copy is garbage; a current one saves the row's next
+          // eviction a write.
+          if (stripe.SpillCopyMetadata(resident->id()) ==
+              Stripe::kNoCurrentCopy) {
+            writes.delete_keys.push_back(key);
+          }
           continue;
         }
         uint32_t last_touch;
@@ -1761,6 +1847,7 @@ class MemoryTable final : public Table {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     float* row = stripe.Row(id);
     optimizer_->Apply(row + kHeaderFloats, row + kHeaderFloats + dim_, grad);
+    stripe.ForgetSpillCopy(id);
     RowHeader& header = stripe.MutableHeader(id);
     header.last_touch = touch;
     header.access_word |= kDirtyBit | kReferencedBit;

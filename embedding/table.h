@@ -98,6 +98,10 @@ struct TableStats {
   uint64_t spilled_disk_bytes = 0;
   uint64_t spills = 0;
   uint64_t promotions = 0;
+  // Spills of rows whose spill-tier copy already held their embedding and
+  // optimizer state (read back and not changed since): written as 8 bytes
+  // of access metadata, or not at all, instead of a whole record.
+  uint64_t spills_of_unchanged_rows = 0;
   uint64_t spill_multigets = 0;
   uint64_t spill_multiget_keys = 0;
   uint64_t spill_multiget_micros = 0;

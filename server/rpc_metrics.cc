@@ -150,6 +150,10 @@ std::string RenderPrometheus(const proto::StatsResponse& stats) {
       {"embedps_rows_promoted_total", "counter",
        "Rows moved from the spill tier back to memory.",
        &proto::TableStatsProto::promotions},
+      {"embedps_rows_spilled_unchanged_total", "counter",
+       "Rows moved to the spill tier that it held unchanged (access "
+       "metadata written, not the row).",
+       &proto::TableStatsProto::spills_of_unchanged_rows},
       {"embedps_spill_multiget_total", "counter",
        "Batched reads of the spill tier.",
        &proto::TableStatsProto::spill_multigets},

@@ -1,6 +1,7 @@
 #include "embedding/internal/spill_store.h"
 
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <system_error>
 #include <utility>
@@ -11,6 +12,7 @@
 #include "rocksdb/cache.h"
 #include "rocksdb/db.h"
 #include "rocksdb/filter_policy.h"
+#include "rocksdb/merge_operator.h"
 #include "rocksdb/options.h"
 #include "rocksdb/sst_file_writer.h"
 #include "rocksdb/table.h"
@@ -26,6 +28,42 @@ absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what,
                                           "': ", status.ToString()));
 }
 
+// The first 8 bytes of a record (last touch and access word) replaced by
+// an operand, the rest kept: Write's metadata_keys. Only the newest operand
+// matters, so partial merges keep it. A key with operands but no record is
+// refused (a corruption: the table writes metadata only over a record it
+// read).
+class AccessMetadataMerge final : public rocksdb::MergeOperator {
+ public:
+  static constexpr size_t kMetadataBytes = 8;
+
+  const char* Name() const override { return "embedps.AccessMetadataMerge"; }
+
+  bool FullMergeV2(const MergeOperationInput& in,
+                   MergeOperationOutput* out) const override {
+    if (in.existing_value == nullptr ||
+        in.existing_value->size() < kMetadataBytes || in.operand_list.empty() ||
+        in.operand_list.back().size() != kMetadataBytes) {
+      return false;
+    }
+    out->new_value.assign(in.operand_list.back().data(), kMetadataBytes);
+    out->new_value.append(in.existing_value->data() + kMetadataBytes,
+                          in.existing_value->size() - kMetadataBytes);
+    return true;
+  }
+
+  bool PartialMergeMulti(const rocksdb::Slice& /*key*/,
+                         const std::deque<rocksdb::Slice>& operands,
+                         std::string* new_value,
+                         rocksdb::Logger* /*logger*/) const override {
+    if (operands.empty() || operands.back().size() != kMetadataBytes) {
+      return false;
+    }
+    new_value->assign(operands.back().data(), kMetadataBytes);
+    return true;
+  }
+};
+
 // See docs/architecture.md ("Spill tier") for why each option.
 rocksdb::Options SpillOptions(const SpillStoreOptions& options) {
   rocksdb::Options rocks;
@@ -35,6 +73,7 @@ rocksdb::Options SpillOptions(const SpillStoreOptions& options) {
   // Reads of page-cached files without a copy into a buffer per block.
   rocks.allow_mmap_reads = true;
   rocks.max_background_jobs = 2;
+  rocks.merge_operator = std::make_shared<AccessMetadataMerge>();
   // Rows are float vectors: general-purpose compression gains little and
   // would cost CPU on every promoted row.
   rocks.compression = rocksdb::kNoCompression;
@@ -161,10 +200,16 @@ absl::Status SpillStore::MultiGetAt(const rocksdb::Snapshot* snapshot,
 
 absl::Status SpillStore::Write(absl::Span<const uint64_t> put_keys,
                                const char* put_records,
-                               absl::Span<const uint64_t> delete_keys) {
-  if (put_keys.empty() && delete_keys.empty()) return absl::OkStatus();
+                               absl::Span<const uint64_t> delete_keys,
+                               absl::Span<const uint64_t> metadata_keys,
+                               const char* access_metadata) {
+  if (put_keys.empty() && delete_keys.empty() && metadata_keys.empty()) {
+    return absl::OkStatus();
+  }
+  constexpr size_t kMetadataBytes = AccessMetadataMerge::kMetadataBytes;
   rocksdb::WriteBatch batch(put_keys.size() * (record_bytes_ + 24) +
-                            delete_keys.size() * 24);
+                            delete_keys.size() * 24 +
+                            metadata_keys.size() * (kMetadataBytes + 24));
   char key[8];
   // Deletes first: a key both deleted and put in one batch ends up stored.
   for (uint64_t k : delete_keys) {
@@ -182,6 +227,15 @@ absl::Status SpillStore::Write(absl::Span<const uint64_t> put_keys,
         "batch put", path_);
     if (!status.ok()) return status;
   }
+  for (size_t i = 0; i < metadata_keys.size(); ++i) {
+    EncodeKey(metadata_keys[i], key);
+    absl::Status status = FromRocks(
+        batch.Merge(rocksdb::Slice(key, 8),
+                    rocksdb::Slice(access_metadata + i * kMetadataBytes,
+                                   kMetadataBytes)),
+        "batch metadata merge", path_);
+    if (!status.ok()) return status;
+  }
   rocksdb::WriteOptions write;
   // The spill tier is rebuilt from a checkpoint after a crash, never
   // replayed: a WAL would double the bytes written for nothing.
@@ -191,6 +245,7 @@ absl::Status SpillStore::Write(absl::Span<const uint64_t> put_keys,
   write_batches_.fetch_add(1, std::memory_order_relaxed);
   rows_written_.fetch_add(put_keys.size(), std::memory_order_relaxed);
   rows_deleted_.fetch_add(delete_keys.size(), std::memory_order_relaxed);
+  metadata_updates_.fetch_add(metadata_keys.size(), std::memory_order_relaxed);
   return absl::OkStatus();
 }
 
@@ -321,6 +376,7 @@ SpillStoreStats SpillStore::Stats() const {
   stats.write_batches = write_batches_.load(std::memory_order_relaxed);
   stats.rows_written = rows_written_.load(std::memory_order_relaxed);
   stats.rows_deleted = rows_deleted_.load(std::memory_order_relaxed);
+  stats.metadata_updates = metadata_updates_.load(std::memory_order_relaxed);
   return stats;
 }
 

@@ -45,6 +45,8 @@ struct SpillStoreStats {
   uint64_t write_batches = 0;
   uint64_t rows_written = 0;
   uint64_t rows_deleted = 0;
+  // Rows whose access metadata alone was written (Write's metadata_keys).
+  uint64_t metadata_updates = 0;
 };
 
 class SpillStore {
@@ -86,11 +88,19 @@ class SpillStore {
   absl::Status MultiGet(absl::Span<const uint64_t> keys, char* records,
                         absl::Span<bool> found);
 
-  // One atomic batch: stores put_keys[i] → put_records + i·record_bytes and
-  // removes delete_keys (absent keys are fine).
+  // One atomic batch: removes delete_keys (absent keys are fine), stores
+  // put_keys[i] → put_records + i·record_bytes, and gives the stored record
+  // of metadata_keys[i] new access metadata: the 8 bytes at
+  // access_metadata + 8·i replace the record's first 8 (last touch and
+  // access word), its floats stay. The record must be stored: reading a key
+  // whose metadata was replaced without a record fails (a corruption).
+  // Replacing metadata writes 8 bytes instead of a record (a RocksDB Merge,
+  // folded into the record when it is read or compacted).
   absl::Status Write(absl::Span<const uint64_t> put_keys,
                      const char* put_records,
-                     absl::Span<const uint64_t> delete_keys);
+                     absl::Span<const uint64_t> delete_keys,
+                     absl::Span<const uint64_t> metadata_keys = {},
+                     const char* access_metadata = nullptr);
 
   // Bulk load: stores keys[i] -> records + i·record_bytes by writing one
   // SST file and ingesting it (RocksDB's IngestExternalFile: no memtable,
@@ -128,7 +138,8 @@ class SpillStore {
   std::unique_ptr<rocksdb::DB> db_;
   mutable std::atomic<uint64_t> multiget_calls_{0}, multiget_keys_{0},
       multiget_found_{0}, multiget_micros_{0};
-  std::atomic<uint64_t> write_batches_{0}, rows_written_{0}, rows_deleted_{0};
+  std::atomic<uint64_t> write_batches_{0}, rows_written_{0}, rows_deleted_{0},
+      metadata_updates_{0};
   // Names ingested files uniquely.
   std::atomic<uint64_t> next_ingest_file_{0};
 };

@@ -1,0 +1,76 @@
+// SpillStore's own contract: batched writes and reads of fixed-size
+// records, and access-metadata updates that keep a record's floats.
+#include "embedding/internal/spill_store.h"
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_matchers.h"
+#include "gtest/gtest.h"
+
+namespace embedps::embedding_internal {
+namespace {
+
+constexpr size_t kRecordBytes = 24;  // 8 bytes of metadata, 4 floats
+
+std::unique_ptr<SpillStore> OpenStore(const std::string& name) {
+  SpillStoreOptions options;
+  options.path = absl::StrCat(::testing::TempDir(), "/", name);
+  options.record_bytes = kRecordBytes;
+  auto store = SpillStore::Open(options);
+  EXPECT_OK(store.status());
+  return std::move(store).value();
+}
+
+// A record whose every byte is `fill`.
+std::string Record(char fill) { return std::string(kRecordBytes, fill); }
+
+std::string Get(SpillStore& store, uint64_t key) {
+  char record[kRecordBytes];
+  bool found = false;
+  EXPECT_OK(store.MultiGet({key}, record, absl::MakeSpan(&found, 1)));
+  return found ? std::string(record, kRecordBytes) : "";
+}
+
+TEST(SpillStoreTest, MetadataUpdatesReplaceTheFirstEightBytesOnly) {
+  auto store = OpenStore("metadata");
+  const std::string records = Record('a') + Record('b');
+  ASSERT_OK(store->Write({1, 2}, records.data(), {}));
+  // Two updates of key 1 (the later wins), one of key 2.
+  const std::string first = "11111111", second = "22222222", third = "3333333X";
+  ASSERT_OK(store->Write({}, nullptr, {}, {1}, first.data()));
+  ASSERT_OK(store->Write({}, nullptr, {}, {1, 2}, (second + third).data()));
+  EXPECT_EQ(Get(*store, 1), second + std::string(kRecordBytes - 8, 'a'));
+  EXPECT_EQ(Get(*store, 2), third + std::string(kRecordBytes - 8, 'b'));
+  // The same through a read view's scan, which checkpoints use.
+  std::vector<std::string> scanned;
+  ASSERT_OK(store->NewReadView()->ForEach([&](uint64_t, const char* record) {
+    scanned.emplace_back(record, kRecordBytes);
+    return absl::OkStatus();
+  }));
+  EXPECT_EQ(scanned,
+            (std::vector<std::string>{Get(*store, 1), Get(*store, 2)}));
+  // A put replaces the record with its metadata; a delete removes both.
+  ASSERT_OK(store->Write({1}, Record('c').data(), {2}));
+  EXPECT_EQ(Get(*store, 1), Record('c'));
+  EXPECT_EQ(Get(*store, 2), "");
+  EXPECT_EQ(store->Stats().metadata_updates, 3u);
+}
+
+TEST(SpillStoreTest, MetadataWithoutARecordIsAnErrorNotACrash) {
+  auto store = OpenStore("orphan_metadata");
+  ASSERT_OK(store->Write({1}, Record('a').data(), {}));
+  const std::string metadata = "12345678";
+  ASSERT_OK(store->Write({}, nullptr, {}, {9}, metadata.data()));
+  char records[2 * kRecordBytes];
+  bool found[2] = {false, false};
+  EXPECT_THAT(store->MultiGet({1, 9}, records, absl::MakeSpan(found, 2)),
+              ::embedps::testing::StatusIs(absl::StatusCode::kInternal,
+                                           ::testing::HasSubstr("merge")));
+  EXPECT_EQ(Get(*store, 1), Record('a'));  // other keys still read
+}
+
+}  // namespace
+}  // namespace embedps::embedding_internal
