@@ -145,7 +145,9 @@ struct RowView {
   absl::Span<const float> embedding;
   absl::Span<const float> optimizer_state;
   // Pulls of this row (saturating), and its last touch (step or seconds
-  // since the table was created, per the TTL unit).
+  // since the table was created, per the TTL unit). In a spilling table
+  // without a TTL both may lag: a row that leaves memory with its floats
+  // unchanged keeps the metadata of its spill-tier copy.
   uint32_t access_count;
   uint32_t last_touch;
 };
