@@ -277,6 +277,10 @@ class Stripe {
   void NoteCurrentSpillCopy(RowId id, uint64_t copy_metadata)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (spill_copy_metadata_.size() < used_rows_) {
+      // Grown by an eighth, not doubled: the budget counts 9 bytes a row.
+      if (spill_copy_metadata_.capacity() < used_rows_) {
+        spill_copy_metadata_.reserve(used_rows_ + used_rows_ / 8);
+      }
       spill_copy_metadata_.resize(used_rows_, kNoCurrentCopy);
     }
     spill_copy_metadata_[id] = copy_metadata;
@@ -590,12 +594,13 @@ class MemoryTable final : public Table {
                                   spec.num_stripes)));
     }
     if (spill_ != nullptr) {
-      // The budget covers rows and their index slots (5 bytes over a load
-      // factor of at least 7/16); each stripe gets an equal share, less
-      // its admission sketch.
+      // The budget covers rows, their index slots (5 bytes over a load
+      // factor of at least 7/16) and their spill copies' metadata (8 bytes,
+      // an eighth spare: Stripe::NoteCurrentSpillCopy); each stripe gets an
+      // equal share, less its admission sketch.
       const uint64_t per_stripe = spec.memory_budget_bytes / spec.num_stripes;
       const uint64_t sketch = stripes_[0]->AdmissionBytesUnlocked();
-      const uint64_t row_cost = sizeof(float) * row_floats_ + 12;
+      const uint64_t row_cost = sizeof(float) * row_floats_ + 12 + 9;
       max_resident_per_stripe_ = std::max<uint64_t>(
           1, per_stripe > sketch ? (per_stripe - sketch) / row_cost : 0);
     }
