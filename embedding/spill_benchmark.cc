@@ -56,9 +56,9 @@ ABSL_FLAG(uint64_t, ttl_steps, 0,
           "metadata (a RocksDB Merge each) instead of nothing");
 ABSL_FLAG(bool, warm_page_cache, false,
           "read every file of (b)'s spill tier and of (c) once before the "
-          "Pulls, so that both are served from the page cache (filling "
-          "evicts part of them at 10M keys on a 24 GB machine: then cold "
-          "rows, most of (b)'s misses, are read from the disk)");
+          "Pulls, so that both are served from the page cache (on a VM that "
+          "drops file pages, as ours does, cold rows — most of (b)'s "
+          "misses — are otherwise read from the disk)");
 ABSL_FLAG(bool, checkpoint_only, false,
           "measure only the spilling table's checkpoint (skips (a), (c) and "
           "the Pulls)");

@@ -1738,17 +1738,17 @@ class MemoryTable final : public Table {
             record_bytes_, writes.put_records);
       } else {
         ++stripe.counters().spills_of_unchanged_rows;
-        if (spec_.eviction.ttl > 0 && copy != AccessMetadata(header)) {
+        const uint64_t metadata = AccessMetadata(header);
+        if (spec_.eviction.ttl > 0 && copy != metadata) {
           writes.metadata_keys.push_back(header.key);
-          writes.access_metadata.push_back(AccessMetadata(header));
+          writes.access_metadata.push_back(metadata);
         }
       }
     }
     if (!writes.empty()) {
-      RETURN_IF_ERROR(spill_->Write(
-          writes.put_keys, writes.put_records.data(), writes.delete_keys,
-          writes.metadata_keys,
-          reinterpret_cast<const char*>(writes.access_metadata.data())));
+      RETURN_IF_ERROR(spill_->Write(writes.put_keys, writes.put_records.data(),
+                                    writes.delete_keys, writes.metadata_keys,
+                                    writes.access_metadata));
       ++spill.generation;
     }
     for (RowId id : victims) {

@@ -202,11 +202,17 @@ absl::Status SpillStore::Write(absl::Span<const uint64_t> put_keys,
                                const char* put_records,
                                absl::Span<const uint64_t> delete_keys,
                                absl::Span<const uint64_t> metadata_keys,
-                               const char* access_metadata) {
+                               absl::Span<const uint64_t> access_metadata) {
   if (put_keys.empty() && delete_keys.empty() && metadata_keys.empty()) {
     return absl::OkStatus();
   }
+  if (access_metadata.size() != metadata_keys.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spill store write in '", path_, "': ", metadata_keys.size(),
+        " metadata keys with ", access_metadata.size(), " metadata values"));
+  }
   constexpr size_t kMetadataBytes = AccessMetadataMerge::kMetadataBytes;
+  static_assert(sizeof(uint64_t) == kMetadataBytes);
   rocksdb::WriteBatch batch(put_keys.size() * (record_bytes_ + 24) +
                             delete_keys.size() * 24 +
                             metadata_keys.size() * (kMetadataBytes + 24));
@@ -230,9 +236,10 @@ absl::Status SpillStore::Write(absl::Span<const uint64_t> put_keys,
   for (size_t i = 0; i < metadata_keys.size(); ++i) {
     EncodeKey(metadata_keys[i], key);
     absl::Status status = FromRocks(
-        batch.Merge(rocksdb::Slice(key, 8),
-                    rocksdb::Slice(access_metadata + i * kMetadataBytes,
-                                   kMetadataBytes)),
+        batch.Merge(
+            rocksdb::Slice(key, 8),
+            rocksdb::Slice(reinterpret_cast<const char*>(&access_metadata[i]),
+                           kMetadataBytes)),
         "batch metadata merge", path_);
     if (!status.ok()) return status;
   }

@@ -90,9 +90,9 @@ class SpillStore {
 
   // One atomic batch: removes delete_keys (absent keys are fine), stores
   // put_keys[i] → put_records + i·record_bytes, and gives the stored record
-  // of metadata_keys[i] new access metadata: the 8 bytes at
-  // access_metadata + 8·i replace the record's first 8 (last touch and
-  // access word), its floats stay. The record must be stored: reading a key
+  // of metadata_keys[i] new access metadata: access_metadata[i], as its 8
+  // bytes in memory, replaces the record's first 8 (last touch and access
+  // word), its floats stay. The record must be stored: reading a key
   // whose metadata was replaced without a record fails (a corruption).
   // Replacing metadata writes 8 bytes instead of a record (a RocksDB Merge,
   // folded into the record when it is read or compacted).
@@ -100,7 +100,7 @@ class SpillStore {
                      const char* put_records,
                      absl::Span<const uint64_t> delete_keys,
                      absl::Span<const uint64_t> metadata_keys = {},
-                     const char* access_metadata = nullptr);
+                     absl::Span<const uint64_t> access_metadata = {});
 
   // Bulk load: stores keys[i] -> records + i·record_bytes by writing one
   // SST file and ingesting it (RocksDB's IngestExternalFile: no memtable,

@@ -27,6 +27,13 @@ std::unique_ptr<SpillStore> OpenStore(const std::string& name) {
 // A record whose every byte is `fill`.
 std::string Record(char fill) { return std::string(kRecordBytes, fill); }
 
+// Access metadata whose 8 bytes in memory are `bytes`.
+uint64_t Metadata(const std::string& bytes) {
+  uint64_t metadata = 0;
+  std::memcpy(&metadata, bytes.data(), sizeof(metadata));
+  return metadata;
+}
+
 std::string Get(SpillStore& store, uint64_t key) {
   char record[kRecordBytes];
   bool found = false;
@@ -40,8 +47,9 @@ TEST(SpillStoreTest, MetadataUpdatesReplaceTheFirstEightBytesOnly) {
   ASSERT_OK(store->Write({1, 2}, records.data(), {}));
   // Two updates of key 1 (the later wins), one of key 2.
   const std::string first = "11111111", second = "22222222", third = "3333333X";
-  ASSERT_OK(store->Write({}, nullptr, {}, {1}, first.data()));
-  ASSERT_OK(store->Write({}, nullptr, {}, {1, 2}, (second + third).data()));
+  ASSERT_OK(store->Write({}, nullptr, {}, {1}, {Metadata(first)}));
+  ASSERT_OK(store->Write({}, nullptr, {}, {1, 2},
+                         {Metadata(second), Metadata(third)}));
   EXPECT_EQ(Get(*store, 1), second + std::string(kRecordBytes - 8, 'a'));
   EXPECT_EQ(Get(*store, 2), third + std::string(kRecordBytes - 8, 'b'));
   // The same through a read view's scan, which checkpoints use.
@@ -59,11 +67,20 @@ TEST(SpillStoreTest, MetadataUpdatesReplaceTheFirstEightBytesOnly) {
   EXPECT_EQ(store->Stats().metadata_updates, 3u);
 }
 
+TEST(SpillStoreTest, MetadataKeysAndValuesMustPair) {
+  auto store = OpenStore("unpaired_metadata");
+  ASSERT_OK(store->Write({1}, Record('a').data(), {}));
+  EXPECT_THAT(store->Write({}, nullptr, {}, {1, 2}, {Metadata("12345678")}),
+              ::embedps::testing::StatusIs(absl::StatusCode::kInvalidArgument,
+                                           ::testing::HasSubstr("2 metadata")));
+  EXPECT_EQ(Get(*store, 1), Record('a'));  // nothing written
+}
+
 TEST(SpillStoreTest, MetadataWithoutARecordIsAnErrorNotACrash) {
   auto store = OpenStore("orphan_metadata");
   ASSERT_OK(store->Write({1}, Record('a').data(), {}));
   const std::string metadata = "12345678";
-  ASSERT_OK(store->Write({}, nullptr, {}, {9}, metadata.data()));
+  ASSERT_OK(store->Write({}, nullptr, {}, {9}, {Metadata(metadata)}));
   char records[2 * kRecordBytes];
   bool found[2] = {false, false};
   EXPECT_THAT(store->MultiGet({1, 9}, records, absl::MakeSpan(found, 2)),
