@@ -62,9 +62,14 @@ ABSL_FLAG(std::vector<std::string>, distributions,
           (std::vector<std::string>{"uniform", "zipf"}), "key distributions");
 ABSL_FLAG(std::vector<std::string>, wires,
           (std::vector<std::string>{"float32", "float16"}), "value encodings");
+ABSL_FLAG(std::vector<std::string>, ops,
+          (std::vector<std::string>{"pull", "push"}),
+          "operations to measure (one alone, e.g. for a profile)");
 ABSL_FLAG(uint64_t, keys, 1000000, "rows per table (the key space)");
 ABSL_FLAG(int, channels_per_shard, 1,
           "gRPC channels (TCP connections) from the client to each shard");
+ABSL_FLAG(uint64_t, max_keys_per_request, 0,
+          "the client's ClientOptions.max_keys_per_request (0: its default)");
 ABSL_FLAG(double, zipf_s, 1.05, "Zipf exponent");
 ABSL_FLAG(double, seconds, 1.0, "duration of each measurement");
 ABSL_FLAG(int, rounds, 1,
@@ -280,6 +285,15 @@ int Run() {
     std::fprintf(stderr, "ps_bench: --rounds must be >= 1 (got %d)\n", rounds);
     return 2;
   }
+  const std::vector<std::string> ops = absl::GetFlag(FLAGS_ops);
+  const bool measure_pull =
+      std::find(ops.begin(), ops.end(), "pull") != ops.end();
+  const bool measure_push =
+      std::find(ops.begin(), ops.end(), "push") != ops.end();
+  if (!measure_pull && !measure_push) {
+    std::fprintf(stderr, "ps_bench: --ops names neither pull nor push\n");
+    return 2;
+  }
   const ZipfRanks zipf(keys, absl::GetFlag(FLAGS_zipf_s));
   std::printf(
       "ps_bench: %llu keys per table, Adagrad, %.1f s per figure, %u hardware "
@@ -305,6 +319,10 @@ int Run() {
         options.servers = cluster.addresses;
         options.wire_type = wire;
         options.channels_per_shard = absl::GetFlag(FLAGS_channels_per_shard);
+        if (absl::GetFlag(FLAGS_max_keys_per_request) > 0) {
+          options.max_keys_per_request =
+              absl::GetFlag(FLAGS_max_keys_per_request);
+        }
         auto client_or = client::Client::Connect(options);
         Check(client_or.status(), "connecting");
         auto client = std::move(client_or).value();
@@ -350,28 +368,38 @@ int Run() {
               cluster.zeros.resize(std::max(pull_in, push_in));
               std::vector<Round> pulls, pushes;
               for (int round = 0; round < rounds; ++round) {
-                Round pull, push;
-                pull.op =
-                    CallsPerSecond(inflight, seconds, [&](int t, uint64_t i) {
-                      Check(client->Pull(table, batches[t][i % 4],
-                                         absl::MakeSpan(out[t])),
-                            "Pull");
-                    });
-                push.op =
-                    CallsPerSecond(inflight, seconds, [&](int t, uint64_t i) {
-                      Check(client->Push(table, batches[t][i % 4], grads),
-                            "Push");
-                    });
+                Round pull{}, push{};
+                if (measure_pull) {
+                  pull.op =
+                      CallsPerSecond(inflight, seconds, [&](int t, uint64_t i) {
+                        Check(client->Pull(table, batches[t][i % 4],
+                                           absl::MakeSpan(out[t])),
+                              "Pull");
+                      });
+                }
+                if (measure_push) {
+                  push.op =
+                      CallsPerSecond(inflight, seconds, [&](int t, uint64_t i) {
+                        Check(client->Push(table, batches[t][i % 4], grads),
+                              "Push");
+                      });
+                }
                 for (const RawWire raw_wire :
                      {RawWire::kProtobuf, RawWire::kZeroCopy}) {
                   const double raw_pull =
-                      CallsPerSecond(inflight, seconds, [&](int, uint64_t) {
-                        RawCall(cluster, raw_wire, pull_in, pull_out);
-                      });
+                      !measure_pull
+                          ? 0
+                          : CallsPerSecond(
+                                inflight, seconds, [&](int, uint64_t) {
+                                  RawCall(cluster, raw_wire, pull_in, pull_out);
+                                });
                   const double raw_push =
-                      CallsPerSecond(inflight, seconds, [&](int, uint64_t) {
-                        RawCall(cluster, raw_wire, push_in, 0);
-                      });
+                      !measure_push
+                          ? 0
+                          : CallsPerSecond(
+                                inflight, seconds, [&](int, uint64_t) {
+                                  RawCall(cluster, raw_wire, push_in, 0);
+                                });
                   (raw_wire == RawWire::kProtobuf ? pull.raw : pull.zero_copy) =
                       raw_pull;
                   (raw_wire == RawWire::kProtobuf ? push.raw : push.zero_copy) =
@@ -403,8 +431,8 @@ int Run() {
                     median([](const Round& r) { return r.op / r.zero_copy; }));
                 std::fflush(stdout);
               };
-              row("pull", pulls, pull_in + pull_out);
-              row("push", pushes, push_in);
+              if (measure_pull) row("pull", pulls, pull_in + pull_out);
+              if (measure_push) row("push", pushes, push_in);
             }
           }
         }
