@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/manifest.h"
+#include "client/bulk_fan_out.h"
 #include "common/bulk_message.h"
 #include "common/file_io.h"
 #include "common/float16.h"
@@ -22,15 +23,6 @@
 
 namespace embedps::client {
 namespace {
-
-// UNAVAILABLE, and DEADLINE_EXCEEDED when it was this attempt's own
-// deadline that passed (a server that answers DEADLINE_EXCEEDED early, e.g.
-// a SYNC Pull that gave up waiting for other workers, has decided).
-bool Retryable(const grpc::Status& status, absl::Time attempt_deadline) {
-  return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-         (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
-          absl::Now() >= attempt_deadline - absl::Milliseconds(5));
-}
 
 // A batch's distinct keys, and where each caller position finds its row.
 struct Dedup {
@@ -163,6 +155,11 @@ struct Client::Impl {
   }
   uint64_t client_id = 0;
   std::atomic<uint64_t> next_sequence{1};
+
+  RetryPolicy retry_policy() const {
+    return {options.rpc_timeout, options.retry_deadline,
+            options.initial_backoff, options.max_backoff};
+  }
 
   // Calls `rpc(context)` until it succeeds, fails with a non-retryable code,
   // or the retry deadline passes.
@@ -309,29 +306,28 @@ absl::Status Client::PullRows(const TableHandle& table,
   std::vector<float> rows(distinct ? 0 : dedup.keys.size() * dim);
   float* const row_base = distinct ? values.data() : rows.data();
   const proto::ValueType wire = impl_->options.wire_type;
-  const absl::Status status =
-      RunParts(parts.size(), [&](size_t p) -> absl::Status {
+  // Each part's call starts as soon as its request is built.
+  BulkFanOut calls(impl_->pull_path, method, impl_->retry_policy(),
+                   table.step_timeout);
+  for (const Part& part : parts) {
+    proto::PullRequest header;
+    header.set_table_id(table.shard_table_ids[part.shard]);
+    header.set_value_type(wire);
+    header.set_step(step);
+    header.set_read_only(read_only);
+    std::vector<BulkField> fields;
+    fields.push_back({proto::PullRequest::kKeysFieldNumber,
+                      PackKeys(dedup.keys, part.rows)});
+    calls.Start(impl_->Channel(part.shard).bulk.get(), part.shard,
+                impl_->options.servers[part.shard],
+                SerializeBulkMessage(header, std::move(fields)));
+  }
+  const size_t value_bytes = wire == proto::FLOAT16 ? 2 : 4;
+  const size_t row_bytes = dim * value_bytes;
+  std::vector<uint16_t> halves(wire == proto::FLOAT16 ? dim : 0);
+  const absl::Status status = calls.Finish(
+      [&](size_t p, const grpc::ByteBuffer& response) -> absl::Status {
         const Part& part = parts[p];
-        proto::PullRequest header;
-        header.set_table_id(table.shard_table_ids[part.shard]);
-        header.set_value_type(wire);
-        header.set_step(step);
-        header.set_read_only(read_only);
-        std::vector<BulkField> fields;
-        fields.push_back({proto::PullRequest::kKeysFieldNumber,
-                          PackKeys(dedup.keys, part.rows)});
-        const grpc::ByteBuffer request =
-            SerializeBulkMessage(header, std::move(fields));
-        grpc::ByteBuffer response;
-        absl::Status s = impl_->Call(
-            part.shard, method,
-            [&](grpc::ClientContext* context) {
-              return BulkUnaryCall(*impl_->Channel(part.shard).bulk,
-                                   impl_->pull_path, context, request,
-                                   &response);
-            },
-            table.step_timeout);
-        if (!s.ok()) return s;
         proto::PullResponse response_header;
         absl::StatusOr<std::vector<BulkBytes>> bulk = ParseBulkMessage(
             response, {proto::PullResponse::kValuesFieldNumber},
@@ -342,15 +338,12 @@ absl::Status Client::PullRows(const TableHandle& table,
               " answered a malformed Pull: ", bulk.status().message()));
         }
         const BulkBytes& values = (*bulk)[0];
-        const size_t value_bytes = wire == proto::FLOAT16 ? 2 : 4;
-        const size_t row_bytes = dim * value_bytes;
         if (values.size() != part.rows.size() * row_bytes) {
           return absl::InternalError(absl::StrCat(
               "shard ", part.shard, " answered ", values.size(), " bytes for ",
               part.rows.size(), " rows of dim ", dim));
         }
         // Each row goes from the received slices to its place.
-        std::vector<uint16_t> halves(wire == proto::FLOAT16 ? dim : 0);
         for (size_t k = 0; k < part.rows.size(); ++k) {
           float* out = row_base + static_cast<size_t>(part.rows[k]) * dim;
           if (wire == proto::FLOAT16) {
@@ -407,8 +400,10 @@ absl::Status Client::Push(const TableHandle& table,
     CloseStepOnEveryShard(num_shards(), parts);
   }
   const proto::ValueType wire = impl_->options.wire_type;
-  return RunParts(parts.size(), [&](size_t p) -> absl::Status {
-    const Part& part = parts[p];
+  const size_t value_bytes = wire == proto::FLOAT16 ? 2 : 4;
+  // Each part's call starts as soon as its request is built.
+  BulkFanOut calls(impl_->push_path, "Push", impl_->retry_policy());
+  for (const Part& part : parts) {
     proto::PushRequest header;
     header.set_table_id(table.shard_table_ids[part.shard]);
     header.set_value_type(wire);
@@ -418,7 +413,6 @@ absl::Status Client::Push(const TableHandle& table,
     header.set_parts_in_step(part.parts_in_step);
     // The part's gradients, gathered (and narrowed) into the buffer that
     // goes out.
-    const size_t value_bytes = wire == proto::FLOAT16 ? 2 : 4;
     OwnedBytes gradients(part.rows.size() * dim * value_bytes);
     for (size_t k = 0; k < part.rows.size(); ++k) {
       const float* g = grad_base + static_cast<size_t>(part.rows[k]) * dim;
@@ -435,14 +429,12 @@ absl::Status Client::Push(const TableHandle& table,
                       PackKeys(dedup.keys, part.rows)});
     fields.push_back({proto::PushRequest::kGradientsFieldNumber,
                       std::move(gradients).ReleaseToSlice()});
-    const grpc::ByteBuffer request =
-        SerializeBulkMessage(header, std::move(fields));
-    return impl_->Call(part.shard, "Push", [&](grpc::ClientContext* context) {
-      grpc::ByteBuffer response;
-      return BulkUnaryCall(*impl_->Channel(part.shard).bulk, impl_->push_path,
-                           context, request, &response);
-    });
-  });
+    calls.Start(impl_->Channel(part.shard).bulk.get(), part.shard,
+                impl_->options.servers[part.shard],
+                SerializeBulkMessage(header, std::move(fields)));
+  }
+  return calls.Finish(
+      [](size_t, const grpc::ByteBuffer&) { return absl::OkStatus(); });
 }
 
 std::future<absl::Status> Client::PullAsync(const TableHandle& table,

@@ -1,0 +1,124 @@
+#include "client/bulk_fan_out.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/grpc_status.h"
+#include "grpcpp/support/stub_options.h"
+
+namespace embedps::client {
+
+bool Retryable(const grpc::Status& status, absl::Time attempt_deadline) {
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
+          absl::Now() >= attempt_deadline - absl::Milliseconds(5));
+}
+
+BulkFanOut::BulkFanOut(const std::string& method_path, std::string method,
+                       const RetryPolicy& policy, absl::Duration extra_time)
+    : method_path_(method_path),
+      method_(std::move(method)),
+      policy_(policy),
+      extra_time_(extra_time) {}
+
+BulkFanOut::~BulkFanOut() {
+  while (in_flight_ > 0) {
+    WaitForCompletion(absl::InfiniteFuture());
+    --in_flight_;
+  }
+}
+
+void BulkFanOut::Start(grpc::GenericStub* stub, int32_t shard,
+                       std::string server, grpc::ByteBuffer request) {
+  Call& call = calls_.emplace_back();
+  call.stub = stub;
+  call.shard = shard;
+  call.server = std::move(server);
+  call.request = std::move(request);
+  call.give_up = absl::Now() + policy_.retry_deadline;
+  call.backoff = policy_.initial_backoff;
+  Attempt(calls_.size() - 1);
+}
+
+void BulkFanOut::Attempt(size_t index) {
+  Call* const call = &calls_[index];
+  call->context = std::make_unique<grpc::ClientContext>();
+  call->attempt_deadline = absl::Now() + policy_.rpc_timeout + extra_time_;
+  call->context->set_deadline(absl::ToChronoTime(call->attempt_deadline));
+  call->response.Clear();
+  ++call->attempts;
+  ++in_flight_;
+  // The callback runs on one of gRPC's threads; it only hands the call
+  // back to the thread in Finish.
+  call->stub->UnaryCall(call->context.get(), method_path_, grpc::StubOptions(),
+                        &call->request, &call->response,
+                        [this, call, index](grpc::Status status) {
+                          std::lock_guard<std::mutex> lock(mu_);
+                          call->status = std::move(status);
+                          completed_.push_back(index);
+                          completed_cv_.notify_one();
+                        });
+}
+
+size_t BulkFanOut::WaitForCompletion(absl::Time until) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const auto ready = [&] { return !completed_.empty(); };
+  if (until == absl::InfiniteFuture()) {
+    completed_cv_.wait(lock, ready);
+  } else if (!completed_cv_.wait_until(lock, absl::ToChronoTime(until),
+                                       ready)) {
+    return calls_.size();
+  }
+  const size_t index = completed_.back();
+  completed_.pop_back();
+  return index;
+}
+
+absl::Status BulkFanOut::Finish(
+    absl::FunctionRef<absl::Status(size_t call, const grpc::ByteBuffer&)>
+        on_response) {
+  absl::Status first_error;
+  // Calls waiting out their backoff: (when to start the next attempt, call).
+  std::vector<std::pair<absl::Time, size_t>> retries;
+  while (in_flight_ > 0 || !retries.empty()) {
+    absl::Time next_retry = absl::InfiniteFuture();
+    for (const auto& [when, index] : retries) {
+      next_retry = std::min(next_retry, when);
+    }
+    const size_t index = WaitForCompletion(next_retry);
+    const absl::Time now = absl::Now();
+    for (size_t r = 0; r < retries.size();) {
+      if (retries[r].first <= now) {
+        Attempt(retries[r].second);
+        retries[r] = retries.back();
+        retries.pop_back();
+      } else {
+        ++r;
+      }
+    }
+    if (index == calls_.size()) continue;  // only a retry was due
+    --in_flight_;
+    Call& call = calls_[index];
+    if (call.status.ok()) {
+      first_error.Update(on_response(index, call.response));
+      call.response.Clear();
+      continue;
+    }
+    if (Retryable(call.status, call.attempt_deadline) &&
+        now + call.backoff <= call.give_up) {
+      retries.emplace_back(now + call.backoff, index);
+      call.backoff = std::min(call.backoff * 2, policy_.max_backoff);
+      continue;
+    }
+    const absl::Status error = FromGrpcStatus(call.status);
+    first_error.Update(
+        absl::Status(error.code(),
+                     absl::StrCat(method_, " on shard ", call.shard, " (",
+                                  call.server, ") failed after ", call.attempts,
+                                  " attempt(s): ", error.message())));
+  }
+  return first_error;
+}
+
+}  // namespace embedps::client

@@ -1,0 +1,217 @@
+#include "client/bulk_fan_out.h"
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "grpcpp/generic/async_generic_service.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+
+namespace embedps::client {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::embedps::testing::StatusIs;
+
+std::string Flatten(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  EXPECT_TRUE(buffer.Dump(&slices).ok());
+  std::string out;
+  for (const grpc::Slice& s : slices) {
+    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  }
+  return out;
+}
+
+grpc::ByteBuffer BufferOf(const std::string& s) {
+  grpc::Slice slice(s);
+  return grpc::ByteBuffer(&slice, 1);
+}
+
+// A real gRPC server whose every method answers a request with the request
+// itself, except that a request "fail:CODE:N" is answered with status CODE
+// its first N times and "slow" only after 200 ms. Counts the requests it
+// saw.
+class EchoServer {
+ public:
+  EchoServer() {
+    grpc::ServerBuilder builder;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port_);
+    builder.RegisterCallbackGenericService(&service_);
+    server_ = builder.BuildAndStart();
+  }
+  ~EchoServer() { server_->Shutdown(); }
+
+  std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
+  int times_seen(const std::string& request) {
+    std::lock_guard<std::mutex> lock(service_.mu);
+    return service_.seen[request];
+  }
+
+ private:
+  struct Service : grpc::CallbackGenericService {
+    std::mutex mu;
+    std::map<std::string, int> seen;
+
+    grpc::ServerGenericBidiReactor* CreateReactor(
+        grpc::GenericCallbackServerContext*) override {
+      return new Reactor(this);
+    }
+  };
+  class Reactor : public grpc::ServerGenericBidiReactor {
+   public:
+    explicit Reactor(Service* service) : service_(service) {
+      StartRead(&request_);
+    }
+    void OnReadDone(bool ok) override {
+      if (!ok) {
+        Finish(grpc::Status(grpc::StatusCode::INTERNAL, "no request"));
+        return;
+      }
+      const std::string request = Flatten(request_);
+      int seen = 0;
+      {
+        std::lock_guard<std::mutex> lock(service_->mu);
+        seen = ++service_->seen[request];
+      }
+      int code = 0, failures = 0;
+      if (sscanf(request.c_str(), "fail:%d:%d", &code, &failures) == 2 &&
+          seen <= failures) {
+        Finish(grpc::Status(static_cast<grpc::StatusCode>(code),
+                            absl::StrCat("failing on purpose, time ", seen)));
+        return;
+      }
+      if (request == "slow") absl::SleepFor(absl::Milliseconds(200));
+      response_ = request_;
+      StartWriteAndFinish(&response_, grpc::WriteOptions(), grpc::Status::OK);
+    }
+    void OnDone() override { delete this; }
+
+   private:
+    Service* const service_;
+    grpc::ByteBuffer request_, response_;
+  };
+
+  Service service_;
+  int port_ = 0;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+class BulkFanOutTest : public ::testing::Test {
+ protected:
+  BulkFanOutTest()
+      : channel_(grpc::CreateChannel(server_.address(),
+                                     grpc::InsecureChannelCredentials())),
+        stub_(channel_) {
+    policy_.rpc_timeout = absl::Seconds(10);
+    policy_.retry_deadline = absl::Seconds(10);
+    policy_.initial_backoff = absl::Milliseconds(1);
+    policy_.max_backoff = absl::Milliseconds(4);
+  }
+
+  // Runs one fan-out of `requests` (call i to "shard" i) and returns its
+  // status; `responses` gets what on_response saw, by call.
+  absl::Status Run(const std::vector<std::string>& requests,
+                   std::map<size_t, std::string>* responses) {
+    BulkFanOut calls("/test.Echo/Echo", "Echo", policy_);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      calls.Start(&stub_, static_cast<int32_t>(i), server_.address(),
+                  BufferOf(requests[i]));
+    }
+    EXPECT_EQ(calls.calls_started(), requests.size());
+    return calls.Finish([&](size_t call, const grpc::ByteBuffer& response) {
+      EXPECT_EQ(responses->count(call), 0u) << "call " << call << " twice";
+      (*responses)[call] = Flatten(response);
+      return absl::OkStatus();
+    });
+  }
+
+  EchoServer server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  grpc::GenericStub stub_;
+  RetryPolicy policy_;
+};
+
+TEST_F(BulkFanOutTest, EveryResponseReachesItsCallOnce) {
+  std::map<size_t, std::string> responses;
+  ASSERT_OK(Run({"a", "bb", "ccc", "slow"}, &responses));
+  EXPECT_EQ(responses, (std::map<size_t, std::string>{
+                           {0, "a"}, {1, "bb"}, {2, "ccc"}, {3, "slow"}}));
+}
+
+TEST_F(BulkFanOutTest, UnavailableIsRetriedUntilItSucceeds) {
+  std::map<size_t, std::string> responses;
+  ASSERT_OK(Run({"fail:14:3", "plain"}, &responses));
+  EXPECT_EQ(responses[0], "fail:14:3");
+  EXPECT_EQ(responses[1], "plain");
+  EXPECT_EQ(server_.times_seen("fail:14:3"), 4);
+  EXPECT_EQ(server_.times_seen("plain"), 1);
+}
+
+TEST_F(BulkFanOutTest, AnotherErrorIsNotRetriedAndNamesItsShard) {
+  std::map<size_t, std::string> responses;
+  const absl::Status status = Run({"ok", "fail:3:1", "slow"}, &responses);
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kInvalidArgument,
+                               AllOf(HasSubstr("Echo on shard 1"),
+                                     HasSubstr("after 1 attempt(s)"),
+                                     HasSubstr("failing on purpose, time 1"))));
+  EXPECT_EQ(server_.times_seen("fail:3:1"), 1);
+  // The other calls finished, and their responses were handed over.
+  EXPECT_EQ(responses, (std::map<size_t, std::string>{{0, "ok"}, {2, "slow"}}));
+}
+
+TEST_F(BulkFanOutTest, RetriesStopAtTheRetryDeadline) {
+  policy_.retry_deadline = absl::Milliseconds(100);
+  std::map<size_t, std::string> responses;
+  const absl::Status status = Run({"fail:14:1000000"}, &responses);
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kUnavailable,
+                               HasSubstr("Echo on shard 0")));
+  EXPECT_GT(server_.times_seen("fail:14:1000000"), 1);
+  EXPECT_TRUE(responses.empty());
+}
+
+TEST_F(BulkFanOutTest, AnAttemptPastItsDeadlineIsRetried) {
+  policy_.rpc_timeout = absl::Milliseconds(50);
+  policy_.retry_deadline = absl::Milliseconds(400);
+  std::map<size_t, std::string> responses;
+  // "slow" takes 200 ms: every attempt times out, and each is retried
+  // until the retry deadline.
+  const absl::Status status = Run({"slow"}, &responses);
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kDeadlineExceeded,
+                               HasSubstr("Echo on shard 0")));
+  EXPECT_GT(server_.times_seen("slow"), 1);
+}
+
+TEST_F(BulkFanOutTest, TheFirstErrorOfOnResponseIsReturned) {
+  BulkFanOut calls("/test.Echo/Echo", "Echo", policy_);
+  calls.Start(&stub_, 0, server_.address(), BufferOf("x"));
+  calls.Start(&stub_, 1, server_.address(), BufferOf("y"));
+  int handed = 0;
+  const absl::Status status =
+      calls.Finish([&](size_t, const grpc::ByteBuffer&) {
+        return ++handed == 1 ? absl::DataLossError("first")
+                             : absl::InternalError("second");
+      });
+  EXPECT_THAT(status, StatusIs(absl::StatusCode::kDataLoss, "first"));
+  EXPECT_EQ(handed, 2);
+}
+
+TEST_F(BulkFanOutTest, DestroyingWithoutFinishWaitsForTheCalls) {
+  {
+    BulkFanOut calls("/test.Echo/Echo", "Echo", policy_);
+    calls.Start(&stub_, 0, server_.address(), BufferOf("slow"));
+  }
+  EXPECT_EQ(server_.times_seen("slow"), 1);
+}
+
+}  // namespace
+}  // namespace embedps::client
