@@ -269,12 +269,15 @@ absl::StatusOr<TableFileSummary> WriteTableFile(
 
 namespace {
 
-// RestoreTableFile once the file's whole-file checksum is being computed:
-// `verify` returns its verdict (waiting for it) and must pass before
-// anything is applied to `table`.
+// RestoreTableFile's reading and applying. Once it knows how much of the
+// file it reads itself, it starts the whole-file checksum with
+// `start_checksum`; `verify` returns the checksum's verdict (starting it if
+// need be, waiting for it) and must pass before anything is applied to
+// `table`.
 absl::StatusOr<TableFileRestore> ReadAndApply(
     const std::string& path, Table& table,
     const std::function<bool(uint64_t)>& keep,
+    absl::FunctionRef<void(PageCache)> start_checksum,
     absl::FunctionRef<absl::Status()> verify) {
   const rocksdb::Options options = FileOptions();
   rocksdb::SstFileReader reader(options);
@@ -353,8 +356,15 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
   }
   RETURN_IF_ERROR(FromRocks(it->status(), "read", path));
 
-  if (!result.incremental && !keep && table.spills() &&
-      stripe_rows.size() == static_cast<size_t>(table.spec().num_stripes)) {
+  const bool adopt_whole_file =
+      !result.incremental && !keep && table.spills() &&
+      stripe_rows.size() == static_cast<size_t>(table.spec().num_stripes);
+  // A file adopted whole is read here only in part: its checksum reads it
+  // around the page cache (at the disk's rate, without a copy). Otherwise
+  // this thread reads all of it, and the checksum's read, running ahead
+  // through the page cache, fetches it for this one.
+  start_checksum(adopt_whole_file ? PageCache::kBypass : PageCache::kUse);
+  if (adopt_whole_file) {
     // A whole full file joins the spill tier as it is. Only its first
     // rows are read, as many as the memory budget holds: they go to memory.
     const size_t prefix_limit = table.spec().memory_budget_bytes;
@@ -437,11 +447,17 @@ absl::StatusOr<TableFileRestore> RestoreTableFile(
     const std::function<bool(uint64_t)>& keep) {
   // The whole-file XXH3 is computed on a second thread while the file
   // is read; nothing is applied before it matched.
-  std::future<absl::StatusOr<uint64_t>> checksum =
-      std::async(std::launch::async, [path] { return TableFileXxh3(path); });
+  std::future<absl::StatusOr<uint64_t>> checksum;
+  const auto start_checksum = [&](PageCache page_cache) {
+    if (checksum.valid()) return;
+    checksum = std::async(std::launch::async, [path, page_cache] {
+      return TableFileXxh3(path, page_cache);
+    });
+  };
   std::optional<absl::Status> verdict;
   const auto verify = [&]() -> absl::Status {
     if (!verdict.has_value()) {
+      start_checksum(PageCache::kUse);
       const absl::StatusOr<uint64_t> computed = checksum.get();
       verdict = !computed.ok() ? computed.status()
                 : *computed == expected_xxh3
@@ -454,18 +470,22 @@ absl::StatusOr<TableFileRestore> RestoreTableFile(
     return *verdict;
   };
   absl::StatusOr<TableFileRestore> result =
-      ReadAndApply(path, table, keep, verify);
+      ReadAndApply(path, table, keep, start_checksum, verify);
   // A file that fails to read is reported by its checksum first: that
   // names the more basic fault (a missing file, or cut short).
   if (!result.ok()) RETURN_IF_ERROR(verify());
   return result;
 }
 
-absl::StatusOr<uint64_t> TableFileXxh3(const std::string& path) {
+absl::StatusOr<uint64_t> TableFileXxh3(const std::string& path,
+                                       PageCache page_cache) {
   Xxh3Generator generator;
-  RETURN_IF_ERROR(ReadFileInChunks(path, [&](absl::string_view chunk) {
-    generator.Update(chunk.data(), chunk.size());
-  }));
+  RETURN_IF_ERROR(ReadFileInChunks(
+      path,
+      [&](absl::string_view chunk) {
+        generator.Update(chunk.data(), chunk.size());
+      },
+      page_cache));
   generator.Finalize();
   return DecodeChecksum(generator.GetChecksum(), path);
 }

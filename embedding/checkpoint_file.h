@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/file_io.h"
 #include "embedding/table.h"
 
 namespace rocksdb {
@@ -77,9 +78,11 @@ absl::StatusOr<TableFileRestore> RestoreTableFile(
     const std::string& path, uint64_t expected_xxh3, Table& table,
     const std::function<bool(uint64_t)>& keep = nullptr);
 
-// XXH3-64 of a whole file, as TableFileSummary::xxh3. NOT_FOUND /
-// UNAVAILABLE naming the file if it cannot be read.
-absl::StatusOr<uint64_t> TableFileXxh3(const std::string& path);
+// XXH3-64 of a whole file, as TableFileSummary::xxh3, read through or
+// around the page cache (common/file_io.h). NOT_FOUND / UNAVAILABLE naming
+// the file if it cannot be read.
+absl::StatusOr<uint64_t> TableFileXxh3(const std::string& path,
+                                       PageCache page_cache = PageCache::kUse);
 
 }  // namespace embedps::embedding
 

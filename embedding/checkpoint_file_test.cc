@@ -398,7 +398,14 @@ TEST_P(CheckpointFileTest, CorruptTruncatedOrForeignFilesAreRefused) {
   EXPECT_THAT(
       RestoreTableFile(dir + "/missing.sst", summary.xxh3, *target, keep_all),
       StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing.sst")));
+  // The same files whole, without a key filter: a spilling table would
+  // adopt them (their checksum then reads them around the page cache).
+  for (const std::string& bad : {flipped, truncated}) {
+    EXPECT_THAT(RestoreTableFile(bad, summary.xxh3, *target),
+                StatusIs(absl::StatusCode::kDataLoss, HasSubstr(bad)));
+  }
   EXPECT_EQ(target->Stats().rows, 0u) << "nothing restored from bad files";
+  EXPECT_EQ(target->Stats().spilled_rows, 0u);
   // Right bytes, wrong table shape.
   TableSpec sgd = AdamSpec();
   sgd.optimizer.kind = OptimizerSpec::Kind::kSgd;
@@ -417,6 +424,9 @@ TEST(TableFileXxh3Test, IsXxh3OfTheWholeFile) {
   ASSERT_OK_AND_ASSIGN(const uint64_t checksum, TableFileXxh3(path));
   // xxHash's one-shot function over the same bytes.
   EXPECT_EQ(checksum, XXH3_64bits(bytes.data(), bytes.size()));
+  ASSERT_OK_AND_ASSIGN(const uint64_t read_around_the_cache,
+                       TableFileXxh3(path, PageCache::kBypass));
+  EXPECT_EQ(read_around_the_cache, checksum);
   EXPECT_THAT(TableFileXxh3(path + ".missing"),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("missing")));
 }
