@@ -8,7 +8,10 @@
 // `retry_deadline`, and scatters the rows back into the caller's order.
 //
 // Thread safety: a Client is thread-safe; several training threads may
-// share one. A TableHandle is an immutable value.
+// share one. A TableHandle is an immutable value. A call's parts travel
+// on gRPC's callback API and the calling thread waits for their
+// completions, which gRPC's own threads deliver: do not call the client
+// from one of those threads (a gRPC reactor or completion callback).
 #ifndef EMBEDPS_CLIENT_CLIENT_H_
 #define EMBEDPS_CLIENT_CLIENT_H_
 
