@@ -151,8 +151,8 @@ std::string RenderPrometheus(const proto::StatsResponse& stats) {
        "Rows moved from the spill tier back to memory.",
        &proto::TableStatsProto::promotions},
       {"embedps_rows_spilled_unchanged_total", "counter",
-       "Rows moved to the spill tier that it held unchanged (access "
-       "metadata written, not the row).",
+       "Rows moved to the spill tier that it held unchanged (not "
+       "rewritten; a table with a TTL writes their access metadata).",
        &proto::TableStatsProto::spills_of_unchanged_rows},
       {"embedps_spill_multiget_total", "counter",
        "Batched reads of the spill tier.",
