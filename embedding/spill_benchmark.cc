@@ -51,6 +51,9 @@ ABSL_FLAG(double, zipf_s, 1.05, "Zipf exponent");
 ABSL_FLAG(std::string, dir, "/tmp/embedps_spill_benchmark",
           "scratch directory on the disk to measure (emptied first)");
 ABSL_FLAG(uint64_t, block_cache_mb, 64, "RocksDB block cache per store");
+ABSL_FLAG(bool, spill_read_around, false,
+          "both RocksDB stores let the kernel read around each miss "
+          "(TableOptions::spill_read_around)");
 ABSL_FLAG(uint64_t, ttl_steps, 0,
           "a TTL for both tables, in steps (0: none; the Pulls do not reach "
           "it): rows that leave memory unchanged then write their access "
@@ -215,6 +218,7 @@ int Run() {
   TableOptions options;
   options.spill_directory = dir + "/spill";
   options.spill_block_cache_bytes = absl::GetFlag(FLAGS_block_cache_mb) << 20;
+  options.spill_read_around = absl::GetFlag(FLAGS_spill_read_around);
   start = absl::Now();
   auto spilling = Table::Create(budgeted, options);
   Check(spilling.status(), "create spilling");
@@ -243,6 +247,7 @@ int Run() {
   raw_options.path = dir + "/raw";
   raw_options.record_bytes = record_bytes;
   raw_options.block_cache_bytes = absl::GetFlag(FLAGS_block_cache_mb) << 20;
+  raw_options.read_around = absl::GetFlag(FLAGS_spill_read_around);
   auto raw = embedding_internal::SpillStore::Open(raw_options);
   Check(raw.status(), "open raw");
   if (!checkpoint_only) {

@@ -1899,6 +1899,7 @@ absl::StatusOr<std::unique_ptr<Table>> Table::Create(const TableSpec& spec,
     spill_options.record_bytes = RowRecordBytes(
         spec.dim, OptimizerStateFloats(spec.optimizer, spec.dim));
     spill_options.block_cache_bytes = options.spill_block_cache_bytes;
+    spill_options.read_around = options.spill_read_around;
     ASSIGN_OR_RETURN(spill,
                      embedding_internal::SpillStore::Open(spill_options));
   }

@@ -61,6 +61,9 @@ struct TableOptions {
   std::string spill_directory;
   // RocksDB block cache of the spill tier. Default: 64 MiB.
   uint64_t spill_block_cache_bytes = uint64_t{64} << 20;
+  // Let the kernel read around each miss in the spill tier's files
+  // (SpillStoreOptions::read_around). Default: false.
+  bool spill_read_around = false;
 };
 
 // Counters since the table was created; a snapshot, summed over stripes.

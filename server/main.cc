@@ -62,6 +62,11 @@ ABSL_FLAG(std::string, data_dir, "",
           "reported");
 ABSL_FLAG(int64_t, spill_block_cache_mb, 64,
           "RocksDB block cache of each table's spill tier, MiB");
+ABSL_FLAG(bool, spill_read_around, false,
+          "let the kernel read around each miss in the spill tier's files "
+          "(the disk's read_ahead_kb) instead of the one page it needs: for "
+          "spill tiers that fit in the page cache, which it then fills in "
+          "large reads; wasteful where they do not fit");
 ABSL_FLAG(std::string, restore, "",
           "checkpoint to restore before serving: a checkpoint directory "
           "(ROOT/ckpt-...), or ROOT to take the latest complete one; it may "
@@ -146,7 +151,8 @@ int Run() {
   }
   TableRegistry registry(
       absl::GetFlag(FLAGS_num_workers), spill_root,
-      static_cast<uint64_t>(absl::GetFlag(FLAGS_spill_block_cache_mb)) << 20);
+      static_cast<uint64_t>(absl::GetFlag(FLAGS_spill_block_cache_mb)) << 20,
+      absl::GetFlag(FLAGS_spill_read_around));
   if (const std::string path = absl::GetFlag(FLAGS_tables); !path.empty()) {
     if (absl::Status s = LoadTables(path, registry); !s.ok()) {
       log->error("{}", s.message());

@@ -58,6 +58,7 @@ absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
     options.spill_directory =
         absl::StrCat(spill_root_, "/", embedding::TableFileStem(spec.name));
     options.spill_block_cache_bytes = spill_block_cache_bytes_;
+    options.spill_read_around = spill_read_around_;
   }
   ASSIGN_OR_RETURN(slot->table,
                    embedding::Table::Create(spec, std::move(options)));

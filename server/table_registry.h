@@ -27,11 +27,15 @@ class TableRegistry {
   // `spill_root`: where tables with a memory budget keep their spill tier
   // (one RocksDB directory per table under it); empty: budgets are only
   // reported.
+  // `spill_block_cache_bytes`, `spill_read_around`: their tables'
+  // embedding::TableOptions.
   explicit TableRegistry(int32_t num_workers = 1, std::string spill_root = "",
-                         uint64_t spill_block_cache_bytes = uint64_t{64} << 20)
+                         uint64_t spill_block_cache_bytes = uint64_t{64} << 20,
+                         bool spill_read_around = false)
       : num_workers_(num_workers),
         spill_root_(std::move(spill_root)),
-        spill_block_cache_bytes_(spill_block_cache_bytes) {}
+        spill_block_cache_bytes_(spill_block_cache_bytes),
+        spill_read_around_(spill_read_around) {}
 
   struct CreateResult {
     uint32_t table_id;
@@ -74,6 +78,7 @@ class TableRegistry {
   const int32_t num_workers_;
   const std::string spill_root_;
   const uint64_t spill_block_cache_bytes_;
+  const bool spill_read_around_;
   mutable Mutex mu_;
   // Index = table id.
   std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);

@@ -72,6 +72,7 @@ rocksdb::Options SpillOptions(const SpillStoreOptions& options) {
   rocks.IncreaseParallelism(2);
   // Reads of page-cached files without a copy into a buffer per block.
   rocks.allow_mmap_reads = true;
+  rocks.advise_random_on_open = !options.read_around;
   rocks.max_background_jobs = 2;
   rocks.merge_operator = std::make_shared<AccessMetadataMerge>();
   // Rows are float vectors: general-purpose compression gains little and

@@ -35,6 +35,14 @@ struct SpillStoreOptions {
   size_t record_bytes = 0;
   // RocksDB block cache (uncompressed blocks of recently read rows).
   uint64_t block_cache_bytes = uint64_t{64} << 20;
+  // How the kernel reads the files on a miss. false: they are advised
+  // random-access, and a miss reads the page it needs (4 KiB) — right where
+  // the spill tier is larger than the page cache, the case it exists for.
+  // true: a miss reads around its page (the device's read_ahead_kb), which
+  // fills the page cache with the tier in large reads — right where the
+  // files fit in it (e.g. after a restart, or on a host that reclaims idle
+  // file pages), wasteful where they do not. Default: false.
+  bool read_around = false;
 };
 
 struct SpillStoreStats {

@@ -2,6 +2,7 @@
 // records, and access-metadata updates that keep a record's floats.
 #include "embedding/internal/spill_store.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -15,10 +16,13 @@ namespace {
 
 constexpr size_t kRecordBytes = 24;  // 8 bytes of metadata, 4 floats
 
-std::unique_ptr<SpillStore> OpenStore(const std::string& name) {
+std::unique_ptr<SpillStore> OpenStore(const std::string& name,
+                                      bool read_around = false,
+                                      size_t record_bytes = kRecordBytes) {
   SpillStoreOptions options;
   options.path = absl::StrCat(::testing::TempDir(), "/", name);
-  options.record_bytes = kRecordBytes;
+  options.record_bytes = record_bytes;
+  options.read_around = read_around;
   auto store = SpillStore::Open(options);
   EXPECT_OK(store.status());
   return std::move(store).value();
@@ -66,6 +70,50 @@ TEST(SpillStoreTest, MetadataUpdatesReplaceTheFirstEightBytesOnly) {
   EXPECT_EQ(Get(*store, 2), "");
   EXPECT_EQ(store->Stats().metadata_updates, 3u);
 }
+
+// Both ways of reading the files (random-access advice, or read-around)
+// return every record, from RocksDB's files rather than its memtables.
+class SpillStoreReadTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(SpillStoreReadTest, RecordsComeBackFromTheFiles) {
+  constexpr size_t kBig = 4096;
+  auto store =
+      OpenStore(absl::StrCat("read_around_", GetParam()), GetParam(), kBig);
+  // 100 MiB of records: more than the four 16 MiB memtables RocksDB may
+  // hold, so writes wait until at least a third of them are in SST files.
+  constexpr uint64_t kKeys = (uint64_t{100} << 20) / kBig;
+  constexpr uint64_t kPerWrite = 1000;
+  const auto record_of = [&](uint64_t key) {
+    std::string record(kBig, static_cast<char>('a' + key % 26));
+    std::memcpy(record.data() + 8, &key, sizeof(key));
+    return record;
+  };
+  std::vector<uint64_t> keys;
+  std::string records;
+  for (uint64_t begin = 0; begin < kKeys; begin += kPerWrite) {
+    keys.clear();
+    records.clear();
+    for (uint64_t k = begin; k < std::min(kKeys, begin + kPerWrite); ++k) {
+      keys.push_back(k);
+      records += record_of(k);
+    }
+    ASSERT_OK(store->Write(keys, records.data(), {}));
+  }
+  EXPECT_GE(store->DiskBytes(), uint64_t{32} << 20);
+  std::string record(kBig, '\0');
+  for (uint64_t k = 0; k < kKeys; k += 97) {
+    bool found = false;
+    ASSERT_OK(store->MultiGet({k}, record.data(), absl::MakeSpan(&found, 1)));
+    ASSERT_TRUE(found) << "key " << k;
+    EXPECT_EQ(record, record_of(k)) << "key " << k;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(RandomOrReadAround, SpillStoreReadTest,
+                         ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "ReadAround" : "Random";
+                         });
 
 TEST(SpillStoreTest, MetadataKeysAndValuesMustPair) {
   auto store = OpenStore("unpaired_metadata");
