@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/byte_buffer_testing.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/async_generic_service.h"
@@ -17,19 +18,10 @@
 namespace embedps::client {
 namespace {
 
+using ::embedps::testing::ByteBufferContents;
+using ::embedps::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
-using ::embedps::testing::StatusIs;
-
-std::string Flatten(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(buffer.Dump(&slices).ok());
-  std::string out;
-  for (const grpc::Slice& s : slices) {
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return out;
-}
 
 grpc::ByteBuffer BufferOf(const std::string& s) {
   grpc::Slice slice(s);
@@ -77,7 +69,7 @@ class EchoServer {
         Finish(grpc::Status(grpc::StatusCode::INTERNAL, "no request"));
         return;
       }
-      const std::string request = Flatten(request_);
+      const std::string request = ByteBufferContents(request_);
       int seen = 0;
       {
         std::lock_guard<std::mutex> lock(service_->mu);
@@ -130,7 +122,7 @@ class BulkFanOutTest : public ::testing::Test {
     EXPECT_EQ(calls.calls_started(), requests.size());
     return calls.Finish([&](size_t call, const grpc::ByteBuffer& response) {
       EXPECT_EQ(responses->count(call), 0u) << "call " << call << " twice";
-      (*responses)[call] = Flatten(response);
+      (*responses)[call] = ByteBufferContents(response);
       return absl::OkStatus();
     });
   }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/bulk_message_test.pb.h"
+#include "common/byte_buffer_testing.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -15,6 +16,7 @@ namespace embedps {
 namespace {
 
 using bulk_test::BulkTestMessage;
+using testing::ByteBufferContents;
 using testing::StatusIs;
 
 constexpr int kFirst = BulkTestMessage::kFirstFieldNumber;
@@ -24,16 +26,6 @@ grpc::Slice BytesOf(const std::string& s) {
   OwnedBytes bytes(s.size());
   if (!s.empty()) std::memcpy(bytes.data(), s.data(), s.size());
   return std::move(bytes).ReleaseToSlice();
-}
-
-std::string Flatten(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  EXPECT_TRUE(buffer.Dump(&slices).ok());
-  std::string out;
-  for (const grpc::Slice& s : slices) {
-    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  }
-  return out;
 }
 
 std::string Contents(const BulkBytes& bytes) {
@@ -91,7 +83,7 @@ TEST(BulkMessageTest, ProtobufReadsWhatWeWrite) {
       SerializeBulkMessage(header, std::move(fields));
 
   BulkTestMessage parsed;
-  ASSERT_TRUE(parsed.ParseFromString(Flatten(buffer)));
+  ASSERT_TRUE(parsed.ParseFromString(ByteBufferContents(buffer)));
   EXPECT_EQ(parsed.id(), 42u);
   EXPECT_EQ(parsed.name(), "table");
   EXPECT_THAT(parsed.numbers(), ::testing::ElementsAre(1, uint64_t{1} << 60));
