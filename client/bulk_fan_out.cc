@@ -15,6 +15,16 @@ bool Retryable(const grpc::Status& status, absl::Time attempt_deadline) {
           absl::Now() >= attempt_deadline - absl::Milliseconds(5));
 }
 
+absl::Status CallFailed(absl::string_view method, int32_t shard,
+                        absl::string_view server, int attempts,
+                        const grpc::Status& status) {
+  const absl::Status error = FromGrpcStatus(status);
+  return absl::Status(
+      error.code(),
+      absl::StrCat(method, " on shard ", shard, " (", server, ") failed after ",
+                   attempts, " attempt(s): ", error.message()));
+}
+
 BulkFanOut::BulkFanOut(const std::string& method_path, std::string method,
                        const RetryPolicy& policy, absl::Duration extra_time)
     : method_path_(method_path),
@@ -111,12 +121,8 @@ absl::Status BulkFanOut::Finish(
       call.backoff = std::min(call.backoff * 2, policy_.max_backoff);
       continue;
     }
-    const absl::Status error = FromGrpcStatus(call.status);
-    first_error.Update(
-        absl::Status(error.code(),
-                     absl::StrCat(method_, " on shard ", call.shard, " (",
-                                  call.server, ") failed after ", call.attempts,
-                                  " attempt(s): ", error.message())));
+    first_error.Update(CallFailed(method_, call.shard, call.server,
+                                  call.attempts, call.status));
   }
   return first_error;
 }

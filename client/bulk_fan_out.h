@@ -26,6 +26,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -49,6 +50,12 @@ struct RetryPolicy {
 // that passed (a server that answers DEADLINE_EXCEEDED early, e.g. a SYNC
 // Pull that gave up waiting for other workers, has decided).
 bool Retryable(const grpc::Status& status, absl::Time attempt_deadline);
+
+// The error a call reports after its last attempt: the attempt's code, and
+// a message naming the method, the shard, its server and the attempts.
+absl::Status CallFailed(absl::string_view method, int32_t shard,
+                        absl::string_view server, int attempts,
+                        const grpc::Status& status);
 
 class BulkFanOut {
  public:

@@ -16,7 +16,6 @@
 #include "common/bulk_message.h"
 #include "common/file_io.h"
 #include "common/float16.h"
-#include "common/grpc_status.h"
 #include "common/key_hash.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
@@ -177,13 +176,9 @@ struct Client::Impl {
       context.set_deadline(absl::ToChronoTime(deadline));
       const grpc::Status status = rpc(&context);
       if (status.ok()) return absl::OkStatus();
-      const absl::Status error = FromGrpcStatus(status);
       if (!Retryable(status, deadline) || absl::Now() + backoff > give_up) {
-        return absl::Status(
-            error.code(),
-            absl::StrCat(method, " on shard ", shard, " (",
-                         options.servers[shard], ") failed after ", attempt,
-                         " attempt(s): ", error.message()));
+        return CallFailed(method, shard, options.servers[shard], attempt,
+                          status);
       }
       absl::SleepFor(backoff);
       backoff = std::min(backoff * 2, options.max_backoff);

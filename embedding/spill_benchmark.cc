@@ -310,25 +310,28 @@ int Run() {
   // kernel dropped (this VM's DAMON pageout drops file pages untouched for
   // a minute) is read back synchronously, ~4 KiB at a time.
   uint64_t faults_memory = 0, faults_spill = 0, faults_raw = 0;
-  uint64_t faults = MajorPageFaults();
+  uint64_t faults_so_far = MajorPageFaults();
+  // Adds the faults since the last call to `counter`.
+  const auto count_faults = [&](uint64_t& counter) {
+    const uint64_t now = MajorPageFaults();
+    counter += now - faults_so_far;
+    faults_so_far = now;
+  };
   const int batches = checkpoint_only ? 0 : absl::GetFlag(FLAGS_batches);
   for (int b = 0; b < batches; ++b) {
     next_batch();
     start = absl::Now();
     Check((*in_memory)->Pull(batch_keys, absl::MakeSpan(values)), "pull");
     t_memory += Seconds(start);
-    faults_memory += MajorPageFaults() - faults;
-    faults = MajorPageFaults();
+    count_faults(faults_memory);
     start = absl::Now();
     Check((*spilling)->Pull(batch_keys, absl::MakeSpan(values)), "pull");
     t_spill += Seconds(start);
-    faults_spill += MajorPageFaults() - faults;
-    faults = MajorPageFaults();
+    count_faults(faults_spill);
     start = absl::Now();
     raw_pull();
     t_raw += Seconds(start);
-    faults_raw += MajorPageFaults() - faults;
-    faults = MajorPageFaults();
+    count_faults(faults_raw);
   }
   const TableStats after = (*spilling)->Stats();
   const double n = static_cast<double>(batches) * batch;
