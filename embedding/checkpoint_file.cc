@@ -19,7 +19,6 @@
 #include "embedding/internal/write_behind_file_system.h"
 #include "rocksdb/env.h"
 #include "rocksdb/file_checksum.h"
-#include "rocksdb/filter_policy.h"
 #include "rocksdb/options.h"
 #include "rocksdb/sst_file_reader.h"
 #include "rocksdb/sst_file_writer.h"
@@ -117,14 +116,11 @@ rocksdb::Options FileOptions() {
   rocksdb::Options options;
   // Rows are floats: compression buys little and costs the write rate.
   options.compression = rocksdb::kNoCompression;
-  // The spill tier's table format (embedding/internal/spill_store.cc): a
-  // restored file can join a spill tier as it is and serve point lookups
-  // (4 KiB blocks, a 10-bit bloom filter per key).
-  rocksdb::BlockBasedTableOptions table;
-  table.block_size = 4096;
-  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
-  table.whole_key_filtering = true;
-  options.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
+  // The spill tier's table format: a restored file can join a spill tier
+  // as it is and serve point lookups (with larger blocks than the tier's
+  // own files: a checkpoint is written and read whole).
+  options.table_factory = embedding_internal::NewSpillTableFactory(
+      nullptr, embedding_internal::kCheckpointBlockSize);
   // The whole-file checksum is computed as the file is written: no second
   // pass over it.
   options.file_checksum_gen_factory = std::make_shared<Xxh3GeneratorFactory>();

@@ -12,6 +12,7 @@
 #define EMBEDPS_EMBEDDING_INTERNAL_SPILL_STORE_H_
 
 #include <atomic>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -22,8 +23,10 @@
 #include "absl/types/span.h"
 
 namespace rocksdb {
+class Cache;
 class DB;
 class Snapshot;
+class TableFactory;
 }  // namespace rocksdb
 
 namespace embedps::embedding_internal {
@@ -151,6 +154,21 @@ class SpillStore {
   // Names ingested files uniquely.
   std::atomic<uint64_t> next_ingest_file_{0};
 };
+
+// The table format of the spill tier's files and of checkpoint files:
+// block-based with a 10-bit bloom filter per key, no compression, an index
+// with a restart point every 16 blocks; blocks of `block_size` bytes.
+// Checkpoint files use it so that a restored file joins a spill tier as it
+// is (with its own block size). `block_cache` may be null (writers).
+std::shared_ptr<rocksdb::TableFactory> NewSpillTableFactory(
+    std::shared_ptr<rocksdb::Cache> block_cache, size_t block_size);
+// A spill tier's own files: a miss reads one record (~0.5 KiB) from a block
+// that is rarely in any cache, fetching (and checksumming) the whole block:
+// 2 KiB blocks make a cold key's MultiGet ~13% faster than 4 KiB ones.
+inline constexpr size_t kSpillTierBlockSize = 2048;
+// Checkpoint files: written and read whole, where every block costs (build,
+// checksum, index entry): 1 KiB blocks wrote ~30% slower than 4 KiB ones.
+inline constexpr size_t kCheckpointBlockSize = 4096;
 
 // The 8-byte big-endian form of a key (or of any uint64: checkpoint
 // files use it for their other integers too), and back.
