@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/key_hash.h"
+#include "embedding/internal/count_min_sketch.h"
 
 namespace embedps::embedding {
 namespace {
@@ -29,78 +30,53 @@ class AlwaysAdmit final : public AdmissionFilter {
 
 class CountMinAdmission final : public AdmissionFilter {
  public:
-  static constexpr int kDepth = 4;
+  static constexpr int kDepth = embedding_internal::CountMinSketch::kDepth;
 
   CountMinAdmission(uint32_t min_count, uint64_t width, uint64_t seed)
       : min_count_(min_count),
-        mask_(width - 1),
         seed_(seed),
-        aging_period_(width / 2),
-        counters_(kDepth * width, 0) {}
+        sketch_(width, /*aging_period=*/width / 2) {}
 
   bool RecordSighting(uint64_t key) override {
-    // Kirsch–Mitzenmacher: kDepth indices from two hashes.
-    const uint64_t h1 = MixPair(seed_, key);
-    const uint64_t h2 = Mix64(h1) | 1;
-    uint8_t* cells[kDepth];
-    uint32_t estimate = 255;
-    for (int d = 0; d < kDepth; ++d) {
-      cells[d] = &counters_[d * (mask_ + 1) + ((h1 + d * h2) & mask_)];
-      estimate = std::min<uint32_t>(estimate, *cells[d]);
-    }
-    // Conservative update: raise only the counters at the minimum.
-    const uint32_t updated = std::min<uint32_t>(estimate + 1, 255);
-    for (uint8_t* cell : cells) {
-      if (*cell < updated) *cell = static_cast<uint8_t>(updated);
-    }
-    if (++sightings_ >= aging_period_) Age();
-    return updated >= min_count_;
+    return sketch_.Add(MixPair(seed_, key)) >= min_count_;
   }
 
-  uint64_t bytes() const override { return counters_.capacity(); }
+  uint64_t bytes() const override { return sketch_.bytes(); }
 
   // Layout: sightings since the last aging (uint64, little-endian), then
   // the counters.
   std::string SaveState() const override {
-    std::string state(sizeof(uint64_t) + counters_.size(), '\0');
-    std::memcpy(state.data(), &sightings_, sizeof(uint64_t));
-    std::memcpy(state.data() + sizeof(uint64_t), counters_.data(),
-                counters_.size());
+    const absl::Span<const uint8_t> counters = sketch_.counters();
+    std::string state(sizeof(uint64_t) + counters.size(), '\0');
+    const uint64_t sightings = sketch_.additions();
+    std::memcpy(state.data(), &sightings, sizeof(uint64_t));
+    std::memcpy(state.data() + sizeof(uint64_t), counters.data(),
+                counters.size());
     return state;
   }
 
   absl::Status MergeState(absl::string_view state) override {
-    if (state.size() != sizeof(uint64_t) + counters_.size()) {
+    const size_t expected = sizeof(uint64_t) + sketch_.counters().size();
+    if (state.size() != expected) {
       return absl::InvalidArgumentError(
           absl::StrCat("saved count-min admission state has ", state.size(),
-                       " bytes; this table's sketch needs ",
-                       sizeof(uint64_t) + counters_.size(),
+                       " bytes; this table's sketch needs ", expected,
                        " (was sketch_counters or num_stripes changed?)"));
     }
     uint64_t sightings;
     std::memcpy(&sightings, state.data(), sizeof(sightings));
-    const uint8_t* saved =
-        reinterpret_cast<const uint8_t*>(state.data()) + sizeof(uint64_t);
-    for (size_t i = 0; i < counters_.size(); ++i) {
-      counters_[i] = static_cast<uint8_t>(
-          std::min<uint32_t>(255, uint32_t{counters_[i]} + saved[i]));
-    }
-    sightings_ = std::min(sightings_ + sightings, aging_period_ - 1);
+    sketch_.Merge(
+        absl::MakeConstSpan(
+            reinterpret_cast<const uint8_t*>(state.data()) + sizeof(uint64_t),
+            state.size() - sizeof(uint64_t)),
+        sightings);
     return absl::OkStatus();
   }
 
  private:
-  void Age() {
-    for (uint8_t& c : counters_) c >>= 1;
-    sightings_ = 0;
-  }
-
   const uint32_t min_count_;
-  const uint64_t mask_;
   const uint64_t seed_;
-  const uint64_t aging_period_;
-  uint64_t sightings_ = 0;
-  std::vector<uint8_t> counters_;
+  embedding_internal::CountMinSketch sketch_;
 };
 
 class ProbabilityAdmission final : public AdmissionFilter {

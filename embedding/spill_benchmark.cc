@@ -47,12 +47,13 @@ ABSL_FLAG(double, budget_fraction, 0.1,
 ABSL_FLAG(int32_t, batch, 100'000, "keys per Pull batch");
 ABSL_FLAG(int32_t, warmup_batches, 20,
           "Zipf batches for every store before measuring");
-ABSL_FLAG(int32_t, max_steady_state_batches, 300,
-          "after the warm-up, Zipf batches for (b) alone until as many rows "
-          "were promoted as were resident after the fill (the fill leaves "
-          "rows resident in key order, not by popularity: the measurement "
-          "should see the resident set a long-running server has), at most "
-          "this many; 0 measures from the fill's resident set");
+ABSL_FLAG(int32_t, max_steady_state_batches, 400,
+          "after the warm-up, Zipf batches for (b) alone until its miss rate "
+          "settles (the fill leaves rows resident in key order, not by "
+          "popularity; the measurement should see the resident set of a "
+          "long-running server): until 10 batches miss less than 1% less "
+          "often than the 10 before them, at most this many; 0 measures from "
+          "the fill's resident set");
 ABSL_FLAG(int32_t, batches, 30, "measured Zipf batches");
 ABSL_FLAG(double, zipf_s, 1.05, "Zipf exponent");
 ABSL_FLAG(std::string, dir, "/tmp/embedps_spill_benchmark",
@@ -311,24 +312,37 @@ int Run() {
     Check((*spilling)->Pull(batch_keys, absl::MakeSpan(values)), "warm");
     raw_pull();
   }
-  // Steady state: the fill's resident set replaced by promoted rows.
+  // Steady state: the miss rate no longer falls.
   int steady_batches = 0;
+  double settled_miss_rate = 0;
   if (!checkpoint_only) {
-    const TableStats filled = stats;
-    TableStats now = (*spilling)->Stats();
-    while (steady_batches < absl::GetFlag(FLAGS_max_steady_state_batches) &&
-           now.promotions - filled.promotions < filled.resident_rows) {
-      next_batch();
-      Check((*spilling)->Pull(batch_keys, absl::MakeSpan(values)), "steady");
-      ++steady_batches;
-      now = (*spilling)->Stats();
+    constexpr int kWindow = 10;
+    const auto window_misses = [&] {
+      const uint64_t before = (*spilling)->Stats().spill_multiget_keys;
+      for (int b = 0; b < kWindow; ++b) {
+        next_batch();
+        Check((*spilling)->Pull(batch_keys, absl::MakeSpan(values)), "steady");
+      }
+      steady_batches += kWindow;
+      return static_cast<double>((*spilling)->Stats().spill_multiget_keys -
+                                 before) /
+             (static_cast<double>(kWindow) * batch);
+    };
+    const int max_batches = absl::GetFlag(FLAGS_max_steady_state_batches);
+    if (max_batches > 0) {
+      double previous = window_misses();
+      settled_miss_rate = previous;
+      while (steady_batches + kWindow <= max_batches) {
+        settled_miss_rate = window_misses();
+        if (settled_miss_rate > 0.99 * previous) break;
+        previous = settled_miss_rate;
+      }
     }
     std::printf(
         "warm-up: %d batches for every store, then %d for (b) alone "
-        "(%llu rows promoted since the fill, %llu were resident)\n",
+        "(until its miss rate settled: %.1f%% in the last 10)\n",
         absl::GetFlag(FLAGS_warmup_batches), steady_batches,
-        static_cast<unsigned long long>(now.promotions - filled.promotions),
-        static_cast<unsigned long long>(filled.resident_rows));
+        100 * settled_miss_rate);
   }
   const TableStats before = (*spilling)->Stats();
   double t_memory = 0, t_spill = 0, t_raw = 0;
@@ -378,10 +392,13 @@ int Run() {
     const uint64_t spills = after.spills - before.spills;
     const uint64_t unchanged =
         after.spills_of_unchanged_rows - before.spills_of_unchanged_rows;
+    const uint64_t newcomers =
+        after.spills_of_newcomers - before.spills_of_newcomers;
     std::printf(
-        "  (b) spilled %lu rows, %.1f%% of them unchanged since read back "
-        "(%s)\n",
+        "  (b) spilled %lu rows (%.1f%% at the round after they came in), "
+        "%.1f%% of them unchanged since read back (%s)\n",
         static_cast<unsigned long>(spills),
+        spills == 0 ? 0.0 : 100.0 * newcomers / spills,
         spills == 0 ? 0.0 : 100.0 * unchanged / spills,
         absl::GetFlag(FLAGS_ttl_steps) > 0
             ? "TTL: their access metadata written"

@@ -18,6 +18,7 @@
 #include "common/status_macros.h"
 #include "embedding/admission.h"
 #include "embedding/initializer.h"
+#include "embedding/internal/count_min_sketch.h"
 #include "embedding/internal/huge_page_allocator.h"
 #include "embedding/internal/row_arena.h"
 #include "embedding/internal/row_index_hash.h"
@@ -179,6 +180,8 @@ struct StripeCounters {
   uint64_t pushes_dropped = 0;
   uint64_t evicted = 0;
   uint64_t erased = 0;
+  // Spills at the first eviction round after the row came in.
+  uint64_t spills_of_newcomers = 0;
 };
 
 // What a stripe knows of its keys outside memory and of its changes.
@@ -193,6 +196,14 @@ struct SpillState {
   absl::flat_hash_set<uint64_t> dirty_keys;
   // Keys removed since the last snapshot (kept once a snapshot was taken).
   absl::flat_hash_set<uint64_t> removed_keys;
+  // Recent Pulls and Pushes of the stripe's keys (TinyLFU's frequency
+  // sketch, by KeyHash): an eviction round keeps the rows seen more often.
+  // Null without a spill tier.
+  std::unique_ptr<embedding_internal::CountMinSketch> frequency;
+  // Rows that entered memory (promoted or created) since the stripe's last
+  // eviction round: they compete with the CLOCK's victims for their places.
+  // Ids of rows freed since are skipped (MemoryTable::SelectVictims).
+  std::vector<RowId> newcomers;
 };
 
 // One lock stripe: a mutex, the row index, the row arena and the admission
@@ -331,9 +342,14 @@ class Stripe {
     const uint64_t row_bytes =
         uint64_t{used_rows_} *
         (arena_.reserved_bytes() / std::max<uint64_t>(arena_.capacity(), 1));
+    const uint64_t frequency_bytes =
+        spill_.frequency == nullptr
+            ? 0
+            : spill_.frequency->bytes() +
+                  spill_.newcomers.capacity() * sizeof(RowId);
     return row_bytes + index_bytes + free_rows_.capacity() * sizeof(RowId) +
            spill_copy_metadata_.capacity() * sizeof(uint64_t) +
-           admission_->bytes();
+           admission_->bytes() + frequency_bytes;
   }
 
  private:
@@ -597,12 +613,30 @@ class MemoryTable final : public Table {
       // The budget covers rows, their index slots (5 bytes over a load
       // factor of at least 7/16) and their spill copies' metadata (8 bytes,
       // an eighth spare: Stripe::NoteCurrentSpillCopy); each stripe gets an
-      // equal share, less its admission sketch.
+      // equal share, less its admission and frequency sketches.
       const uint64_t per_stripe = spec.memory_budget_bytes / spec.num_stripes;
-      const uint64_t sketch = stripes_[0]->AdmissionBytesUnlocked();
+      const uint64_t admission = stripes_[0]->AdmissionBytesUnlocked();
       const uint64_t row_cost = sizeof(float) * row_floats_ + 12 + 9;
-      max_resident_per_stripe_ = std::max<uint64_t>(
-          1, per_stripe > sketch ? (per_stripe - sketch) / row_cost : 0);
+      const auto rows_in = [&](uint64_t other_bytes) {
+        return std::max<uint64_t>(1, per_stripe > other_bytes
+                                         ? (per_stripe - other_bytes) / row_cost
+                                         : 0);
+      };
+      // The frequency sketch: 2-4 counters a resident row in each of its
+      // rows, aged after 10 sightings a resident row (TinyLFU's sample).
+      // Simulated on the Zipf benchmark: wider or longer-lived sketches
+      // keep no better rows (docs/architecture.md).
+      uint64_t width = 64;
+      while (width * 2 <= 2 * rows_in(admission)) width *= 2;
+      const uint64_t frequency_bytes =
+          embedding_internal::CountMinSketch::kDepth * width;
+      max_resident_per_stripe_ = rows_in(admission + frequency_bytes);
+      for (auto& stripe : stripes_) {
+        MutexLock lock(&stripe->mu);
+        stripe->spill().frequency =
+            std::make_unique<embedding_internal::CountMinSketch>(
+                width, 10 * max_resident_per_stripe_);
+      }
     }
   }
 
@@ -879,6 +913,7 @@ class MemoryTable final : public Table {
       stats.erased += c.erased;
       stats.spills += c.spills;
       stats.spills_of_unchanged_rows += c.spills_of_unchanged_rows;
+      stats.spills_of_newcomers += c.spills_of_newcomers;
       stats.promotions += c.promotions;
     }
     stats.rows = stats.resident_rows + stats.spilled_rows;
@@ -1115,6 +1150,7 @@ class MemoryTable final : public Table {
     ++stripe.counters().admitted;
     SpillState& spill = stripe.spill();
     if (!spill.removed_keys.empty()) spill.removed_keys.erase(key);
+    if (spill.frequency != nullptr) spill.newcomers.push_back(id);
     return id;
   }
 
@@ -1138,6 +1174,7 @@ class MemoryTable final : public Table {
     stripe.NoteCurrentSpillCopy(id, AccessMetadata(header));
     --spill.spilled_rows;
     ++stripe.counters().promotions;
+    spill.newcomers.push_back(id);
     return id;
   }
 
@@ -1589,8 +1626,19 @@ class MemoryTable final : public Table {
         scratch, [&](Stripe& stripe, uint32_t s, uint32_t begin, uint32_t end)
                      ABSL_NO_THREAD_SAFETY_ANALYSIS {
                        RecordGeneration(scratch, stripe, s);
+                       CountSightings(stripe, scratch, begin, end);
                        return group(stripe, begin, end, policy);
                      });
+  }
+
+  // With a spill tier: the group's keys into the stripe's frequency sketch.
+  static void CountSightings(Stripe& stripe, const BatchScratch& scratch,
+                             uint32_t begin, uint32_t end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    embedding_internal::CountMinSketch* frequency =
+        stripe.spill().frequency.get();
+    if (frequency == nullptr) return;
+    for (uint32_t j = begin; j < end; ++j) frequency->Add(scratch.hashes[j]);
   }
 
   // The batch positions of stripe `s`'s group.
@@ -1765,16 +1813,26 @@ class MemoryTable final : public Table {
   // CLOCK: rows touched since the hand last passed lose their reference bit
   // and stay; the first unreferenced rows are chosen, until the stripe is
   // 1/16 below its share (so that eviction runs in batches). At most two
-  // revolutions, so every row is visited at most twice.
+  // revolutions, so every row is visited at most twice. Then the rows that
+  // entered memory since the last round compete with the chosen ones
+  // (KeepFrequentRows).
   void SelectVictims(Stripe& stripe, std::vector<RowId>& victims)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    SpillState& spill = stripe.spill();
     const uint64_t resident = stripe.index().size();
-    if (resident <= max_resident_per_stripe_) return;
+    if (resident <= max_resident_per_stripe_) {
+      // Filling up: no round to compete in soon; newcomers become rows
+      // like any other.
+      if (spill.newcomers.size() > max_resident_per_stripe_ / 4) {
+        spill.newcomers.clear();
+      }
+      return;
+    }
     const uint64_t target =
         max_resident_per_stripe_ - max_resident_per_stripe_ / 16;
     const uint64_t wanted = resident - target;
     const RowId used = stripe.used_rows();
-    RowId hand = stripe.spill().clock_hand;
+    RowId hand = spill.clock_hand;
     for (uint64_t steps = 0; victims.size() < wanted && steps <= 2ull * used;
          ++steps) {
       if (hand >= used) hand = 0;
@@ -1791,7 +1849,63 @@ class MemoryTable final : public Table {
       }
       ++hand;
     }
-    stripe.spill().clock_hand = hand;
+    spill.clock_hand = hand;
+    KeepFrequentRows(stripe, victims);
+    spill.newcomers.clear();
+  }
+
+  // TinyLFU's admission, one round at a time: the rows that entered memory
+  // since the last round (promoted or created) and the CLOCK's victims
+  // compete, and the victims.size() of them seen least often (the stripe's
+  // frequency sketch; on a tie the newcomer) become the victims. A row
+  // seen once (a one-off key, a scan) thus leaves again at the next round,
+  // instead of pushing out a row seen more often. Victims that stay keep
+  // their mark, the referenced bit: a second chance. A newcomer that leaves
+  // costs what any eviction does (a write if it changed in memory; a
+  // Pulled row's spill copy is current, so nothing).
+  void KeepFrequentRows(Stripe& stripe, std::vector<RowId>& victims)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    SpillState& spill = stripe.spill();
+    if (spill.frequency == nullptr || spill.newcomers.empty() ||
+        victims.empty()) {
+      return;
+    }
+    struct Candidate {
+      uint32_t frequency;
+      // Newcomers (0) leave before chosen rows (1) of the same frequency.
+      uint32_t was_victim;
+      RowId id;
+      bool operator<(const Candidate& other) const {
+        return frequency != other.frequency ? frequency < other.frequency
+                                            : was_victim < other.was_victim;
+      }
+    };
+    const auto frequency = [&](RowId id) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return spill.frequency->Estimate(KeyHash(stripe.Header(id).key));
+    };
+    std::sort(victims.begin(), victims.end());
+    std::vector<RowId>& newcomers = spill.newcomers;
+    std::sort(newcomers.begin(), newcomers.end());
+    newcomers.erase(std::unique(newcomers.begin(), newcomers.end()),
+                    newcomers.end());
+    std::vector<Candidate> candidates;
+    candidates.reserve(victims.size() + newcomers.size());
+    for (RowId id : victims) candidates.push_back({frequency(id), 1, id});
+    for (RowId id : newcomers) {
+      // Freed since it came in, or already chosen by the CLOCK.
+      if (stripe.Header(id).last_touch == kFreeRowMark ||
+          std::binary_search(victims.begin(), victims.end(), id)) {
+        continue;
+      }
+      candidates.push_back({frequency(id), 0, id});
+    }
+    const size_t evict = victims.size();
+    std::nth_element(candidates.begin(), candidates.begin() + evict,
+                     candidates.end());
+    for (size_t i = 0; i < evict; ++i) victims[i] = candidates[i].id;
+    for (size_t i = 0; i < evict; ++i) {
+      stripe.counters().spills_of_newcomers += candidates[i].was_victim == 0;
+    }
   }
 
   // TTL over the spill tier: expired rows found by a scan, then checked

@@ -105,6 +105,10 @@ struct TableStats {
   // optimizer state (read back and not changed since): written as 8 bytes
   // of access metadata, or not at all, instead of a whole record.
   uint64_t spills_of_unchanged_rows = 0;
+  // Spills of rows at the first eviction round after they came into memory
+  // (promoted or created): seen less often than the rows they competed
+  // with (docs/architecture.md, "Spill tier").
+  uint64_t spills_of_newcomers = 0;
   uint64_t spill_multigets = 0;
   uint64_t spill_multiget_keys = 0;
   uint64_t spill_multiget_micros = 0;

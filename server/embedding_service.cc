@@ -371,6 +371,7 @@ grpc::Status EmbeddingServiceImpl::StatsImpl(grpc::ServerContext*,
     out->set_spills(s.spills);
     out->set_promotions(s.promotions);
     out->set_spills_of_unchanged_rows(s.spills_of_unchanged_rows);
+    out->set_spills_of_newcomers(s.spills_of_newcomers);
     out->set_spill_multigets(s.spill_multigets);
     out->set_spill_multiget_keys(s.spill_multiget_keys);
     out->set_spill_multiget_seconds(s.spill_multiget_micros * 1e-6);

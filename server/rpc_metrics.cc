@@ -154,6 +154,10 @@ std::string RenderPrometheus(const proto::StatsResponse& stats) {
        "Rows moved to the spill tier that it held unchanged (not "
        "rewritten; a table with a TTL writes their access metadata).",
        &proto::TableStatsProto::spills_of_unchanged_rows},
+      {"embedps_rows_spilled_newcomers_total", "counter",
+       "Rows moved to the spill tier at the first eviction round after "
+       "they came into memory (seen less often than the rows kept).",
+       &proto::TableStatsProto::spills_of_newcomers},
       {"embedps_spill_multiget_total", "counter",
        "Batched reads of the spill tier.",
        &proto::TableStatsProto::spill_multigets},
@@ -161,7 +165,8 @@ std::string RenderPrometheus(const proto::StatsResponse& stats) {
        "Keys in batched reads of the spill tier.",
        &proto::TableStatsProto::spill_multiget_keys},
       {"embedps_table_resident_bytes", "gauge",
-       "Bytes held: rows, index, free list, admission sketch.",
+       "Bytes held: rows, index, free list, admission and frequency "
+       "sketches.",
        &proto::TableStatsProto::resident_bytes},
       {"embedps_table_payload_bytes", "gauge",
        "Bytes of embedding vectors and optimizer state.",
