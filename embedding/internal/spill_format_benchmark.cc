@@ -61,6 +61,7 @@ struct Format {
   std::string name;
   std::shared_ptr<rocksdb::TableFactory> table;
   bool sorted_input = true;
+  bool fill_cache = true;
 };
 
 void Check(const rocksdb::Status& status, const char* what) {
@@ -85,6 +86,12 @@ Format FormatNamed(const std::string& name) {
   if (name == "spill") {
     return {name, NewSpillTableFactory(rocksdb::NewLRUCache(64 << 20),
                                        kSpillTierBlockSize)};
+  }
+  if (name == "spill_nofill") {
+    return {name,
+            NewSpillTableFactory(rocksdb::NewLRUCache(64 << 20),
+                                 kSpillTierBlockSize),
+            true, false};
   }
   if (name == "checkpoint") {
     return {name, NewSpillTableFactory(rocksdb::NewLRUCache(64 << 20),
@@ -194,9 +201,11 @@ int Run() {
       std::vector<rocksdb::PinnableSlice> values(batch.size());
       std::vector<rocksdb::Status> statuses(batch.size());
       const auto start = std::chrono::steady_clock::now();
-      dbs[f]->MultiGet(rocksdb::ReadOptions(), dbs[f]->DefaultColumnFamily(),
-                       batch.size(), slices.data(), values.data(),
-                       statuses.data(), formats[f].sorted_input);
+      rocksdb::ReadOptions read;
+      read.fill_cache = formats[f].fill_cache;
+      dbs[f]->MultiGet(read, dbs[f]->DefaultColumnFamily(), batch.size(),
+                       slices.data(), values.data(), statuses.data(),
+                       formats[f].sorted_input);
       seconds[f] += std::chrono::duration<double>(
                         std::chrono::steady_clock::now() - start)
                         .count();
