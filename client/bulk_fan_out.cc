@@ -1,29 +1,12 @@
 #include "client/bulk_fan_out.h"
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
-#include "absl/strings/str_cat.h"
-#include "common/grpc_status.h"
 #include "grpcpp/support/stub_options.h"
 
 namespace embedps::client {
-
-bool Retryable(const grpc::Status& status, absl::Time attempt_deadline) {
-  return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-         (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED &&
-          absl::Now() >= attempt_deadline - absl::Milliseconds(5));
-}
-
-absl::Status CallFailed(absl::string_view method, int32_t shard,
-                        absl::string_view server, int attempts,
-                        const grpc::Status& status) {
-  const absl::Status error = FromGrpcStatus(status);
-  return absl::Status(
-      error.code(),
-      absl::StrCat(method, " on shard ", shard, " (", server, ") failed after ",
-                   attempts, " attempt(s): ", error.message()));
-}
 
 BulkFanOut::BulkFanOut(const std::string& method_path, std::string method,
                        const RetryPolicy& policy, absl::Duration extra_time)
@@ -46,18 +29,16 @@ void BulkFanOut::Start(grpc::GenericStub* stub, int32_t shard,
   call.shard = shard;
   call.server = std::move(server);
   call.request = std::move(request);
-  call.give_up = absl::Now() + policy_.retry_deadline;
-  call.backoff = policy_.initial_backoff;
+  call.schedule = RetrySchedule(policy_, extra_time_);
   Attempt(calls_.size() - 1);
 }
 
 void BulkFanOut::Attempt(size_t index) {
   Call* const call = &calls_[index];
   call->context = std::make_unique<grpc::ClientContext>();
-  call->attempt_deadline = absl::Now() + policy_.rpc_timeout + extra_time_;
-  call->context->set_deadline(absl::ToChronoTime(call->attempt_deadline));
+  call->context->set_deadline(
+      absl::ToChronoTime(call->schedule.StartAttempt()));
   call->response.Clear();
-  ++call->attempts;
   ++in_flight_;
   // The callback runs on one of gRPC's threads; it only hands the call
   // back to the thread in Finish.
@@ -115,14 +96,13 @@ absl::Status BulkFanOut::Finish(
       call.response.Clear();
       continue;
     }
-    if (Retryable(call.status, call.attempt_deadline) &&
-        now + call.backoff <= call.give_up) {
-      retries.emplace_back(now + call.backoff, index);
-      call.backoff = std::min(call.backoff * 2, policy_.max_backoff);
+    if (const std::optional<absl::Duration> backoff =
+            call.schedule.BackoffAfter(call.status, now)) {
+      retries.emplace_back(now + *backoff, index);
       continue;
     }
     first_error.Update(CallFailed(method_, call.shard, call.server,
-                                  call.attempts, call.status));
+                                  call.schedule.attempts(), call.status));
   }
   return first_error;
 }

@@ -28,34 +28,13 @@
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
+#include "client/retry.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/status.h"
 
 namespace embedps::client {
-
-struct RetryPolicy {
-  // Deadline of one attempt (plus the call's extra time).
-  absl::Duration rpc_timeout = absl::Seconds(30);
-  // How long a call keeps retrying.
-  absl::Duration retry_deadline = absl::Seconds(60);
-  // First backoff between attempts; doubles up to max_backoff.
-  absl::Duration initial_backoff = absl::Milliseconds(50);
-  absl::Duration max_backoff = absl::Seconds(2);
-};
-
-// Whether an attempt that ended with `status` should be tried again:
-// UNAVAILABLE, and DEADLINE_EXCEEDED when it was the attempt's own deadline
-// that passed (a server that answers DEADLINE_EXCEEDED early, e.g. a SYNC
-// Pull that gave up waiting for other workers, has decided).
-bool Retryable(const grpc::Status& status, absl::Time attempt_deadline);
-
-// The error a call reports after its last attempt: the attempt's code, and
-// a message naming the method, the shard, its server and the attempts.
-absl::Status CallFailed(absl::string_view method, int32_t shard,
-                        absl::string_view server, int attempts,
-                        const grpc::Status& status);
 
 class BulkFanOut {
  public:
@@ -96,10 +75,7 @@ class BulkFanOut {
     grpc::ByteBuffer response;
     std::unique_ptr<grpc::ClientContext> context;
     grpc::Status status;  // of the latest attempt, once it completed
-    absl::Time attempt_deadline;
-    absl::Time give_up;  // no attempt starts after this
-    absl::Duration backoff;
-    int attempts = 0;
+    RetrySchedule schedule{RetryPolicy{}};
   };
   // Starts the next attempt of `call`.
   void Attempt(size_t index);

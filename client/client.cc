@@ -155,11 +155,6 @@ struct Client::Impl {
   uint64_t client_id = 0;
   std::atomic<uint64_t> next_sequence{1};
 
-  RetryPolicy retry_policy() const {
-    return {options.rpc_timeout, options.retry_deadline,
-            options.initial_backoff, options.max_backoff};
-  }
-
   // Calls `rpc(context)` until it succeeds, fails with a non-retryable code,
   // or the retry deadline passes.
   // `extra_time`: how long the server may legitimately hold the call
@@ -167,21 +162,19 @@ struct Client::Impl {
   template <typename Rpc>
   absl::Status Call(int32_t shard, absl::string_view method, Rpc&& rpc,
                     absl::Duration extra_time = absl::ZeroDuration()) {
-    const absl::Time give_up = absl::Now() + options.retry_deadline;
-    absl::Duration backoff = options.initial_backoff;
-    for (int attempt = 1;; ++attempt) {
+    RetrySchedule schedule(options.retry, extra_time);
+    while (true) {
       grpc::ClientContext context;
-      const absl::Time deadline =
-          absl::Now() + options.rpc_timeout + extra_time;
-      context.set_deadline(absl::ToChronoTime(deadline));
+      context.set_deadline(absl::ToChronoTime(schedule.StartAttempt()));
       const grpc::Status status = rpc(&context);
       if (status.ok()) return absl::OkStatus();
-      if (!Retryable(status, deadline) || absl::Now() + backoff > give_up) {
-        return CallFailed(method, shard, options.servers[shard], attempt,
-                          status);
+      const std::optional<absl::Duration> backoff =
+          schedule.BackoffAfter(status, absl::Now());
+      if (!backoff.has_value()) {
+        return CallFailed(method, shard, options.servers[shard],
+                          schedule.attempts(), status);
       }
-      absl::SleepFor(backoff);
-      backoff = std::min(backoff * 2, options.max_backoff);
+      absl::SleepFor(*backoff);
     }
   }
 };
@@ -302,7 +295,7 @@ absl::Status Client::PullRows(const TableHandle& table,
   float* const row_base = distinct ? values.data() : rows.data();
   const proto::ValueType wire = impl_->options.wire_type;
   // Each part's call starts as soon as its request is built.
-  BulkFanOut calls(impl_->pull_path, method, impl_->retry_policy(),
+  BulkFanOut calls(impl_->pull_path, method, impl_->options.retry,
                    table.step_timeout);
   for (const Part& part : parts) {
     proto::PullRequest header;
@@ -397,7 +390,7 @@ absl::Status Client::Push(const TableHandle& table,
   const proto::ValueType wire = impl_->options.wire_type;
   const size_t value_bytes = wire == proto::FLOAT16 ? 2 : 4;
   // Each part's call starts as soon as its request is built.
-  BulkFanOut calls(impl_->push_path, "Push", impl_->retry_policy());
+  BulkFanOut calls(impl_->push_path, "Push", impl_->options.retry);
   for (const Part& part : parts) {
     proto::PushRequest header;
     header.set_table_id(table.shard_table_ids[part.shard]);

@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "client/retry.h"
 #include "proto/embedps.grpc.pb.h"
 
 namespace embedps::client {
@@ -33,15 +34,9 @@ namespace embedps::client {
 struct ClientOptions {
   // "host:port" of every shard, in shard order (index = shard index).
   std::vector<std::string> servers;
-  // Deadline of one RPC attempt. Default: 30 s.
-  absl::Duration rpc_timeout = absl::Seconds(30);
-  // How long a call keeps retrying UNAVAILABLE / DEADLINE_EXCEEDED.
-  // Default: 60 s.
-  absl::Duration retry_deadline = absl::Seconds(60);
-  // First backoff between attempts; doubles up to max_backoff.
-  // Default: 50 ms and 2 s.
-  absl::Duration initial_backoff = absl::Milliseconds(50);
-  absl::Duration max_backoff = absl::Seconds(2);
+  // Deadline of one RPC attempt, how long a call keeps retrying
+  // UNAVAILABLE / DEADLINE_EXCEEDED, and the backoff between attempts.
+  RetryPolicy retry;
   // Keys per RPC; bigger batches are split. Default: 256 Ki.
   size_t max_keys_per_request = size_t{256} << 10;
   // Encoding of values and gradients on the wire. Default: FLOAT32.

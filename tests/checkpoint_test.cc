@@ -119,7 +119,7 @@ class Cluster {
       absl::Duration retry_deadline = absl::Seconds(10)) const {
     client::ClientOptions options;
     options.servers = addresses_;
-    options.retry_deadline = retry_deadline;
+    options.retry.retry_deadline = retry_deadline;
     auto client = client::Client::Connect(options);
     EXPECT_OK(client.status());
     return std::move(client).value();

@@ -68,7 +68,7 @@ class ClusterTest : public ::testing::Test {
     client::ClientOptions options;
     options.servers = addresses_;
     options.wire_type = wire;
-    options.retry_deadline = retry_deadline;
+    options.retry.retry_deadline = retry_deadline;
     options.channels_per_shard = channels_per_shard;
     auto client = client::Client::Connect(options);
     EXPECT_OK(client);
@@ -424,8 +424,8 @@ TEST_F(ClusterTest, RetriedPushesAreAppliedExactlyOnce) {
   StartShards(1, {"--TEST_drop_push_response_probability=0.3"});
   client::ClientOptions options;
   options.servers = addresses_;
-  options.initial_backoff = absl::Microseconds(200);
-  options.max_backoff = absl::Milliseconds(2);
+  options.retry.initial_backoff = absl::Microseconds(200);
+  options.retry.max_backoff = absl::Milliseconds(2);
   ASSERT_OK_AND_ASSIGN(auto client, client::Client::Connect(options));
   ASSERT_OK_AND_ASSIGN(client::TableHandle table,
                        client->CreateTable(SgdTable("once")));
