@@ -622,10 +622,11 @@ class MemoryTable final : public Table {
                                          ? (per_stripe - other_bytes) / row_cost
                                          : 0);
       };
-      // The frequency sketch: 2-4 counters a resident row in each of its
-      // rows, aged after 10 sightings a resident row (TinyLFU's sample).
-      // Simulated on the Zipf benchmark: wider or longer-lived sketches
-      // keep no better rows (docs/architecture.md).
+      // The frequency sketch: 1-2 counters a resident row in each of its
+      // 4 rows (4-8 bytes a resident row), aged after 10 sightings a
+      // resident row (TinyLFU's sample).
+      // Simulated (by hand) on the Zipf benchmark: wider or longer-lived
+      // sketches keep no better rows (docs/architecture.md).
       uint64_t width = 64;
       while (width * 2 <= 2 * rows_in(admission)) width *= 2;
       const uint64_t frequency_bytes =
