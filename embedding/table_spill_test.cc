@@ -355,6 +355,38 @@ TEST(SpillTest, OneOffKeysDoNotPushOutFrequentlyPulledRows) {
       << "hot rows that left memory during the scan";
 }
 
+TEST(SpillTest, ResidentBytesStayWithinTheBudgetUnderChurn) {
+  // Everything a stripe holds counts: rows handed out, index, free list,
+  // spill-copy metadata, both sketches, the newcomers of the next round.
+  // A batch brings its misses in before the stripe evicts, so memory may
+  // pass the budget by one batch's rows (the arena keeps their places for
+  // the next batch); beyond that it must not grow.
+  TableSpec spec = SpecWith(OptimizerSpec::Kind::kAdagrad);
+  spec.memory_budget_bytes = 256 << 10;
+  TableOptions options;
+  options.spill_directory = absl::StrCat(::testing::TempDir(), "/churn");
+  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec, options));
+  std::mt19937_64 rng(3);
+  std::uniform_int_distribution<uint64_t> key_of(0, 49999);
+  std::vector<uint64_t> keys(200);
+  std::vector<float> values(keys.size() * kDim);
+  // Row bytes (header, embedding, Adagrad state) and their index slot.
+  const uint64_t one_batch =
+      keys.size() * (16 + RowRecordBytes(kDim, kDim) + 16);
+  for (int batch = 0; batch < 300; ++batch) {
+    for (uint64_t& key : keys) key = key_of(rng);
+    ASSERT_OK(table->Pull(keys, absl::MakeSpan(values)));
+    ASSERT_OK(table->Push(keys, values));
+    const TableStats stats = table->Stats();
+    ASSERT_LE(stats.resident_bytes, stats.memory_budget_bytes + one_batch)
+        << "batch " << batch << ", " << stats.resident_rows << " rows";
+  }
+  const TableStats stats = table->Stats();
+  EXPECT_GT(stats.spilled_rows, 10000u);
+  EXPECT_GT(stats.resident_bytes, stats.memory_budget_bytes * 9 / 10)
+      << "the budget is used";
+}
+
 TEST(SpillTest, BulkRestoreRefusesRepeatedKeysAndChangesNothing) {
   const size_t record_bytes = SgdRecordBytes();
   ASSERT_OK_AND_ASSIGN(auto table, SmallSpillingTable("repeated"));
