@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "absl/numeric/bits.h"
 #include "absl/strings/str_cat.h"
 #include "common/key_hash.h"
 #include "embedding/internal/count_min_sketch.h"
@@ -103,12 +104,6 @@ class ProbabilityAdmission final : public AdmissionFilter {
   uint64_t sightings_ = 0;
 };
 
-uint64_t FloorPowerOfTwo(uint64_t x) {
-  uint64_t p = 1;
-  while (p * 2 <= x) p *= 2;
-  return p;
-}
-
 }  // namespace
 
 std::unique_ptr<AdmissionFilter> AdmissionFilter::Create(
@@ -120,7 +115,7 @@ std::unique_ptr<AdmissionFilter> AdmissionFilter::Create(
       const uint64_t per_stripe =
           spec.sketch_counters / CountMinAdmission::kDepth / num_stripes;
       const uint64_t width =
-          std::max<uint64_t>(64, FloorPowerOfTwo(per_stripe));
+          std::max<uint64_t>(64, absl::bit_floor(per_stripe));
       return std::make_unique<CountMinAdmission>(spec.min_count, width, seed);
     }
     case AdmissionSpec::Kind::kProbability:

@@ -12,6 +12,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/numeric/bits.h"
 #include "absl/strings/str_cat.h"
 #include "common/key_hash.h"
 #include "common/mutex.h"
@@ -627,8 +628,8 @@ class MemoryTable final : public Table {
       // resident row (TinyLFU's sample).
       // Simulated (by hand) on the Zipf benchmark: wider or longer-lived
       // sketches keep no better rows (docs/architecture.md).
-      uint64_t width = 64;
-      while (width * 2 <= 2 * rows_in(admission)) width *= 2;
+      const uint64_t width =
+          std::max<uint64_t>(64, absl::bit_floor(2 * rows_in(admission)));
       const uint64_t frequency_bytes =
           embedding_internal::CountMinSketch::kDepth * width;
       max_resident_per_stripe_ = rows_in(admission + frequency_bytes);
@@ -1903,8 +1904,8 @@ class MemoryTable final : public Table {
     const size_t evict = victims.size();
     std::nth_element(candidates.begin(), candidates.begin() + evict,
                      candidates.end());
-    for (size_t i = 0; i < evict; ++i) victims[i] = candidates[i].id;
     for (size_t i = 0; i < evict; ++i) {
+      victims[i] = candidates[i].id;
       stripe.counters().spills_of_newcomers += candidates[i].was_victim == 0;
     }
   }
