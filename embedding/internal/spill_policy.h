@@ -1,0 +1,87 @@
+// The spill tier's policy: how many rows a stripe keeps in memory under the
+// table's budget, which rows leave (CLOCK, then TinyLFU-style competition
+// with the rows that came in since the last round), and how they are
+// written out. docs/architecture.md, "Spill tier", has the why.
+//
+// Thread safety: every function runs under the stripe's lock it names.
+// Invariant kept: a victim's record reaches the spill tier (one atomic
+// RocksDB write batch) before its row is freed, so a key is always in one
+// tier or the other when the lock is free.
+#ifndef EMBEDPS_EMBEDDING_INTERNAL_SPILL_POLICY_H_
+#define EMBEDPS_EMBEDDING_INTERNAL_SPILL_POLICY_H_
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "embedding/internal/stripe.h"
+#include "embedding/internal/table_core.h"
+#include "embedding/table_spec.h"
+
+namespace embedps::embedding_internal {
+
+// How a spilling table divides its memory budget.
+struct SpillBudget {
+  // Resident rows a stripe may hold.
+  uint64_t max_resident_per_stripe;
+  // Counters in each row of a stripe's frequency sketch.
+  uint64_t sketch_width;
+  // Sightings after which the sketch halves its counters.
+  uint64_t sketch_sample;
+};
+
+// Each stripe gets an equal share of the budget, less its admission sketch
+// (`admission_bytes`) and its frequency sketch; a resident row costs its
+// floats (`row_floats`), ~12 bytes of index and ~9 of spill-copy metadata.
+SpillBudget PlanSpillBudget(const embedding::TableSpec& spec,
+                            int32_t row_floats, uint64_t admission_bytes);
+
+// Spill-tier writes one stripe collects under its lock.
+struct SpillWrites {
+  std::vector<uint64_t> put_keys;
+  std::vector<char> put_records;
+  std::vector<uint64_t> delete_keys;
+  // Rows whose spill-tier copy is current but for its access metadata.
+  std::vector<uint64_t> metadata_keys;
+  std::vector<uint64_t> access_metadata;  // AccessMetadata, by metadata_keys
+  bool empty() const {
+    return put_keys.empty() && delete_keys.empty() && metadata_keys.empty();
+  }
+  void clear();
+};
+
+// Picks rows to spill if the stripe holds more than its share of the
+// budget, writes them and `writes` in one atomic batch, and only then frees
+// them; `writes` is cleared. On error nothing is freed.
+//
+// A victim whose spill-tier copy is current (same floats) is not written
+// again. A table with a TTL writes its access metadata if it moved (8
+// bytes, a RocksDB Merge), so that the TTL sees every touch. A table
+// without one writes nothing: there last touch and Pull count are
+// statistics, and those of a row that was only read while resident stay
+// as the spill tier has them (they lag the row's, never lead).
+// REQUIRES: core.spill is not null.
+absl::Status SettleSpill(TableCore& core, Stripe& stripe, SpillWrites& writes)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
+
+// CLOCK: rows touched since the hand last passed lose their reference bit
+// and stay; the first unreferenced rows are chosen, until the stripe is
+// 1/16 below its share (so that eviction runs in batches). At most two
+// revolutions, so every row is visited at most twice. Then the rows that
+// entered memory since the last round compete with the chosen ones
+// (KeepFrequentRows). Exposed for tests.
+void SelectVictims(const TableCore& core, Stripe& stripe,
+                   std::vector<RowId>& victims)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
+
+// TinyLFU's admission, one round at a time: the rows that entered memory
+// since the last round (promoted or created) and the CLOCK's victims
+// compete, and the victims.size() of them seen least often (the stripe's
+// frequency sketch; on a tie the newcomer) become the victims.
+void KeepFrequentRows(Stripe& stripe, std::vector<RowId>& victims)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
+
+}  // namespace embedps::embedding_internal
+
+#endif  // EMBEDPS_EMBEDDING_INTERNAL_SPILL_POLICY_H_

@@ -1,0 +1,113 @@
+#include "embedding/internal/table_core.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "common/key_hash.h"
+#include "embedding/admission.h"
+#include "embedding/internal/spill_policy.h"
+
+namespace embedps::embedding_internal {
+namespace {
+
+int32_t RoundUp4(int32_t x) { return (x + 3) & ~3; }
+
+}  // namespace
+
+BatchScratch& ThreadScratch(Scratch which) {
+  thread_local BatchScratch scratch[2];
+  return scratch[static_cast<int>(which)];
+}
+
+TableCore::TableCore(const TableSpec& table_spec, TableOptions table_options,
+                     std::unique_ptr<SpillStore> spill_store)
+    : spec(table_spec),
+      options(std::move(table_options)),
+      dim(table_spec.dim),
+      optimizer(embedding::RowOptimizer::Create(table_spec.optimizer,
+                                                table_spec.dim)),
+      state_floats(optimizer->state_floats()),
+      row_floats(RoundUp4(kHeaderFloats + dim + state_floats)),
+      stripe_mask(static_cast<uint32_t>(table_spec.num_stripes - 1)),
+      record_bytes(embedding::RowRecordBytes(dim, state_floats)),
+      epoch(options.clock()),
+      spill(std::move(spill_store)) {
+  stripes.reserve(spec.num_stripes);
+  for (int32_t s = 0; s < spec.num_stripes; ++s) {
+    stripes.push_back(std::make_unique<Stripe>(
+        row_floats,
+        embedding::AdmissionFilter::Create(
+            spec.admission, MixPair(spec.seed, s), spec.num_stripes)));
+  }
+  if (spill == nullptr) return;
+  const SpillBudget budget =
+      PlanSpillBudget(spec, row_floats, stripes[0]->AdmissionBytesUnlocked());
+  max_resident_per_stripe = budget.max_resident_per_stripe;
+  for (auto& stripe : stripes) {
+    MutexLock lock(&stripe->mu);
+    stripe->spill().frequency = std::make_unique<CountMinSketch>(
+        budget.sketch_width, budget.sketch_sample);
+  }
+}
+
+BatchScratch& TableCore::GroupByStripe(absl::Span<const uint64_t> keys,
+                                       BatchScratch& scratch) const {
+  const size_t n = keys.size();
+  const size_t count = stripes.size();
+  scratch.order.resize(n);
+  scratch.hashes.resize(n);
+  scratch.rows.resize(n);
+  scratch.group_begin.assign(count + 1, 0);
+  scratch.position_hashes.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t hash = KeyHash(keys[i]);
+    scratch.position_hashes[i] = hash;
+    ++scratch.group_begin[StripeIndex(hash) + 1];
+  }
+  for (size_t s = 0; s < count; ++s) {
+    scratch.group_begin[s + 1] += scratch.group_begin[s];
+  }
+  scratch.cursor.assign(scratch.group_begin.begin(),
+                        scratch.group_begin.end() - 1);
+  for (size_t i = 0; i < n; ++i) {
+    const uint64_t hash = scratch.position_hashes[i];
+    const uint32_t slot = scratch.cursor[StripeIndex(hash)]++;
+    scratch.order[slot] = static_cast<uint32_t>(i);
+    scratch.hashes[slot] = hash;
+  }
+  return scratch;
+}
+
+uint64_t TableCore::SecondsSinceEpoch() const {
+  const int64_t s = absl::ToInt64Seconds(options.clock() - epoch);
+  return s < 0 ? 0 : static_cast<uint64_t>(s);
+}
+
+uint32_t TableCore::Touch(const AccessContext& context) {
+  if (spec.eviction.ttl_unit == embedding::EvictionSpec::TtlUnit::kSeconds) {
+    return static_cast<uint32_t>(
+        std::min<uint64_t>(SecondsSinceEpoch(), kMaxTouch));
+  }
+  uint64_t latest = latest_step.load(std::memory_order_relaxed);
+  while (context.step > latest &&
+         !latest_step.compare_exchange_weak(latest, context.step,
+                                            std::memory_order_relaxed)) {
+  }
+  return static_cast<uint32_t>(std::min<uint64_t>(context.step, kMaxTouch));
+}
+
+std::vector<uint64_t> SortedUnique(absl::Span<const uint64_t> keys) {
+  std::vector<uint64_t> unique(keys.begin(), keys.end());
+  std::sort(unique.begin(), unique.end());
+  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+  return unique;
+}
+
+std::vector<uint64_t> KeysAt(absl::Span<const uint64_t> keys,
+                             absl::Span<const uint32_t> positions) {
+  std::vector<uint64_t> at(positions.size());
+  for (size_t i = 0; i < positions.size(); ++i) at[i] = keys[positions[i]];
+  return at;
+}
+
+}  // namespace embedps::embedding_internal

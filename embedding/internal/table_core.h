@@ -1,0 +1,181 @@
+// The state of one table that its parts share: constants, the lock stripes
+// and the spill tier, and the per-thread scratch that groups a batch by
+// stripe. MemoryTable (embedding/table.cc) owns one; the batch pipeline
+// (batch_pipeline.h, stripe_batch.h), the spill policy (spill_policy.h),
+// snapshots (table_snapshot.h), restores (table_restore.h) and the TTL sweep
+// (ttl_sweep.h) work on it.
+//
+// Thread safety: the constants never change after construction. Each
+// stripe's state is guarded by its own mutex (stripe.h). The atomics are
+// relaxed counters and flags: `tracking_changes` is written under every
+// stripe's lock (TakeSnapshot) and read under one.
+#ifndef EMBEDPS_EMBEDDING_INTERNAL_TABLE_CORE_H_
+#define EMBEDPS_EMBEDDING_INTERNAL_TABLE_CORE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "embedding/internal/row_layout.h"
+#include "embedding/internal/spill_store.h"
+#include "embedding/internal/stripe.h"
+#include "embedding/optimizer.h"
+#include "embedding/table.h"
+#include "embedding/table_spec.h"
+
+namespace embedps::embedding_internal {
+
+using embedding::AccessContext;
+using embedding::TableOptions;
+using embedding::TableSpec;
+
+// Per-thread scratch of one batch: the batch's keys grouped by stripe.
+struct BatchScratch {
+  std::vector<uint64_t> position_hashes;  // KeyHash of keys[i]
+  std::vector<uint32_t> order;            // batch positions, grouped by stripe
+  std::vector<uint64_t> hashes;           // KeyHash of keys[order[j]]
+  std::vector<uint32_t> group_begin;      // stripe s: [group_begin[s], [s+1])
+  std::vector<uint32_t> cursor;           // counting-sort insertion points
+  std::vector<RowId> rows;                // row id per grouped position
+  // Bitmaps over a stripe's row ids, for finding duplicates in a Push.
+  // All zero between uses.
+  std::vector<uint64_t> seen_rows;
+  std::vector<uint64_t> repeated_rows;
+  // Push: summed gradients of rows named more than once, by slot.
+  absl::flat_hash_map<RowId, uint32_t> repeated_slot;
+  std::vector<float> repeated_sums;
+  std::vector<int32_t> deferred;  // stripes whose lock was busy
+  // Spill tier: batch positions left for the second pass, and each
+  // stripe's SpillState::generation when the first pass saw it.
+  std::vector<uint32_t> missed_positions;
+  std::vector<uint64_t> generation_seen;
+
+  // The batch positions of stripe `s`'s group.
+  absl::Span<const uint32_t> GroupOrder(size_t s) const {
+    return absl::MakeConstSpan(order).subspan(
+        group_begin[s], group_begin[s + 1] - group_begin[s]);
+  }
+};
+
+// Which of the calling thread's two scratches: a request's batch, and the
+// second pass over its misses.
+enum class Scratch { kBatch = 0, kMisses = 1 };
+BatchScratch& ThreadScratch(Scratch which = Scratch::kBatch);
+
+struct TableCore {
+  TableCore(const TableSpec& spec, TableOptions options,
+            std::unique_ptr<SpillStore> spill);
+  TableCore(const TableCore&) = delete;
+  TableCore& operator=(const TableCore&) = delete;
+
+  // Constant after construction.
+  const TableSpec spec;
+  const TableOptions options;
+  const int32_t dim;
+  const std::unique_ptr<embedding::RowOptimizer> optimizer;
+  const int32_t state_floats;
+  // Floats a row takes in the arena: header, embedding, state, padded to
+  // 16 bytes.
+  const int32_t row_floats;
+  const uint32_t stripe_mask;
+  // RowRecordBytes(dim, state_floats).
+  const size_t record_bytes;
+  // Seconds of TTLs count from here.
+  const absl::Time epoch;
+  std::vector<std::unique_ptr<Stripe>> stripes;
+  // Null for a memory-only table.
+  const std::unique_ptr<SpillStore> spill;
+  // With a spill tier: resident rows a stripe may hold (spill_policy.h).
+  uint64_t max_resident_per_stripe = UINT64_MAX;
+
+  // Set by the first snapshot: from then on removals are recorded for
+  // incremental snapshots.
+  std::atomic<bool> tracking_changes{false};
+  // Where ForEachStripe starts.
+  std::atomic<uint32_t> rotation{0};
+  // Largest AccessContext::step seen (TTL in steps).
+  std::atomic<uint64_t> latest_step{0};
+
+  uint32_t StripeIndex(uint64_t hash) const {
+    return StripeIndexOfHash(hash, stripe_mask);
+  }
+  Stripe& StripeOf(uint64_t hash) const { return *stripes[StripeIndex(hash)]; }
+  uint32_t num_stripes() const { return static_cast<uint32_t>(stripes.size()); }
+
+  // Sorts batch positions by stripe (a counting sort) into `scratch`, with
+  // each key's hash; returns it.
+  BatchScratch& GroupByStripe(absl::Span<const uint64_t> keys,
+                              BatchScratch& scratch) const;
+
+  // Runs `work(stripe, s, begin, end)` under each stripe's lock for the
+  // stripes that have keys in the grouped batch. Starts at a different
+  // stripe per call and defers stripes whose lock is busy, so that
+  // concurrent batches rarely wait on each other. Returns the first error;
+  // every stripe is visited regardless.
+  template <typename Work>
+  absl::Status ForEachStripe(BatchScratch& scratch, Work&& work);
+
+  // The last-touch value of rows touched by a request in `context` (steps
+  // or seconds, per the TTL unit); records the latest step.
+  uint32_t Touch(const AccessContext& context);
+  uint64_t SecondsSinceEpoch() const;
+  // A row last touched at `last_touch` is past the TTL at `now`.
+  bool Expired(uint32_t last_touch, uint64_t now) const {
+    return last_touch < now && now - last_touch > spec.eviction.ttl;
+  }
+
+  // `key` lost its row: remembered for the next incremental snapshot once
+  // snapshots are taken.
+  void NoteRemoved(Stripe& stripe, uint64_t key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    if (tracking_changes.load(std::memory_order_relaxed)) {
+      stripe.spill().removed_keys.insert(key);
+    }
+  }
+};
+
+template <typename Work>
+absl::Status TableCore::ForEachStripe(BatchScratch& scratch, Work&& work) {
+  const uint32_t n = num_stripes();
+  const uint32_t start =
+      rotation.fetch_add(7, std::memory_order_relaxed) & stripe_mask;
+  scratch.deferred.clear();
+  absl::Status status;
+  for (uint32_t k = 0; k < n; ++k) {
+    const uint32_t s = (start + k) & stripe_mask;
+    const uint32_t begin = scratch.group_begin[s];
+    const uint32_t end = scratch.group_begin[s + 1];
+    if (begin == end) continue;
+    Stripe& stripe = *stripes[s];
+    if (stripe.mu.TryLock()) {
+      status.Update(work(stripe, s, begin, end));
+      stripe.mu.Unlock();
+    } else {
+      scratch.deferred.push_back(static_cast<int32_t>(s));
+    }
+  }
+  for (int32_t s : scratch.deferred) {
+    Stripe& stripe = *stripes[s];
+    MutexLock lock(&stripe.mu);
+    status.Update(work(stripe, static_cast<uint32_t>(s), scratch.group_begin[s],
+                       scratch.group_begin[s + 1]));
+  }
+  return status;
+}
+
+// Distinct keys of `keys`, sorted.
+std::vector<uint64_t> SortedUnique(absl::Span<const uint64_t> keys);
+
+// keys[positions[i]] for every i.
+std::vector<uint64_t> KeysAt(absl::Span<const uint64_t> keys,
+                             absl::Span<const uint32_t> positions);
+
+}  // namespace embedps::embedding_internal
+
+#endif  // EMBEDPS_EMBEDDING_INTERNAL_TABLE_CORE_H_

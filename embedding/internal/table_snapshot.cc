@@ -1,0 +1,178 @@
+#include "embedding/internal/table_snapshot.h"
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+
+namespace embedps::embedding_internal {
+namespace {
+
+// What TakeTableSnapshot copied: resident rows (and removed keys) sorted by
+// key, plus, with a spill tier, a RocksDB snapshot for the spilled rows
+// (all of them for a full snapshot, the changed ones for an incremental
+// one).
+class CopiedSnapshot final : public embedding::TableSnapshot {
+ public:
+  struct Entry {
+    uint64_t key;
+    // Into records_; kRemoved for a removed key.
+    size_t offset;
+  };
+  static constexpr size_t kRemoved = SIZE_MAX;
+
+  CopiedSnapshot(bool incremental, size_t record_bytes, uint32_t stripe_mask)
+      : incremental_(incremental),
+        record_bytes_(record_bytes),
+        stripe_mask_(stripe_mask) {}
+
+  uint32_t StripeOfKey(uint64_t key) const override {
+    return StripeIndexOfHash(KeyHash(key), stripe_mask_);
+  }
+  bool incremental() const override { return incremental_; }
+  size_t record_bytes() const override { return record_bytes_; }
+  const std::vector<std::string>& admission_states() const override {
+    return admission_states_;
+  }
+  uint64_t copied_rows() const override { return copied_rows_; }
+  absl::Duration pause() const override { return pause_; }
+
+  absl::Status ForEach(absl::FunctionRef<absl::Status(uint64_t, const char*)>
+                           visit) const override {
+    size_t next = 0;
+    const auto emit_until = [&](uint64_t bound, bool inclusive) {
+      while (next < entries_.size() &&
+             (entries_[next].key < bound ||
+              (inclusive && entries_[next].key == bound))) {
+        const Entry& entry = entries_[next++];
+        RETURN_IF_ERROR(visit(entry.key, entry.offset == kRemoved
+                                             ? nullptr
+                                             : records_.data() + entry.offset));
+      }
+      return absl::OkStatus();
+    };
+    if (spill_view_ != nullptr && !incremental_) {
+      // Tiers hold disjoint keys: merge the two sorted streams.
+      std::vector<char> clean(record_bytes_);
+      RETURN_IF_ERROR(spill_view_->ForEach(
+          [&](uint64_t key, const char* record) -> absl::Status {
+            RETURN_IF_ERROR(emit_until(key, false));
+            // A resident row's spill-tier copy is stale: memory wins.
+            if (next < entries_.size() && entries_[next].key == key) {
+              return absl::OkStatus();
+            }
+            std::memcpy(clean.data(), record, record_bytes_);
+            ClearRecordFlags(clean.data());
+            return visit(key, clean.data());
+          }));
+    }
+    return emit_until(UINT64_MAX, true);
+  }
+
+  // Sized once: growing the buffers while paused would copy them.
+  void Reserve(size_t rows) {
+    entries_.reserve(rows);
+    records_.reserve(rows * record_bytes_);
+  }
+  // Appends a record (its access word stripped of flags).
+  void AddRecord(uint64_t key, const char* record) {
+    entries_.push_back(Entry{key, records_.size()});
+    AppendCleanRecord(record, record_bytes_, records_);
+  }
+  void AddRemoved(uint64_t key) { entries_.push_back(Entry{key, kRemoved}); }
+  void AddAdmissionState(std::string state) {
+    admission_states_.push_back(std::move(state));
+  }
+  // Called at the end of the pause.
+  void Paused(std::unique_ptr<SpillStore::ReadView> spill_view,
+              absl::Duration pause) {
+    copied_rows_ = entries_.size();
+    spill_view_ = std::move(spill_view);
+    pause_ = pause;
+  }
+
+  // After the pause: reads the changed spilled rows (incremental) and sorts
+  // everything by key.
+  absl::Status Finish(absl::Span<const uint64_t> spilled_dirty_keys) {
+    if (!spilled_dirty_keys.empty()) {
+      std::vector<char> fetched(spilled_dirty_keys.size() * record_bytes_);
+      std::unique_ptr<bool[]> found(new bool[spilled_dirty_keys.size()]());
+      RETURN_IF_ERROR(spill_view_->MultiGet(
+          spilled_dirty_keys, fetched.data(),
+          absl::MakeSpan(found.get(), spilled_dirty_keys.size())));
+      for (size_t i = 0; i < spilled_dirty_keys.size(); ++i) {
+        if (found[i]) {
+          AddRecord(spilled_dirty_keys[i], fetched.data() + i * record_bytes_);
+        }
+      }
+    }
+    std::sort(entries_.begin(), entries_.end(),
+              [](const Entry& a, const Entry& b) { return a.key < b.key; });
+    return absl::OkStatus();
+  }
+
+ private:
+  const bool incremental_;
+  const size_t record_bytes_;
+  const uint32_t stripe_mask_;
+  std::vector<Entry> entries_;
+  std::vector<char> records_;
+  std::vector<std::string> admission_states_;
+  std::unique_ptr<SpillStore::ReadView> spill_view_;
+  uint64_t copied_rows_ = 0;
+  absl::Duration pause_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<embedding::TableSnapshot>> TakeTableSnapshot(
+    TableCore& core, bool incremental) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const bool first = !core.tracking_changes.load(std::memory_order_relaxed);
+  auto snapshot = std::make_unique<CopiedSnapshot>(
+      incremental && !first, core.record_bytes, core.stripe_mask);
+  const bool only_changed = snapshot->incremental();
+  std::vector<uint64_t> spilled_dirty;
+  const absl::Time paused = absl::Now();
+  for (auto& stripe : core.stripes) stripe->mu.Lock();
+  if (!only_changed) {
+    size_t resident = 0;
+    for (auto& stripe : core.stripes) resident += stripe->index().size();
+    snapshot->Reserve(resident);
+  }
+  for (auto& stripe_ptr : core.stripes) {
+    Stripe& stripe = *stripe_ptr;
+    for (RowId id = 0; id < stripe.used_rows(); ++id) {
+      RowHeader& header = stripe.MutableHeader(id);
+      if (header.last_touch == kFreeRowMark) continue;
+      if (!only_changed || (header.access_word & kDirtyBit)) {
+        snapshot->AddRecord(header.key, stripe.Record(id));
+      }
+      header.access_word &= ~kDirtyBit;
+    }
+    SpillState& spill = stripe.spill();
+    if (only_changed) {
+      spilled_dirty.insert(spilled_dirty.end(), spill.dirty_keys.begin(),
+                           spill.dirty_keys.end());
+      for (uint64_t key : spill.removed_keys) snapshot->AddRemoved(key);
+    }
+    spill.dirty_keys.clear();
+    spill.removed_keys.clear();
+    snapshot->AddAdmissionState(stripe.admission().SaveState());
+  }
+  std::unique_ptr<SpillStore::ReadView> spill_view;
+  if (core.spill != nullptr) spill_view = core.spill->NewReadView();
+  core.tracking_changes.store(true, std::memory_order_relaxed);
+  for (auto it = core.stripes.rbegin(); it != core.stripes.rend(); ++it) {
+    (*it)->mu.Unlock();
+  }
+  snapshot->Paused(std::move(spill_view), absl::Now() - paused);
+  std::sort(spilled_dirty.begin(), spilled_dirty.end());
+  RETURN_IF_ERROR(snapshot->Finish(spilled_dirty));
+  return std::unique_ptr<embedding::TableSnapshot>(std::move(snapshot));
+}
+
+}  // namespace embedps::embedding_internal
