@@ -8,18 +8,18 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/byte_buffer_testing.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "wire/byte_buffer_testing.h"
 
 namespace embedps::client {
 namespace {
 
-using ::embedps::testing::ByteBufferContents;
 using ::embedps::testing::StatusIs;
+using ::embedps::wire::testing::ByteBufferContents;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 

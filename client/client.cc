@@ -13,12 +13,11 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/manifest.h"
 #include "client/bulk_fan_out.h"
-#include "common/bulk_message.h"
 #include "common/file_io.h"
-#include "common/float16.h"
 #include "common/key_hash.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
+#include "wire/bulk_codec.h"
 
 namespace embedps::client {
 namespace {
@@ -96,15 +95,6 @@ std::vector<Part> SplitByShard(const std::vector<uint64_t>& keys,
   return parts;
 }
 
-// The keys of `rows`, packed for the wire.
-grpc::Slice PackKeys(const std::vector<uint64_t>& keys,
-                     const std::vector<uint32_t>& rows) {
-  OwnedBytes bytes(rows.size() * sizeof(uint64_t));
-  uint64_t* out = reinterpret_cast<uint64_t*>(bytes.data());
-  for (size_t i = 0; i < rows.size(); ++i) out[i] = keys[rows[i]];
-  return std::move(bytes).ReleaseToSlice();
-}
-
 // "/embedps.proto.EmbeddingService/<method>"
 std::string MethodPath(absl::string_view method) {
   return absl::StrCat("/", proto::EmbeddingService::service_full_name(), "/",
@@ -131,7 +121,7 @@ struct Client::Impl {
   ClientOptions options;
   // One channel's stubs: the generated one, and a generic one for the bulk
   // methods (Pull, Push), whose messages are built and read without copies
-  // (common/bulk_message.h).
+  // (wire/bulk_message.h).
   struct Stubs {
     std::unique_ptr<proto::EmbeddingService::Stub> generated;
     std::unique_ptr<grpc::GenericStub> bulk;
@@ -293,53 +283,32 @@ absl::Status Client::PullRows(const TableHandle& table,
   const bool distinct = dedup.keys.size() == keys.size();
   std::vector<float> rows(distinct ? 0 : dedup.keys.size() * dim);
   float* const row_base = distinct ? values.data() : rows.data();
-  const proto::ValueType wire = impl_->options.wire_type;
+  const proto::ValueType wire_type = impl_->options.wire_type;
   // Each part's call starts as soon as its request is built.
   BulkFanOut calls(impl_->pull_path, method, impl_->options.retry,
                    table.step_timeout);
   for (const Part& part : parts) {
     proto::PullRequest header;
     header.set_table_id(table.shard_table_ids[part.shard]);
-    header.set_value_type(wire);
+    header.set_value_type(wire_type);
     header.set_step(step);
     header.set_read_only(read_only);
-    std::vector<BulkField> fields;
-    fields.push_back({proto::PullRequest::kKeysFieldNumber,
-                      PackKeys(dedup.keys, part.rows)});
     calls.Start(impl_->Channel(part.shard).bulk.get(), part.shard,
                 impl_->options.servers[part.shard],
-                SerializeBulkMessage(header, std::move(fields)));
+                wire::EncodePullRequest(header, dedup.keys, part.rows));
   }
-  const size_t value_bytes = wire == proto::FLOAT16 ? 2 : 4;
-  const size_t row_bytes = dim * value_bytes;
-  std::vector<uint16_t> halves(wire == proto::FLOAT16 ? dim : 0);
+  // Each row goes from the received slices to its place.
   const absl::Status status = calls.Finish(
       [&](size_t p, const grpc::ByteBuffer& response) -> absl::Status {
         const Part& part = parts[p];
-        proto::PullResponse response_header;
-        absl::StatusOr<std::vector<BulkBytes>> bulk = ParseBulkMessage(
-            response, {proto::PullResponse::kValuesFieldNumber},
-            &response_header);
-        if (!bulk.ok()) {
-          return absl::InternalError(absl::StrCat(
-              "shard ", part.shard,
-              " answered a malformed Pull: ", bulk.status().message()));
-        }
-        const BulkBytes& values = (*bulk)[0];
-        if (values.size() != part.rows.size() * row_bytes) {
-          return absl::InternalError(absl::StrCat(
-              "shard ", part.shard, " answered ", values.size(), " bytes for ",
-              part.rows.size(), " rows of dim ", dim));
-        }
-        // Each row goes from the received slices to its place.
-        for (size_t k = 0; k < part.rows.size(); ++k) {
-          float* out = row_base + static_cast<size_t>(part.rows[k]) * dim;
-          if (wire == proto::FLOAT16) {
-            values.CopyTo(k * row_bytes, row_bytes, halves.data());
-            HalvesToFloats(halves, out);
-          } else {
-            values.CopyTo(k * row_bytes, row_bytes, out);
-          }
+        const absl::Status decoded = wire::DecodePullResponse(
+            response, wire_type, part.rows.size(), dim, [&](size_t k) {
+              return row_base + static_cast<size_t>(part.rows[k]) * dim;
+            });
+        if (!decoded.ok()) {
+          return absl::InternalError(
+              absl::StrCat("shard ", part.shard,
+                           " answered a malformed Pull: ", decoded.message()));
         }
         return absl::OkStatus();
       });
@@ -387,39 +356,20 @@ absl::Status Client::Push(const TableHandle& table,
   if (table.mode != proto::ConsistencyConfig::ASYNC) {
     CloseStepOnEveryShard(num_shards(), parts);
   }
-  const proto::ValueType wire = impl_->options.wire_type;
-  const size_t value_bytes = wire == proto::FLOAT16 ? 2 : 4;
   // Each part's call starts as soon as its request is built.
   BulkFanOut calls(impl_->push_path, "Push", impl_->options.retry);
   for (const Part& part : parts) {
     proto::PushRequest header;
     header.set_table_id(table.shard_table_ids[part.shard]);
-    header.set_value_type(wire);
+    header.set_value_type(impl_->options.wire_type);
     header.set_step(step);
     header.set_client_id(impl_->client_id);
     header.set_sequence(impl_->next_sequence.fetch_add(1));
     header.set_parts_in_step(part.parts_in_step);
-    // The part's gradients, gathered (and narrowed) into the buffer that
-    // goes out.
-    OwnedBytes gradients(part.rows.size() * dim * value_bytes);
-    for (size_t k = 0; k < part.rows.size(); ++k) {
-      const float* g = grad_base + static_cast<size_t>(part.rows[k]) * dim;
-      char* out = gradients.data() + k * dim * value_bytes;
-      if (wire == proto::FLOAT16) {
-        FloatsToHalves(absl::MakeConstSpan(g, dim),
-                       reinterpret_cast<uint16_t*>(out));
-      } else {
-        std::memcpy(out, g, dim * sizeof(float));
-      }
-    }
-    std::vector<BulkField> fields;
-    fields.push_back({proto::PushRequest::kKeysFieldNumber,
-                      PackKeys(dedup.keys, part.rows)});
-    fields.push_back({proto::PushRequest::kGradientsFieldNumber,
-                      std::move(gradients).ReleaseToSlice()});
-    calls.Start(impl_->Channel(part.shard).bulk.get(), part.shard,
-                impl_->options.servers[part.shard],
-                SerializeBulkMessage(header, std::move(fields)));
+    calls.Start(
+        impl_->Channel(part.shard).bulk.get(), part.shard,
+        impl_->options.servers[part.shard],
+        wire::EncodePushRequest(header, dedup.keys, part.rows, grad_base, dim));
   }
   return calls.Finish(
       [](size_t, const grpc::ByteBuffer&) { return absl::OkStatus(); });

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
-#include "common/grpc_status.h"
 #include "grpcpp/grpcpp.h"
+#include "wire/grpc_status.h"
 
 namespace embedps::client {
 
@@ -27,7 +27,7 @@ absl::Status CoordinationClient::Call(absl::Duration timeout, Rpc&& rpc) {
     const grpc::Status status = rpc(&context);
     if (status.error_code() != grpc::StatusCode::UNAVAILABLE ||
         absl::Now() + backoff > give_up) {
-      return FromGrpcStatus(status);
+      return wire::FromGrpcStatus(status);
     }
     absl::SleepFor(backoff);
     backoff = std::min(backoff * 2, absl::Seconds(1));

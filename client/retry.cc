@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_status.h"
+#include "wire/grpc_status.h"
 
 namespace embedps::client {
 
@@ -16,7 +16,7 @@ bool Retryable(const grpc::Status& status, absl::Time attempt_deadline) {
 absl::Status CallFailed(absl::string_view method, int32_t shard,
                         absl::string_view server, int attempts,
                         const grpc::Status& status) {
-  const absl::Status error = FromGrpcStatus(status);
+  const absl::Status error = wire::FromGrpcStatus(status);
   return absl::Status(
       error.code(),
       absl::StrCat(method, " on shard ", shard, " (", server, ") failed after ",

@@ -73,7 +73,8 @@ TEST(AdmissionTest, LookupNeverCountsAsASighting) {
   for (int i = 0; i < 5; ++i) {
     ASSERT_OK_AND_ASSIGN(
         uint64_t hits,
-        table->Lookup({{7}}, absl::MakeSpan(values), absl::MakeSpan(found)));
+        table->Lookup({{7}}, absl::MakeSpan(values), absl::MakeSpan(found),
+                      Table::MissingRows::kZeros));
     EXPECT_EQ(hits, 0u);
   }
   ASSERT_OK(table->Pull({{7}}, absl::MakeSpan(values)));

@@ -280,7 +280,8 @@ TEST_P(CheckpointFileTest, IncrementalHoldsOnlyChangesAndRestoresOnTop) {
     ASSERT_OK_AND_ASSIGN(
         existing_changed,
         probe->Lookup(changed, absl::MakeSpan(out),
-                      absl::MakeSpan(found.get(), changed.size())));
+                      absl::MakeSpan(found.get(), changed.size()),
+                      Table::MissingRows::kZeros));
   }
   EXPECT_EQ(summary.rows, existing_changed + created.size());
   EXPECT_EQ(summary.removed, erased_count);

@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "embedding/initializer.h"
 #include "embedding/internal/batch_pipeline.h"
 #include "embedding/internal/row_removal.h"
 #include "embedding/internal/spill_store.h"
@@ -145,7 +146,8 @@ class MemoryTable final : public Table {
 
   absl::StatusOr<uint64_t> Lookup(absl::Span<const uint64_t> keys,
                                   absl::Span<float> values,
-                                  absl::Span<bool> found) override {
+                                  absl::Span<bool> found,
+                                  MissingRows missing) override {
     if (values.size() != keys.size() * core_.dim) {
       return SizeMismatch("Lookup", "values", keys.size(), values.size());
     }
@@ -170,13 +172,21 @@ class MemoryTable final : public Table {
       hits += embedding_internal::LookupGroup(
           core_, stripe, keys, values, found, scratch, begin, end, first_pass);
     }
-    if (core_.spill == nullptr || scratch.missed_positions.empty()) {
-      return hits;
+    if (core_.spill != nullptr && !scratch.missed_positions.empty()) {
+      ASSIGN_OR_RETURN(const uint64_t spilled_hits,
+                       embedding_internal::LookupSpilled(core_, keys, values,
+                                                         found, scratch));
+      hits += spilled_hits;
     }
-    ASSIGN_OR_RETURN(
-        const uint64_t spilled_hits,
-        embedding_internal::LookupSpilled(core_, keys, values, found, scratch));
-    return hits + spilled_hits;
+    if (missing == MissingRows::kInitialValues && hits < keys.size()) {
+      const size_t dim = core_.dim;
+      for (size_t i = 0; i < keys.size(); ++i) {
+        if (found[i]) continue;
+        InitialRow(core_.spec.initializer, core_.spec.seed, keys[i],
+                   values.subspan(i * dim, dim));
+      }
+    }
+    return hits;
   }
 
   absl::StatusOr<uint64_t> Erase(absl::Span<const uint64_t> keys) override {

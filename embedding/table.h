@@ -66,51 +66,73 @@ struct TableOptions {
   bool spill_read_around = false;
 };
 
+// The uint64 statistics of a table, each named once: TableStats declares
+// them, the server copies them into TableStatsProto (a field of the same
+// name: a missing one does not compile) and renders them on /metrics.
+//   X(field, Prometheus type, metric name, help)
+#define EMBEDPS_TABLE_STATS_FIELDS(X)                                         \
+  X(rows, "gauge", "embedps_table_rows",                                      \
+    "Rows held (in memory and in the spill tier).")                           \
+  X(resident_rows, "gauge", "embedps_table_resident_rows", "Rows in memory.") \
+  X(spilled_rows, "gauge", "embedps_table_spilled_rows",                      \
+    "Rows in the spill tier.")                                                \
+  X(resident_bytes, "gauge", "embedps_table_resident_bytes",                  \
+    "Bytes held: rows, index, free list, admission and frequency "            \
+    "sketches.")                                                              \
+  X(payload_bytes, "gauge", "embedps_table_payload_bytes",                    \
+    "Bytes of embedding vectors and optimizer state.")                        \
+  X(memory_budget_bytes, "gauge", "embedps_table_memory_budget_bytes",        \
+    "Configured memory budget (0: none).")                                    \
+  X(admitted, "counter", "embedps_rows_admitted_total",                       \
+    "Rows created for admitted keys.")                                        \
+  X(admission_rejected, "counter", "embedps_admission_rejected_total",        \
+    "Pulls of keys without a row that admission did not admit (answered "     \
+    "with the initial vector, nothing stored).")                              \
+  X(pushes_dropped, "counter", "embedps_pushes_dropped_total",                \
+    "Gradients for keys without a row, dropped.")                             \
+  X(evicted, "counter", "embedps_rows_evicted_total",                         \
+    "Rows removed by the TTL sweep.")                                         \
+  X(erased, "counter", "embedps_rows_erased_total", "Rows removed by Erase.") \
+  X(pulled_keys, "counter", "embedps_keys_pulled_total",                      \
+    "Keys in Pull requests.")                                                 \
+  X(pushed_keys, "counter", "embedps_keys_pushed_total",                      \
+    "Keys in Push requests.")                                                 \
+  X(looked_up_keys, "counter", "embedps_keys_looked_up_total",                \
+    "Keys in read-only Lookup requests.")                                     \
+  X(pull_requests, "counter", "embedps_table_pulls_total",                    \
+    "Pull batches applied to the table.")                                     \
+  X(push_requests, "counter", "embedps_table_pushes_total",                   \
+    "Push batches applied to the table.")                                     \
+  X(lookup_requests, "counter", "embedps_table_lookups_total",                \
+    "Lookup batches served by the table.")                                    \
+  X(spilled_disk_bytes, "gauge", "embedps_table_spilled_disk_bytes",          \
+    "Bytes of the spill tier's files on disk.")                               \
+  X(spills, "counter", "embedps_rows_spilled_total",                          \
+    "Rows moved from memory to the spill tier.")                              \
+  X(promotions, "counter", "embedps_rows_promoted_total",                     \
+    "Rows moved from the spill tier back to memory.")                         \
+  X(spills_of_unchanged_rows, "counter",                                      \
+    "embedps_rows_spilled_unchanged_total",                                   \
+    "Rows moved to the spill tier that it held unchanged (not rewritten; "    \
+    "a table with a TTL writes their access metadata).")                      \
+  X(spills_of_newcomers, "counter", "embedps_rows_spilled_newcomers_total",   \
+    "Rows moved to the spill tier at the first eviction round after they "    \
+    "came into memory (seen less often than the rows kept).")                 \
+  X(spill_multigets, "counter", "embedps_spill_multiget_total",               \
+    "Batched reads of the spill tier.")                                       \
+  X(spill_multiget_keys, "counter", "embedps_spill_multiget_keys_total",      \
+    "Keys in batched reads of the spill tier.")
+
 // Counters since the table was created; a snapshot, summed over stripes.
+// Field meanings: EMBEDPS_TABLE_STATS_FIELDS' help texts.
 struct TableStats {
-  // Rows in memory plus rows in the spill tier.
-  uint64_t rows = 0;
-  uint64_t resident_rows = 0;
-  uint64_t spilled_rows = 0;
-  // Bytes held: row arenas, indexes, free lists and the admission sketch.
-  uint64_t resident_bytes = 0;
-  // rows × (dim + optimizer state) × 4: what the rows themselves need.
-  uint64_t payload_bytes = 0;
-  // From the spec; 0 = none. over_budget: resident_bytes > budget > 0.
-  uint64_t memory_budget_bytes = 0;
+#define EMBEDPS_DECLARE_TABLE_STAT(field, type, metric, help) \
+  uint64_t field = 0;
+  EMBEDPS_TABLE_STATS_FIELDS(EMBEDPS_DECLARE_TABLE_STAT)
+#undef EMBEDPS_DECLARE_TABLE_STAT
+  // resident_bytes > memory_budget_bytes > 0.
   bool over_budget = false;
-  // Rows created (admitted keys).
-  uint64_t admitted = 0;
-  // Pulls of keys without a row that admission did not admit (answered
-  // with the initial vector, nothing stored).
-  uint64_t admission_rejected = 0;
-  // Gradients for keys without a row, dropped.
-  uint64_t pushes_dropped = 0;
-  // Rows removed by the TTL sweep, and by Erase.
-  uint64_t evicted = 0;
-  uint64_t erased = 0;
-  // Keys in Pull, Push and Lookup batches, and the number of batches.
-  uint64_t pulled_keys = 0;
-  uint64_t pushed_keys = 0;
-  uint64_t looked_up_keys = 0;
-  uint64_t pull_requests = 0;
-  uint64_t push_requests = 0;
-  uint64_t lookup_requests = 0;
-  // Spill tier (zeros for a memory-only table): bytes of its files on disk,
-  // rows moved out (spills) and back in (promotions), and its batched reads.
-  uint64_t spilled_disk_bytes = 0;
-  uint64_t spills = 0;
-  uint64_t promotions = 0;
-  // Spills of rows whose spill-tier copy already held their embedding and
-  // optimizer state (read back and not changed since): written as 8 bytes
-  // of access metadata, or not at all, instead of a whole record.
-  uint64_t spills_of_unchanged_rows = 0;
-  // Spills of rows at the first eviction round after they came into memory
-  // (promoted or created): seen less often than the rows they competed
-  // with (docs/architecture.md, "Spill tier").
-  uint64_t spills_of_newcomers = 0;
-  uint64_t spill_multigets = 0;
-  uint64_t spill_multiget_keys = 0;
+  // Time in batched reads of the spill tier.
   uint64_t spill_multiget_micros = 0;
 };
 
@@ -187,13 +209,23 @@ class Table {
                             absl::Span<const float> grads,
                             const AccessContext& context = {}) = 0;
 
+  // What Lookup writes for a key without a row.
+  enum class MissingRows {
+    kZeros,
+    // The key's initial vector: what a Pull would have created (the
+    // initializer is a pure function of the table's seed and the key).
+    kInitialValues,
+  };
+
   // Read-only: writes the row of each key that has one into `values` and
-  // sets found[i]; a miss gets zeros and found[i] = false. Never creates a
-  // row or changes access metadata. Returns the number of keys found.
-  // INVALID_ARGUMENT if the sizes do not match keys.size() (and ·dim).
+  // sets found[i]; a miss gets what `missing` says and found[i] = false.
+  // Never creates a row or changes access metadata or admission counters.
+  // Returns the number of keys found. INVALID_ARGUMENT if the sizes do not
+  // match keys.size() (and ·dim).
   virtual absl::StatusOr<uint64_t> Lookup(absl::Span<const uint64_t> keys,
                                           absl::Span<float> values,
-                                          absl::Span<bool> found) = 0;
+                                          absl::Span<bool> found,
+                                          MissingRows missing) = 0;
 
   // Removes the rows of `keys` (absent keys are ignored); returns how many
   // rows were removed.

@@ -90,7 +90,8 @@ void RunAndCompare(int32_t stripes, bool spill = false) {
     std::unique_ptr<bool[]> found(new bool[keys.size()]);
     for (int round = 0; round < 50; ++round) {
       EXPECT_OK(concurrent->Lookup(keys, absl::MakeSpan(values),
-                                   absl::MakeSpan(found.get(), keys.size())));
+                                   absl::MakeSpan(found.get(), keys.size()),
+                                   Table::MissingRows::kZeros));
       uint64_t rows = 0;
       EXPECT_OK(concurrent->Scan([&](const RowView&) { ++rows; }));
       // A row moving between tiers during the scan may be seen twice.

@@ -242,9 +242,10 @@ TEST_P(TableContractTest, LookupIsReadOnlyAndReportsMisses) {
   const std::vector<float> row = PullOne(*table, 1);
   std::vector<float> values(3 * kDim, -1.0f);
   bool found[3];
-  ASSERT_OK_AND_ASSIGN(uint64_t hits,
-                       table->Lookup({{1, 2, 1}}, absl::MakeSpan(values),
-                                     absl::MakeSpan(found)));
+  ASSERT_OK_AND_ASSIGN(
+      uint64_t hits,
+      table->Lookup({{1, 2, 1}}, absl::MakeSpan(values), absl::MakeSpan(found),
+                    Table::MissingRows::kZeros));
   EXPECT_EQ(hits, 2u);
   EXPECT_TRUE(found[0]);
   EXPECT_FALSE(found[1]);
@@ -254,6 +255,37 @@ TEST_P(TableContractTest, LookupIsReadOnlyAndReportsMisses) {
   const TableStats stats = table->Stats();
   EXPECT_EQ(stats.rows, 1u);  // the miss created nothing
   EXPECT_EQ(stats.looked_up_keys, 3u);
+}
+
+TEST_P(TableContractTest, LookupCanAnswerMissesWithInitialValues) {
+  TableSpec spec = SgdSpec();
+  spec.admission.kind = AdmissionSpec::Kind::kCount;
+  spec.admission.min_count = 3;
+  ASSERT_OK_AND_ASSIGN(auto table, MakeTable(spec));
+  // Key 1 has a row (admitted after 3 sightings) that a push moved away
+  // from its initial values; key 2 has none.
+  for (int i = 0; i < 3; ++i) PullOne(*table, 1);
+  const std::vector<float> grad(kDim, 1.0f);
+  ASSERT_OK(table->Push({{1}}, grad));
+  const std::vector<float> trained = PullOne(*table, 1);
+  ASSERT_NE(trained, InitialOf(spec, 1));
+  const TableStats before = table->Stats();
+  std::vector<float> values(2 * kDim, -1.0f);
+  bool found[2];
+  ASSERT_OK_AND_ASSIGN(
+      uint64_t hits,
+      table->Lookup({{1, 2}}, absl::MakeSpan(values), absl::MakeSpan(found),
+                    Table::MissingRows::kInitialValues));
+  EXPECT_EQ(hits, 1u);
+  EXPECT_EQ(std::vector<float>(values.begin(), values.begin() + kDim), trained);
+  EXPECT_EQ(std::vector<float>(values.begin() + kDim, values.end()),
+            InitialOf(spec, 2));
+  // Not a sighting: key 2 is not closer to admission, nothing was created.
+  const TableStats after = table->Stats();
+  EXPECT_EQ(after.rows, before.rows);
+  EXPECT_EQ(after.admission_rejected, before.admission_rejected);
+  for (int i = 0; i < 2; ++i) PullOne(*table, 2);
+  EXPECT_EQ(table->Stats().rows, before.rows) << "two sightings, not three";
 }
 
 TEST_P(TableContractTest, EraseRemovesRowsAndFreedRowsAreReused) {
@@ -325,7 +357,8 @@ TEST_P(TableContractTest, BadInputIsRefusedAndChangesNothing) {
   bool found[1];
   std::vector<float> values(2 * kDim);
   EXPECT_THAT(
-      table->Lookup(keys, absl::MakeSpan(values), absl::MakeSpan(found)),
+      table->Lookup(keys, absl::MakeSpan(values), absl::MakeSpan(found),
+                    Table::MissingRows::kZeros),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("found flags")));
 
   // NaN or Inf anywhere refuses the whole Push: key 1's valid gradient is
@@ -348,7 +381,8 @@ TEST_P(TableContractTest, BadInputIsRefusedAndChangesNothing) {
   // Empty batches are fine and do nothing.
   EXPECT_OK(table->Pull({}, {}));
   EXPECT_OK(table->Push({}, {}));
-  EXPECT_THAT(table->Lookup({}, {}, {}), ::embedps::testing::IsOk());
+  EXPECT_THAT(table->Lookup({}, {}, {}, Table::MissingRows::kZeros),
+              ::embedps::testing::IsOk());
   EXPECT_EQ(Value(table->Erase({})), 0u);
   EXPECT_EQ(table->Stats().rows, 1u);
 }
@@ -372,7 +406,8 @@ TEST_P(TableContractTest, TtlInStepsEvictsUntouchedRows) {
   std::vector<float> lv(3 * kDim);
   ASSERT_OK_AND_ASSIGN(
       uint64_t hits,
-      table->Lookup({{1, 2, 3}}, absl::MakeSpan(lv), absl::MakeSpan(found)));
+      table->Lookup({{1, 2, 3}}, absl::MakeSpan(lv), absl::MakeSpan(found),
+                    Table::MissingRows::kZeros));
   EXPECT_EQ(hits, 2u);
   EXPECT_FALSE(found[0]);
   EXPECT_EQ(table->Stats().evicted, 1u);

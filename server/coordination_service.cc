@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "common/grpc_status.h"
+#include "wire/grpc_status.h"
 
 namespace embedps::server {
 namespace {
@@ -21,7 +21,7 @@ grpc::Status CoordinationServiceImpl::Set(grpc::ServerContext*,
                                           const proto::SetRequest* request,
                                           proto::SetResponse*) {
   return metrics_->Measure(RpcMethod::kCoordinationSet, [&] {
-    return ToGrpcStatus(store_.Set(request->key(), request->value()));
+    return wire::ToGrpcStatus(store_.Set(request->key(), request->value()));
   });
 }
 
@@ -30,7 +30,7 @@ grpc::Status CoordinationServiceImpl::Get(grpc::ServerContext*,
                                           proto::GetResponse* response) {
   return metrics_->Measure(RpcMethod::kCoordinationGet, [&] {
     absl::StatusOr<std::string> value = store_.Get(request->key());
-    if (!value.ok()) return ToGrpcStatus(value.status());
+    if (!value.ok()) return wire::ToGrpcStatus(value.status());
     response->set_value(std::move(*value));
     return grpc::Status::OK;
   });
@@ -44,7 +44,7 @@ grpc::Status CoordinationServiceImpl::Wait(grpc::ServerContext*,
                                         request->keys().end());
     absl::StatusOr<std::vector<std::string>> values =
         store_.Wait(keys, Timeout(request->timeout_ms()));
-    if (!values.ok()) return ToGrpcStatus(values.status());
+    if (!values.ok()) return wire::ToGrpcStatus(values.status());
     for (std::string& v : *values) response->add_values(std::move(v));
     return grpc::Status::OK;
   });
@@ -57,7 +57,7 @@ grpc::Status CoordinationServiceImpl::Barrier(
     absl::StatusOr<uint64_t> generation =
         store_.Barrier(request->name(), request->participants(),
                        Timeout(request->timeout_ms()));
-    if (!generation.ok()) return ToGrpcStatus(generation.status());
+    if (!generation.ok()) return wire::ToGrpcStatus(generation.status());
     response->set_generation(*generation);
     return grpc::Status::OK;
   });

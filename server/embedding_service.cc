@@ -10,29 +10,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
-#include "common/bulk_message.h"
-#include "common/float16.h"
-#include "common/grpc_status.h"
 #include "common/key_hash.h"
 #include "common/status_macros.h"
-#include "embedding/initializer.h"
 #include "embedding/table_digest.h"
+#include "wire/bulk_codec.h"
+#include "wire/grpc_status.h"
 
 namespace embedps::server {
-namespace {
-
-static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
-              "the wire is little-endian and decoded by memcpy");
-
-size_t ValueBytes(proto::ValueType type) {
-  return type == proto::FLOAT16 ? sizeof(uint16_t) : sizeof(float);
-}
-
-const char* ValueTypeName(proto::ValueType type) {
-  return type == proto::FLOAT16 ? "float16" : "float32";
-}
-
-}  // namespace
 
 const char* RejectionName(Rejection reason) {
   switch (reason) {
@@ -79,7 +63,7 @@ grpc::Status EmbeddingServiceImpl::Reject(Rejection reason,
                                           const absl::Status& status) {
   rejected_[static_cast<size_t>(reason)].fetch_add(1,
                                                    std::memory_order_relaxed);
-  return ToGrpcStatus(status);
+  return wire::ToGrpcStatus(status);
 }
 
 namespace {
@@ -87,30 +71,27 @@ namespace {
 // Shared checks of Pull and Push: the keys are whole uint64s, there are
 // some (unless `allow_empty`) but not too many, and each belongs to this
 // shard. On failure `*rejection` says why.
-absl::StatusOr<std::vector<uint64_t>> DecodeKeys(const BulkBytes& bytes,
-                                                 const ShardOptions& options,
-                                                 bool allow_empty,
-                                                 Rejection* rejection) {
-  if (bytes.size() % sizeof(uint64_t) != 0) {
+absl::StatusOr<std::vector<uint64_t>> CheckedKeys(const wire::BulkBytes& bytes,
+                                                  const ShardOptions& options,
+                                                  bool allow_empty,
+                                                  Rejection* rejection) {
+  absl::StatusOr<size_t> n = wire::KeyCount(bytes);
+  if (!n.ok()) {
     *rejection = Rejection::kMalformedKeys;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "keys must be packed little-endian uint64 (8 bytes each); got ",
-        bytes.size(), " bytes, not a multiple of 8"));
+    return n.status();
   }
-  const size_t n = bytes.size() / sizeof(uint64_t);
-  if (n == 0 && !allow_empty) {
+  if (*n == 0 && !allow_empty) {
     *rejection = Rejection::kEmptyRequest;
     return absl::InvalidArgumentError("empty request: no keys");
   }
-  if (n > options.max_keys_per_request) {
+  if (*n > options.max_keys_per_request) {
     *rejection = Rejection::kOverLimit;
     return absl::ResourceExhaustedError(
-        absl::StrCat(n, " keys in one request; this server takes at most ",
+        absl::StrCat(*n, " keys in one request; this server takes at most ",
                      options.max_keys_per_request,
                      " (--max_keys_per_request): split the batch"));
   }
-  std::vector<uint64_t> keys(n);
-  if (n > 0) bytes.CopyTo(keys.data());
+  std::vector<uint64_t> keys = wire::CopyKeys(bytes);
   if (options.num_shards > 1) {
     for (uint64_t key : keys) {
       const int32_t shard = ShardOfKey(key, options.num_shards);
@@ -124,11 +105,6 @@ absl::StatusOr<std::vector<uint64_t>> DecodeKeys(const BulkBytes& bytes,
     }
   }
   return keys;
-}
-
-absl::Status UnknownValueType(int type) {
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown value_type ", type, " (FLOAT32 = 0, FLOAT16 = 1)"));
 }
 
 }  // namespace
@@ -163,21 +139,20 @@ grpc::Status EmbeddingServiceImpl::ListTablesImpl(
 
 grpc::Status EmbeddingServiceImpl::ParsePull(const grpc::ByteBuffer& request,
                                              PullCall* call) {
-  absl::StatusOr<std::vector<BulkBytes>> bulk = ParseBulkMessage(
-      request, {proto::PullRequest::kKeysFieldNumber}, &call->header);
-  if (!bulk.ok()) return Reject(Rejection::kMalformedRequest, bulk.status());
-  const proto::PullRequest& header = call->header;
+  absl::StatusOr<wire::PullRequestView> view = wire::ParsePullRequest(request);
+  if (!view.ok()) return Reject(Rejection::kMalformedRequest, view.status());
+  call->header = std::move(view->header);
   absl::StatusOr<TableRegistry::Entry> entry =
-      registry_->Find(header.table_id());
+      registry_->Find(call->header.table_id());
   if (!entry.ok()) return Reject(Rejection::kUnknownTable, entry.status());
   call->entry = *entry;
-  if (!proto::ValueType_IsValid(header.value_type())) {
-    return Reject(Rejection::kBadValueType,
-                  UnknownValueType(header.value_type()));
+  if (absl::Status type = wire::CheckValueType(call->header.value_type());
+      !type.ok()) {
+    return Reject(Rejection::kBadValueType, type);
   }
   Rejection rejection;
   absl::StatusOr<std::vector<uint64_t>> keys =
-      DecodeKeys((*bulk)[0], options_, /*allow_empty=*/false, &rejection);
+      CheckedKeys(view->keys, options_, /*allow_empty=*/false, &rejection);
   if (!keys.ok()) return Reject(rejection, keys.status());
   call->keys = *std::move(keys);
   return grpc::Status::OK;
@@ -191,115 +166,68 @@ grpc::Status EmbeddingServiceImpl::ServePull(const PullCall& call,
   if (call.entry.synchronizer != nullptr) {
     const absl::Status ready =
         call.entry.synchronizer->AwaitPullable(request.step());
-    if (!ready.ok()) return ToGrpcStatus(ready);
+    if (!ready.ok()) return wire::ToGrpcStatus(ready);
   }
 
-  const size_t dim = table->spec().dim;
-  const size_t floats = keys.size() * dim;
-  const embedding::AccessContext context{request.step()};
-  const auto read = [&](absl::Span<float> out) -> absl::Status {
-    if (!request.read_only()) return table->Pull(keys, out, context);
+  // The values are pulled straight into the buffer that goes out (or a
+  // float32 scratch that Finish narrows into it).
+  wire::PullResponseBuilder builder(request.value_type(),
+                                    keys.size() * table->spec().dim);
+  absl::Status status;
+  if (request.read_only()) {
+    // Serving and evaluation: a key without a row reads as its initial
+    // values, what a Pull would have created.
     std::unique_ptr<bool[]> found(new bool[keys.size()]);
-    RETURN_IF_ERROR(
-        table->Lookup(keys, out, absl::MakeSpan(found.get(), keys.size()))
-            .status());
-    const embedding::TableSpec& spec = table->spec();
-    for (size_t i = 0; i < keys.size(); ++i) {
-      if (found[i]) continue;
-      embedding::InitialRow(spec.initializer, spec.seed, keys[i],
-                            out.subspan(i * dim, dim));
-    }
-    return absl::OkStatus();
-  };
-  // The values are pulled (float32) or narrowed (float16) straight into
-  // the buffer that goes out.
-  OwnedBytes values(floats * ValueBytes(request.value_type()));
-  if (request.value_type() == proto::FLOAT32) {
-    const absl::Status status =
-        read(absl::MakeSpan(reinterpret_cast<float*>(values.data()), floats));
-    if (!status.ok()) return ToGrpcStatus(status);
+    status = table
+                 ->Lookup(keys, builder.values(),
+                          absl::MakeSpan(found.get(), keys.size()),
+                          embedding::Table::MissingRows::kInitialValues)
+                 .status();
   } else {
-    // Uninitialized (the Pull writes every value): zeroing tens of MB
-    // first would be a pass for nothing.
-    const std::unique_ptr<float[]> pulled(new float[floats]);
-    const absl::Span<float> pulled_span(pulled.get(), floats);
-    const absl::Status status = read(pulled_span);
-    if (!status.ok()) return ToGrpcStatus(status);
-    FloatsToHalves(pulled_span, reinterpret_cast<uint16_t*>(values.data()));
+    status = table->Pull(keys, builder.values(),
+                         embedding::AccessContext{request.step()});
   }
-  std::vector<BulkField> fields;
-  fields.push_back({proto::PullResponse::kValuesFieldNumber,
-                    std::move(values).ReleaseToSlice()});
-  *response = SerializeBulkMessage(proto::PullResponse(), std::move(fields));
+  if (!status.ok()) return wire::ToGrpcStatus(status);
+  *response = std::move(builder).Finish();
   return grpc::Status::OK;
 }
 
 grpc::Status EmbeddingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
                                             grpc::ByteBuffer* response) {
-  proto::PushRequest request;
-  absl::StatusOr<std::vector<BulkBytes>> bulk =
-      ParseBulkMessage(bytes,
-                       {proto::PushRequest::kKeysFieldNumber,
-                        proto::PushRequest::kGradientsFieldNumber},
-                       &request);
-  if (!bulk.ok()) return Reject(Rejection::kMalformedRequest, bulk.status());
-  const BulkBytes& gradients = (*bulk)[1];
+  absl::StatusOr<wire::PushRequestView> view = wire::ParsePushRequest(bytes);
+  if (!view.ok()) return Reject(Rejection::kMalformedRequest, view.status());
+  const proto::PushRequest& request = view->header;
   absl::StatusOr<TableRegistry::Entry> entry =
       registry_->Find(request.table_id());
   if (!entry.ok()) return Reject(Rejection::kUnknownTable, entry.status());
   embedding::Table* const table = entry->table;
-  if (!proto::ValueType_IsValid(request.value_type())) {
-    return Reject(Rejection::kBadValueType,
-                  UnknownValueType(request.value_type()));
+  if (absl::Status type = wire::CheckValueType(request.value_type());
+      !type.ok()) {
+    return Reject(Rejection::kBadValueType, type);
   }
   // In SYNC and SSP a part that only closes a step may carry no keys.
   const bool closes_step =
       entry->synchronizer != nullptr && request.parts_in_step() > 0;
   Rejection rejection;
   absl::StatusOr<std::vector<uint64_t>> keys =
-      DecodeKeys((*bulk)[0], options_, closes_step, &rejection);
+      CheckedKeys(view->keys, options_, closes_step, &rejection);
   if (!keys.ok()) return Reject(rejection, keys.status());
-
   const size_t dim = table->spec().dim;
-  const size_t floats = keys->size() * dim;
-  const size_t want_bytes = floats * ValueBytes(request.value_type());
-  if (gradients.size() != want_bytes) {
+  absl::StatusOr<wire::Gradients> gradients = wire::DecodeGradients(
+      view->gradients, request.value_type(), keys->size() * dim);
+  if (!gradients.ok()) {
     return Reject(Rejection::kSizeMismatch,
                   absl::InvalidArgumentError(absl::StrCat(
                       keys->size(), " keys of table '", table->spec().name,
-                      "' (dim ", dim, ") need ", want_bytes, " bytes of ",
-                      ValueTypeName(request.value_type()), " gradients, got ",
-                      gradients.size())));
+                      "' (dim ", dim, "): ", gradients.status().message())));
   }
   // Exactly once: a retry of an applied Push gets the first outcome.
   const PushDeduplicator::Decision decision =
       deduplicator_.Begin(request.client_id(), request.sequence());
   if (decision.kind == PushDeduplicator::Decision::kDone) {
-    return ToGrpcStatus(decision.status);
+    return wire::ToGrpcStatus(decision.status);
   }
-  // float32 gradients are read in place when they arrived in one aligned
-  // piece, else gathered into `copied`; float16 ones are widened into it.
-  // (Uninitialized: every float is written before it is read.)
-  std::unique_ptr<float[]> copied;
-  absl::Span<const float> grads;
-  if (request.value_type() == proto::FLOAT32 &&
-      gradients.chunks().size() == 1 &&
-      reinterpret_cast<uintptr_t>(gradients.chunks()[0].data()) %
-              alignof(float) ==
-          0) {
-    grads = absl::MakeConstSpan(
-        reinterpret_cast<const float*>(gradients.chunks()[0].data()), floats);
-  } else if (request.value_type() == proto::FLOAT32) {
-    copied.reset(new float[floats]);
-    if (floats > 0) gradients.CopyTo(copied.get());
-    grads = absl::MakeConstSpan(copied.get(), floats);
-  } else {
-    const std::unique_ptr<uint16_t[]> halves(new uint16_t[floats]);
-    if (floats > 0) gradients.CopyTo(halves.get());
-    copied.reset(new float[floats]);
-    HalvesToFloats(absl::MakeConstSpan(halves.get(), floats), copied.get());
-    grads = absl::MakeConstSpan(copied.get(), floats);
-  }
+  const absl::Span<const float> grads = gradients->floats();
   const absl::Status status =
       entry->synchronizer != nullptr
           ? entry->synchronizer->Push(request.client_id(), request.step(),
@@ -349,36 +277,16 @@ grpc::Status EmbeddingServiceImpl::StatsImpl(grpc::ServerContext*,
     proto::TableStatsProto* out = response->add_table();
     out->set_table_id(entry.table_id);
     out->set_name(entry.table->spec().name);
-    out->set_rows(s.rows);
-    out->set_resident_bytes(s.resident_bytes);
-    out->set_payload_bytes(s.payload_bytes);
-    out->set_memory_budget_bytes(s.memory_budget_bytes);
+#define EMBEDPS_COPY_TABLE_STAT(field, type, metric, help) \
+  out->set_##field(s.field);
+    EMBEDPS_TABLE_STATS_FIELDS(EMBEDPS_COPY_TABLE_STAT)
+#undef EMBEDPS_COPY_TABLE_STAT
     out->set_over_budget(s.over_budget);
-    out->set_admitted(s.admitted);
-    out->set_admission_rejected(s.admission_rejected);
-    out->set_pushes_dropped(s.pushes_dropped);
-    out->set_evicted(s.evicted);
-    out->set_erased(s.erased);
-    out->set_pulled_keys(s.pulled_keys);
-    out->set_pushed_keys(s.pushed_keys);
-    out->set_looked_up_keys(s.looked_up_keys);
-    out->set_pull_requests(s.pull_requests);
-    out->set_push_requests(s.push_requests);
-    out->set_lookup_requests(s.lookup_requests);
-    out->set_resident_rows(s.resident_rows);
-    out->set_spilled_rows(s.spilled_rows);
-    out->set_spilled_disk_bytes(s.spilled_disk_bytes);
-    out->set_spills(s.spills);
-    out->set_promotions(s.promotions);
-    out->set_spills_of_unchanged_rows(s.spills_of_unchanged_rows);
-    out->set_spills_of_newcomers(s.spills_of_newcomers);
-    out->set_spill_multigets(s.spill_multigets);
-    out->set_spill_multiget_keys(s.spill_multiget_keys);
     out->set_spill_multiget_seconds(s.spill_multiget_micros * 1e-6);
     if (request->content_digest()) {
       absl::StatusOr<embedding::TableDigest> digest =
           embedding::DigestTable(*entry.table);
-      if (!digest.ok()) return ToGrpcStatus(digest.status());
+      if (!digest.ok()) return wire::ToGrpcStatus(digest.status());
       out->set_content_digest(digest->digest);
     }
   }
@@ -490,7 +398,7 @@ grpc::Status EmbeddingServiceImpl::Save(grpc::ServerContext*,
                                         proto::SaveResponse* response) {
   return metrics_->Measure(RpcMethod::kSave, [&] {
     absl::StatusOr<double> pause = checkpointer_->Save(*request);
-    if (!pause.ok()) return ToGrpcStatus(pause.status());
+    if (!pause.ok()) return wire::ToGrpcStatus(pause.status());
     response->set_pause_seconds(*pause);
     return grpc::Status::OK;
   });
@@ -502,7 +410,7 @@ grpc::Status EmbeddingServiceImpl::AwaitSave(
   return metrics_->Measure(RpcMethod::kAwaitSave, [&] {
     absl::StatusOr<proto::AwaitSaveResponse> saved =
         checkpointer_->AwaitSave(request->name());
-    if (!saved.ok()) return ToGrpcStatus(saved.status());
+    if (!saved.ok()) return wire::ToGrpcStatus(saved.status());
     *response = *std::move(saved);
     return grpc::Status::OK;
   });
@@ -514,7 +422,7 @@ grpc::Status EmbeddingServiceImpl::Load(grpc::ServerContext*,
   return metrics_->Measure(RpcMethod::kLoad, [&] {
     absl::StatusOr<proto::LoadResponse> loaded =
         checkpointer_->Restore(request->path());
-    if (!loaded.ok()) return ToGrpcStatus(loaded.status());
+    if (!loaded.ok()) return wire::ToGrpcStatus(loaded.status());
     *response = *std::move(loaded);
     return grpc::Status::OK;
   });

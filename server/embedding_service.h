@@ -57,7 +57,7 @@ enum class Rejection {
 const char* RejectionName(Rejection reason);
 
 // Pull and Push, the bulk methods, are served through gRPC's callback API
-// on the messages' bytes (common/bulk_message.h): keys are read from the
+// on the messages' bytes (wire/bulk_message.h): keys are read from the
 // received slices and pulled values go out in a buffer of their own, with
 // no protobuf copy either way. The other methods are ordinary synchronous
 // handlers.

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "embedding/table.h"
 
 namespace embedps::server {
 
@@ -134,60 +135,10 @@ std::string RenderPrometheus(const proto::StatsResponse& stats) {
     uint64_t (proto::TableStatsProto::*get)() const;
   };
   const TableMetric table_metrics[] = {
-      {"embedps_table_rows", "gauge",
-       "Rows held (in memory and in the spill tier).",
-       &proto::TableStatsProto::rows},
-      {"embedps_table_resident_rows", "gauge", "Rows in memory.",
-       &proto::TableStatsProto::resident_rows},
-      {"embedps_table_spilled_rows", "gauge", "Rows in the spill tier.",
-       &proto::TableStatsProto::spilled_rows},
-      {"embedps_table_spilled_disk_bytes", "gauge",
-       "Bytes of the spill tier's files on disk.",
-       &proto::TableStatsProto::spilled_disk_bytes},
-      {"embedps_rows_spilled_total", "counter",
-       "Rows moved from memory to the spill tier.",
-       &proto::TableStatsProto::spills},
-      {"embedps_rows_promoted_total", "counter",
-       "Rows moved from the spill tier back to memory.",
-       &proto::TableStatsProto::promotions},
-      {"embedps_rows_spilled_unchanged_total", "counter",
-       "Rows moved to the spill tier that it held unchanged (not "
-       "rewritten; a table with a TTL writes their access metadata).",
-       &proto::TableStatsProto::spills_of_unchanged_rows},
-      {"embedps_rows_spilled_newcomers_total", "counter",
-       "Rows moved to the spill tier at the first eviction round after "
-       "they came into memory (seen less often than the rows kept).",
-       &proto::TableStatsProto::spills_of_newcomers},
-      {"embedps_spill_multiget_total", "counter",
-       "Batched reads of the spill tier.",
-       &proto::TableStatsProto::spill_multigets},
-      {"embedps_spill_multiget_keys_total", "counter",
-       "Keys in batched reads of the spill tier.",
-       &proto::TableStatsProto::spill_multiget_keys},
-      {"embedps_table_resident_bytes", "gauge",
-       "Bytes held: rows, index, free list, admission and frequency "
-       "sketches.",
-       &proto::TableStatsProto::resident_bytes},
-      {"embedps_table_payload_bytes", "gauge",
-       "Bytes of embedding vectors and optimizer state.",
-       &proto::TableStatsProto::payload_bytes},
-      {"embedps_table_memory_budget_bytes", "gauge",
-       "Configured memory budget (0: none).",
-       &proto::TableStatsProto::memory_budget_bytes},
-      {"embedps_keys_pulled_total", "counter", "Keys in Pull requests.",
-       &proto::TableStatsProto::pulled_keys},
-      {"embedps_keys_pushed_total", "counter", "Keys in Push requests.",
-       &proto::TableStatsProto::pushed_keys},
-      {"embedps_rows_admitted_total", "counter",
-       "Rows created for admitted keys.", &proto::TableStatsProto::admitted},
-      {"embedps_admission_rejected_total", "counter",
-       "Pulls of keys without a row that admission did not admit.",
-       &proto::TableStatsProto::admission_rejected},
-      {"embedps_pushes_dropped_total", "counter",
-       "Gradients for keys without a row, dropped.",
-       &proto::TableStatsProto::pushes_dropped},
-      {"embedps_rows_evicted_total", "counter",
-       "Rows removed by the TTL sweep.", &proto::TableStatsProto::evicted},
+#define EMBEDPS_TABLE_METRIC(field, type, metric, help) \
+  {metric, type, help, &proto::TableStatsProto::field},
+      EMBEDPS_TABLE_STATS_FIELDS(EMBEDPS_TABLE_METRIC)
+#undef EMBEDPS_TABLE_METRIC
   };
   for (const TableMetric& m : table_metrics) {
     Metric(out, m.name, m.type, m.help);

@@ -15,7 +15,6 @@
 
 #include "client/client.h"
 #include "client/coordination_client.h"
-#include "common/bulk_message.h"
 #include "common/key_hash.h"
 #include "common/status_matchers.h"
 #include "embedding/table.h"
@@ -27,6 +26,7 @@
 #include "proto/embedps.grpc.pb.h"
 #include "server/table_config.h"
 #include "tests/server_process.h"
+#include "wire/bulk_message.h"
 
 namespace embedps {
 namespace {
@@ -373,7 +373,7 @@ TEST_F(ClusterTest, BadInputIsRefusedAndChangesNothing) {
         grpc::ClientContext context;
         grpc::Slice slice(bytes.data(), bytes.size());
         grpc::ByteBuffer response;
-        const grpc::Status status = BulkUnaryCall(
+        const grpc::Status status = wire::BulkUnaryCall(
             generic, absl::StrCat("/embedps.proto.EmbeddingService/", method),
             &context, grpc::ByteBuffer(&slice, 1), &response);
         EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)

@@ -17,7 +17,7 @@
 //     (8 B + value bytes · dim a key in), with no work on the server;
 //     "raw" through generated protobuf stubs and handlers (protobuf copies
 //     each payload into and out of its message), "zc" (zero copy) with
-//     each payload in a slice of its own (common/bulk_message.h).
+//     each payload in a slice of its own (wire/bulk_message.h).
 // keys/s counts the caller's keys; MB/s counts request + response payload.
 // With --rounds=n every op and its ceilings are measured back to back n
 // times and the medians printed (the ratios are medians of each round's).
@@ -41,12 +41,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "client/client.h"
-#include "common/bulk_message.h"
 #include "common/malloc_options.h"
 #include "grpcpp/grpcpp.h"
 #include "tests/server_process.h"
 #include "tools/key_distributions.h"
 #include "tools/raw_bench.grpc.pb.h"
+#include "wire/bulk_message.h"
 
 ABSL_FLAG(std::vector<std::string>, dims,
           (std::vector<std::string>{"16", "64"}), "row widths");
@@ -234,15 +234,15 @@ void RawCall(Cluster& c, RawWire wire, size_t request_bytes,
       RawResponse response;
       status = c.raw_stubs[s]->Call(&context, request, &response);
     } else {
-      std::vector<BulkField> payload;
+      std::vector<wire::BulkField> payload;
       payload.push_back({RawRequest::kPayloadFieldNumber,
                          grpc::Slice(c.zeros.data(), request_bytes / shards,
                                      grpc::Slice::STATIC_SLICE)});
       grpc::ByteBuffer response;
-      status = BulkUnaryCall(
+      status = wire::BulkUnaryCall(
           *c.raw_generic_stubs[s],
           absl::StrCat("/", RawBench::service_full_name(), "/CallBulk"),
-          &context, SerializeBulkMessage(request, std::move(payload)),
+          &context, wire::SerializeBulkMessage(request, std::move(payload)),
           &response);
     }
     if (!status.ok()) {

@@ -13,11 +13,11 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
-#include "common/bulk_message.h"
-#include "common/grpc_status.h"
 #include "common/malloc_options.h"
 #include "grpcpp/grpcpp.h"
 #include "tools/raw_bench.grpc.pb.h"
+#include "wire/bulk_message.h"
+#include "wire/grpc_status.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on");
 ABSL_FLAG(int32_t, port, 0, "port; 0 picks a free one");
@@ -47,11 +47,11 @@ class RawBenchService final
                                      grpc::ByteBuffer* response) override {
     grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
     RawRequest header;
-    const absl::StatusOr<std::vector<embedps::BulkBytes>> payload =
-        embedps::ParseBulkMessage(*request, {RawRequest::kPayloadFieldNumber},
-                                  &header);
+    const absl::StatusOr<std::vector<embedps::wire::BulkBytes>> payload =
+        embedps::wire::ParseBulkMessage(
+            *request, {RawRequest::kPayloadFieldNumber}, &header);
     if (!payload.ok()) {
-      reactor->Finish(embedps::ToGrpcStatus(payload.status()));
+      reactor->Finish(embedps::wire::ToGrpcStatus(payload.status()));
       return reactor;
     }
     const size_t bytes = header.response_bytes();
@@ -60,11 +60,12 @@ class RawBenchService final
                                    "response_bytes over --max_response_bytes"));
       return reactor;
     }
-    std::vector<embedps::BulkField> fields;
+    std::vector<embedps::wire::BulkField> fields;
     fields.push_back(
         {RawResponse::kPayloadFieldNumber,
          grpc::Slice(zeros_.data(), bytes, grpc::Slice::STATIC_SLICE)});
-    *response = embedps::SerializeBulkMessage(RawResponse(), std::move(fields));
+    *response =
+        embedps::wire::SerializeBulkMessage(RawResponse(), std::move(fields));
     reactor->Finish(grpc::Status::OK);
     return reactor;
   }

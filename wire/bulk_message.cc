@@ -1,4 +1,4 @@
-#include "common/bulk_message.h"
+#include "wire/bulk_message.h"
 
 #include <algorithm>
 #include <climits>
@@ -15,7 +15,7 @@
 #include "grpcpp/completion_queue.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 
-namespace embedps {
+namespace embedps::wire {
 namespace {
 
 using google::protobuf::internal::WireFormatLite;
@@ -194,4 +194,4 @@ absl::StatusOr<std::vector<BulkBytes>> ParseBulkMessage(
   return bulk;
 }
 
-}  // namespace embedps
+}  // namespace embedps::wire

@@ -1,4 +1,4 @@
-#include "common/float16.h"
+#include "wire/float16.h"
 
 #include <cmath>
 #include <cstring>
@@ -8,7 +8,7 @@
 
 #include "gtest/gtest.h"
 
-namespace embedps {
+namespace embedps::wire {
 namespace {
 
 using float16_internal::PortableFloatToHalf;
@@ -76,4 +76,4 @@ TEST(Float16Test, BatchFormsMatchScalarIncludingTails) {
 }
 
 }  // namespace
-}  // namespace embedps
+}  // namespace embedps::wire

@@ -5,14 +5,14 @@
 // (-march=x86-64-v3), and a bit-exact portable version otherwise; the two
 // agree on every input (float16_test checks all 65536 halves and millions of
 // floats). Thread safety: pure functions.
-#ifndef EMBEDPS_COMMON_FLOAT16_H_
-#define EMBEDPS_COMMON_FLOAT16_H_
+#ifndef EMBEDPS_WIRE_FLOAT16_H_
+#define EMBEDPS_WIRE_FLOAT16_H_
 
 #include <cstdint>
 
 #include "absl/types/span.h"
 
-namespace embedps {
+namespace embedps::wire {
 
 uint16_t FloatToHalf(float value);
 float HalfToFloat(uint16_t half);
@@ -27,6 +27,6 @@ uint16_t PortableFloatToHalf(float value);
 float PortableHalfToFloat(uint16_t half);
 }  // namespace float16_internal
 
-}  // namespace embedps
+}  // namespace embedps::wire
 
-#endif  // EMBEDPS_COMMON_FLOAT16_H_
+#endif  // EMBEDPS_WIRE_FLOAT16_H_

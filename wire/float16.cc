@@ -1,4 +1,4 @@
-#include "common/float16.h"
+#include "wire/float16.h"
 
 #include <cstring>
 
@@ -6,7 +6,7 @@
 #include <immintrin.h>
 #endif
 
-namespace embedps {
+namespace embedps::wire {
 namespace float16_internal {
 namespace {
 
@@ -108,4 +108,4 @@ void HalvesToFloats(absl::Span<const uint16_t> in, float* out) {
   for (; i < in.size(); ++i) out[i] = HalfToFloat(in[i]);
 }
 
-}  // namespace embedps
+}  // namespace embedps::wire

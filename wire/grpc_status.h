@@ -1,14 +1,14 @@
 // Conversion between absl::Status and grpc::Status, done once at the
 // server's and the client's edge. abseil and gRPC share the code numbering.
-#ifndef EMBEDPS_COMMON_GRPC_STATUS_H_
-#define EMBEDPS_COMMON_GRPC_STATUS_H_
+#ifndef EMBEDPS_WIRE_GRPC_STATUS_H_
+#define EMBEDPS_WIRE_GRPC_STATUS_H_
 
 #include <string>
 
 #include "absl/status/status.h"
 #include "grpcpp/support/status.h"
 
-namespace embedps {
+namespace embedps::wire {
 
 inline grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
@@ -22,6 +22,6 @@ inline absl::Status FromGrpcStatus(const grpc::Status& status) {
                       status.error_message());
 }
 
-}  // namespace embedps
+}  // namespace embedps::wire
 
-#endif  // EMBEDPS_COMMON_GRPC_STATUS_H_
+#endif  // EMBEDPS_WIRE_GRPC_STATUS_H_

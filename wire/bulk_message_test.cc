@@ -1,4 +1,4 @@
-#include "common/bulk_message.h"
+#include "wire/bulk_message.h"
 
 #include <cstdint>
 #include <cstring>
@@ -6,18 +6,18 @@
 #include <string>
 #include <vector>
 
-#include "common/bulk_message_test.pb.h"
-#include "common/byte_buffer_testing.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "wire/bulk_message_test.pb.h"
+#include "wire/byte_buffer_testing.h"
 
-namespace embedps {
+namespace embedps::wire {
 namespace {
 
 using bulk_test::BulkTestMessage;
-using testing::ByteBufferContents;
-using testing::StatusIs;
+using ::embedps::testing::StatusIs;
+using ::embedps::wire::testing::ByteBufferContents;
 
 constexpr int kFirst = BulkTestMessage::kFirstFieldNumber;
 constexpr int kSecond = BulkTestMessage::kSecondFieldNumber;
@@ -176,8 +176,9 @@ TEST(BulkMessageTest, RefusesMalformedBytes) {
       EXPECT_THAT(
           ParseBulkMessage(Fragmented(bytes, max_slice, 5), {kFirst}, &header)
               .status(),
-          StatusIs(absl::StatusCode::kInvalidArgument,
-                   ::testing::HasSubstr("embedps.bulk_test.BulkTestMessage")));
+          StatusIs(
+              absl::StatusCode::kInvalidArgument,
+              ::testing::HasSubstr("embedps.wire.bulk_test.BulkTestMessage")));
     }
   }
 }
@@ -195,4 +196,4 @@ TEST(BulkMessageTest, ABulkFieldNumberWithAnotherWireTypeIsNotBulk) {
 }
 
 }  // namespace
-}  // namespace embedps
+}  // namespace embedps::wire

@@ -12,8 +12,8 @@
 // usually over OwnedBytes.
 // Receiving: ParseBulkMessage(buffer, {fields...}, &header) returns the
 // bulk fields as BulkBytes views into the received slices.
-#ifndef EMBEDPS_COMMON_BULK_MESSAGE_H_
-#define EMBEDPS_COMMON_BULK_MESSAGE_H_
+#ifndef EMBEDPS_WIRE_BULK_MESSAGE_H_
+#define EMBEDPS_WIRE_BULK_MESSAGE_H_
 
 #include <cstddef>
 #include <cstdint>
@@ -29,7 +29,7 @@
 #include "grpcpp/support/byte_buffer.h"
 #include "grpcpp/support/slice.h"
 
-namespace embedps {
+namespace embedps::wire {
 
 // Heap bytes, 64-byte aligned (so any element type can be written in
 // place), that can be handed to gRPC without a copy.
@@ -106,6 +106,6 @@ absl::StatusOr<std::vector<BulkBytes>> ParseBulkMessage(
     const grpc::ByteBuffer& buffer, absl::Span<const int> bulk_field_numbers,
     google::protobuf::MessageLite* header);
 
-}  // namespace embedps
+}  // namespace embedps::wire
 
-#endif  // EMBEDPS_COMMON_BULK_MESSAGE_H_
+#endif  // EMBEDPS_WIRE_BULK_MESSAGE_H_
