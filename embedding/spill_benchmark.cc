@@ -33,11 +33,11 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "bench/key_distributions.h"
 #include "embedding/checkpoint_file.h"
 #include "embedding/initializer.h"
 #include "embedding/internal/spill_store.h"
 #include "embedding/table.h"
-#include "tools/key_distributions.h"
 
 ABSL_FLAG(uint64_t, keys, 10'000'000, "rows in each table");
 ABSL_FLAG(int32_t, dim, 64, "floats per row");
@@ -156,7 +156,7 @@ void ForEachInitialBatch(
     const std::function<void(absl::Span<const uint64_t>,
                              absl::Span<const char>)>& sink) {
   std::vector<uint64_t> all(keys);
-  for (uint64_t r = 0; r < keys; ++r) all[r] = tools::KeyOfRank(r);
+  for (uint64_t r = 0; r < keys; ++r) all[r] = bench::KeyOfRank(r);
   std::sort(all.begin(), all.end());
   const int32_t dim = spec.dim;
   const size_t record_bytes =
@@ -184,7 +184,7 @@ void Fill(Table& table, uint64_t keys, int32_t dim) {
   for (uint64_t begin = 0; begin < keys; begin += kChunk) {
     batch.clear();
     for (uint64_t r = begin; r < std::min(keys, begin + kChunk); ++r) {
-      batch.push_back(tools::KeyOfRank(r));
+      batch.push_back(bench::KeyOfRank(r));
     }
     Check(table.Pull(batch, absl::MakeSpan(values.data(), batch.size() * dim)),
           "fill");
@@ -280,7 +280,7 @@ int Run() {
   }
 
   // Pulls: the same Zipf batches for all three, interleaved.
-  const tools::ZipfRanks zipf(keys, absl::GetFlag(FLAGS_zipf_s));
+  const bench::ZipfRanks zipf(keys, absl::GetFlag(FLAGS_zipf_s));
   std::mt19937_64 rng(42);
   std::vector<uint64_t> batch_keys(batch);
   std::vector<float> values(static_cast<size_t>(batch) * dim);
@@ -288,7 +288,7 @@ int Run() {
   std::vector<uint64_t> unique;
   std::unique_ptr<bool[]> found(new bool[batch]);
   const auto next_batch = [&] {
-    for (uint64_t& k : batch_keys) k = tools::KeyOfRank(zipf(rng));
+    for (uint64_t& k : batch_keys) k = bench::KeyOfRank(zipf(rng));
   };
   const auto raw_pull = [&] {
     unique.assign(batch_keys.begin(), batch_keys.end());

@@ -26,9 +26,9 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_format.h"
+#include "bench/key_distributions.h"
 #include "common/key_hash.h"
 #include "embedding/table.h"
-#include "tools/key_distributions.h"
 
 ABSL_FLAG(uint64_t, rows, 10'000'000, "rows in the table");
 ABSL_FLAG(int32_t, dim, 64, "floats per row");
@@ -43,8 +43,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-using tools::KeyOfRank;
-using tools::ZipfRanks;
+using bench::KeyOfRank;
+using bench::ZipfRanks;
 
 using Batches = std::vector<std::vector<uint64_t>>;
 

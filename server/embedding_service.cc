@@ -50,7 +50,7 @@ const char* RejectionName(Rejection reason) {
   return "unknown";
 }
 
-EmbeddingServiceImpl::EmbeddingServiceImpl(ShardOptions options,
+EmbeddingServiceImpl::EmbeddingServiceImpl(ServiceOptions options,
                                            TableRegistry* registry,
                                            ShardCheckpointer* checkpointer,
                                            RpcMetrics* metrics)
@@ -72,7 +72,7 @@ namespace {
 // some (unless `allow_empty`) but not too many, and each belongs to this
 // shard. On failure `*rejection` says why.
 absl::StatusOr<std::vector<uint64_t>> CheckedKeys(const wire::BulkBytes& bytes,
-                                                  const ShardOptions& options,
+                                                  const ServiceOptions& options,
                                                   bool allow_empty,
                                                   Rejection* rejection) {
   absl::StatusOr<size_t> n = wire::KeyCount(bytes);

@@ -25,7 +25,7 @@
 
 namespace embedps::server {
 
-struct ShardOptions {
+struct ServiceOptions {
   // This server's shard and the number of shards; a key is this shard's
   // iff ShardOfKey(key, num_shards) == shard_index. Default: 0 of 1.
   int32_t shard_index = 0;
@@ -70,7 +70,7 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
  public:
   // `registry`, `checkpointer` and `metrics` must outlive the service;
   // every call is recorded in `metrics`, and Stats reports them.
-  EmbeddingServiceImpl(ShardOptions options, TableRegistry* registry,
+  EmbeddingServiceImpl(ServiceOptions options, TableRegistry* registry,
                        ShardCheckpointer* checkpointer, RpcMetrics* metrics);
   // Waits for Pulls still waiting on their own threads (see Pull).
   ~EmbeddingServiceImpl() override;
@@ -131,7 +131,7 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
                          proto::StatsResponse* response);
   grpc::Status Reject(Rejection reason, const absl::Status& status);
 
-  const ShardOptions options_;
+  const ServiceOptions options_;
   TableRegistry* const registry_;
   ShardCheckpointer* const checkpointer_;
   RpcMetrics* const metrics_;

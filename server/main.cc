@@ -22,20 +22,13 @@
 #include "checkpoint/manifest.h"
 #include "common/logging.h"
 #include "common/malloc_options.h"
+#include "common/status_macros.h"
 #include "google/protobuf/text_format.h"
-#include "grpcpp/ext/proto_server_reflection_plugin.h"
-#include "grpcpp/grpcpp.h"
-#include "grpcpp/health_check_service_interface.h"
-#include "httplib.h"
-#include "server/checkpointer.h"
-#include "server/coordination_service.h"
-#include "server/embedding_service.h"
-#include "server/rpc_metrics.h"
-#include "server/table_config.h"
-#include "server/table_registry.h"
+#include "server/shard.h"
 
-ABSL_FLAG(std::string, host, "0.0.0.0",
-          "address to listen on (127.0.0.1 for loopback only)");
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "address to listen on: loopback by default; 0.0.0.0 (or a "
+          "host's address) to serve other machines");
 ABSL_FLAG(int32_t, port, 50051,
           "port to listen on; 0 picks a free one (printed, and written to "
           "--port_file)");
@@ -77,16 +70,13 @@ ABSL_FLAG(int32_t, max_message_bytes, 1 << 30,
           "largest gRPC message accepted or sent, in bytes");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
           "on SIGTERM, how long in-flight calls may take to finish");
-ABSL_FLAG(double, TEST_drop_push_response_probability, 0.0,
-          "test only: answer UNAVAILABLE to this fraction of applied pushes, "
-          "as if the response were lost");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off");
 
 namespace embedps::server {
 namespace {
 
-absl::Status LoadTables(const std::string& path, TableRegistry& registry) {
+absl::StatusOr<proto::TableConfigList> ReadTables(const std::string& path) {
   std::ifstream file(path);
   if (!file) {
     return absl::NotFoundError(
@@ -101,17 +91,51 @@ absl::Status LoadTables(const std::string& path, TableRegistry& registry) {
         "' is not a text-format embedps.proto.TableConfigList (the parse "
         "error is logged above)"));
   }
-  for (const proto::TableConfig& config : list.table()) {
-    absl::StatusOr<TableRegistry::CreateResult> created =
-        registry.Create(config);
-    if (!created.ok()) {
-      return absl::Status(
-          created.status().code(),
-          absl::StrCat("--tables file '", path, "', table '", config.name(),
-                       "': ", created.status().message()));
-    }
+  return list;
+}
+
+// The flags as ShardOptions; INVALID_ARGUMENT naming a flag that cannot
+// work.
+absl::StatusOr<ShardOptions> OptionsFromFlags() {
+  ShardOptions options;
+  options.host = absl::GetFlag(FLAGS_host);
+  options.port = absl::GetFlag(FLAGS_port);
+  options.service.shard_index = absl::GetFlag(FLAGS_shard_index);
+  options.service.num_shards = absl::GetFlag(FLAGS_num_shards);
+  options.service.max_keys_per_request =
+      absl::GetFlag(FLAGS_max_keys_per_request);
+  options.num_workers = absl::GetFlag(FLAGS_num_workers);
+  if (options.service.num_shards < 1 || options.service.shard_index < 0 ||
+      options.service.shard_index >= options.service.num_shards) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shard_index=", options.service.shard_index,
+        " must be in [0, --num_shards=", options.service.num_shards, ")"));
   }
-  return absl::OkStatus();
+  if (options.num_workers < 1) {
+    return absl::InvalidArgumentError("--num_workers must be at least 1");
+  }
+  if (const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
+      !data_dir.empty()) {
+    options.spill_root =
+        absl::StrCat(data_dir, "/",
+                     checkpoint::ShardDirectoryName(options.service.shard_index,
+                                                    options.service.num_shards),
+                     "/spill");
+  }
+  if (absl::GetFlag(FLAGS_spill_block_cache_mb) < 1) {
+    return absl::InvalidArgumentError(
+        "--spill_block_cache_mb must be at least 1");
+  }
+  options.spill_block_cache_bytes =
+      static_cast<uint64_t>(absl::GetFlag(FLAGS_spill_block_cache_mb)) << 20;
+  options.spill_read_around = absl::GetFlag(FLAGS_spill_read_around);
+  if (const std::string path = absl::GetFlag(FLAGS_tables); !path.empty()) {
+    ASSIGN_OR_RETURN(options.tables, ReadTables(path));
+  }
+  options.restore = absl::GetFlag(FLAGS_restore);
+  options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  return options;
 }
 
 int Run() {
@@ -120,60 +144,11 @@ int Run() {
     log->error("{}", s.message());
     return 2;
   }
-  ShardOptions options;
-  options.shard_index = absl::GetFlag(FLAGS_shard_index);
-  options.num_shards = absl::GetFlag(FLAGS_num_shards);
-  options.max_keys_per_request = absl::GetFlag(FLAGS_max_keys_per_request);
-  options.TEST_drop_push_response_probability =
-      absl::GetFlag(FLAGS_TEST_drop_push_response_probability);
-  if (options.num_shards < 1 || options.shard_index < 0 ||
-      options.shard_index >= options.num_shards) {
-    log->error("--shard_index={} must be in [0, --num_shards={})",
-               options.shard_index, options.num_shards);
+  absl::StatusOr<ShardOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    log->error("{}", options.status().message());
     return 2;
   }
-
-  if (absl::GetFlag(FLAGS_num_workers) < 1) {
-    log->error("--num_workers must be at least 1");
-    return 2;
-  }
-  std::string spill_root;
-  if (const std::string data_dir = absl::GetFlag(FLAGS_data_dir);
-      !data_dir.empty()) {
-    spill_root = absl::StrCat(
-        data_dir, "/",
-        checkpoint::ShardDirectoryName(options.shard_index, options.num_shards),
-        "/spill");
-  }
-  if (absl::GetFlag(FLAGS_spill_block_cache_mb) < 1) {
-    log->error("--spill_block_cache_mb must be at least 1");
-    return 2;
-  }
-  TableRegistry registry(
-      absl::GetFlag(FLAGS_num_workers), spill_root,
-      static_cast<uint64_t>(absl::GetFlag(FLAGS_spill_block_cache_mb)) << 20,
-      absl::GetFlag(FLAGS_spill_read_around));
-  if (const std::string path = absl::GetFlag(FLAGS_tables); !path.empty()) {
-    if (absl::Status s = LoadTables(path, registry); !s.ok()) {
-      log->error("{}", s.message());
-      return 2;
-    }
-  }
-
-  ShardCheckpointer checkpointer(options.shard_index, options.num_shards,
-                                 &registry);
-  if (const std::string path = absl::GetFlag(FLAGS_restore); !path.empty()) {
-    const absl::Time start = absl::Now();
-    absl::StatusOr<proto::LoadResponse> restored = checkpointer.Restore(path);
-    if (!restored.ok()) {
-      log->error("--restore={}: {}", path, restored.status().ToString());
-      return 1;
-    }
-    log->info("restored checkpoint '{}' (step {}, {} rows) in {:.2f} s",
-              restored->name(), restored->step(), restored->rows(),
-              absl::ToDoubleSeconds(absl::Now() - start));
-  }
-
   // Signals are taken by one thread with sigwait, so no handler runs in an
   // arbitrary gRPC thread. Block them before any thread starts.
   sigset_t stop_signals;
@@ -182,64 +157,33 @@ int Run() {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  RpcMetrics metrics;
-  EmbeddingServiceImpl service(options, &registry, &checkpointer, &metrics);
-  // Every shard answers Coordination; by convention workers use shard 0's.
-  CoordinationServiceImpl coordination(&metrics);
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  int bound_port = 0;
-  const std::string address =
-      absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
-                           &bound_port);
-  builder.SetMaxReceiveMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
-  builder.SetMaxSendMessageSize(absl::GetFlag(FLAGS_max_message_bytes));
-  builder.RegisterService(&service);
-  builder.RegisterService(&coordination);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  if (server == nullptr || bound_port == 0) {
-    log->error("cannot listen on {} (in use, or not an address of this host)",
-               address);
-    return 1;
+  const absl::Time start = absl::Now();
+  absl::StatusOr<std::unique_ptr<Shard>> shard = Shard::Start(*options);
+  if (!shard.ok()) {
+    log->error("{}", shard.status().ToString());
+    return shard.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
-  log->info("shard {} of {} listening on port {} with {} table(s)",
-            options.shard_index, options.num_shards, bound_port,
-            registry.List().size());
-  // Prometheus text on /metrics, rendered from the same numbers as Stats.
-  httplib::Server metrics_http;
-  std::thread metrics_thread;
-  int metrics_port = -1;
-  if (absl::GetFlag(FLAGS_metrics_port) >= 0) {
-    metrics_http.Get("/metrics",
-                     [&](const httplib::Request&, httplib::Response& res) {
-                       res.set_content(RenderPrometheus(service.CollectStats()),
-                                       "text/plain; version=0.0.4");
-                     });
-    const std::string host = absl::GetFlag(FLAGS_host);
-    metrics_port = absl::GetFlag(FLAGS_metrics_port) == 0
-                       ? metrics_http.bind_to_any_port(host)
-                       : (metrics_http.bind_to_port(
-                              host, absl::GetFlag(FLAGS_metrics_port))
-                              ? absl::GetFlag(FLAGS_metrics_port)
-                              : -1);
-    if (metrics_port < 0) {
-      log->error("cannot listen for metrics on {}:{}", host,
-                 absl::GetFlag(FLAGS_metrics_port));
-      server->Shutdown();
-      return 1;
-    }
-    metrics_thread = std::thread([&] { metrics_http.listen_after_bind(); });
-    log->info("metrics on http://{}:{}/metrics", host, metrics_port);
+  if (!options->restore.empty()) {
+    const proto::LoadResponse& restored = (*shard)->restored();
+    log->info("restored checkpoint '{}' (step {}, {} rows) in {:.2f} s",
+              restored.name(), restored.step(), restored.rows(),
+              absl::ToDoubleSeconds(absl::Now() - start));
   }
-  std::printf("port %d\n", bound_port);
+  const int port = (*shard)->port();
+  const int metrics_port = (*shard)->metrics_port();
+  log->info("shard {} of {} listening on {}:{} with {} table(s)",
+            options->service.shard_index, options->service.num_shards,
+            options->host, port, (*shard)->num_tables());
+  if (metrics_port >= 0) {
+    log->info("metrics on http://{}:{}/metrics", options->host, metrics_port);
+  }
+  std::printf("port %d\n", port);
   if (metrics_port >= 0) std::printf("metrics_port %d\n", metrics_port);
   std::fflush(stdout);
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     // Write then rename, so a reader never sees a half-written file.
     const std::string tmp = path + ".tmp";
-    std::ofstream(tmp) << bound_port << "\n" << metrics_port << "\n";
+    std::ofstream(tmp) << port << "\n" << metrics_port << "\n";
     std::rename(tmp.c_str(), path.c_str());
   }
 
@@ -247,16 +191,10 @@ int Run() {
     int signal = 0;
     sigwait(&stop_signals, &signal);
     log->info("signal {}: finishing in-flight calls, then exiting", signal);
-    server->Shutdown(
-        std::chrono::system_clock::now() +
-        absl::ToChronoSeconds(absl::GetFlag(FLAGS_shutdown_grace)));
+    (*shard)->Shutdown(absl::GetFlag(FLAGS_shutdown_grace));
   });
-  server->Wait();
+  (*shard)->Wait();
   stopper.join();
-  if (metrics_thread.joinable()) {
-    metrics_http.stop();
-    metrics_thread.join();
-  }
   log->info("stopped");
   return 0;
 }

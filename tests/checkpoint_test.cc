@@ -24,9 +24,9 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/embedps.grpc.pb.h"
-#include "tests/child_process.h"
+#include "common/testing/child_process.h"
 #include "tests/job_output.h"
-#include "tests/server_process.h"
+#include "common/testing/server_process.h"
 #include "tests/shard_digest.h"
 
 namespace embedps {

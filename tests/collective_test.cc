@@ -6,7 +6,7 @@
 #include "common/status_matchers.h"
 #include "dense/collective/gloo_communicator.h"
 #include "gtest/gtest.h"
-#include "tests/server_process.h"
+#include "common/testing/server_process.h"
 #include "worker/coordination_store.h"
 
 namespace embedps {

@@ -10,7 +10,7 @@
 #include "common/status_matchers.h"
 #include "dense/model.h"
 #include "gtest/gtest.h"
-#include "tests/child_process.h"
+#include "common/testing/child_process.h"
 #include "tests/job_output.h"
 
 namespace embedps::testing {

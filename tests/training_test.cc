@@ -20,9 +20,9 @@
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "proto/embedps.pb.h"
-#include "tests/child_process.h"
+#include "common/testing/child_process.h"
 #include "tests/job_output.h"
-#include "tests/server_process.h"
+#include "common/testing/server_process.h"
 #include "tests/shard_digest.h"
 
 namespace embedps::testing {

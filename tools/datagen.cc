@@ -33,10 +33,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/key_distributions.h"
 #include "common/hash_random.h"
 #include "common/key_hash.h"
 #include "dense/eval_metrics.h"
-#include "tools/key_distributions.h"
 
 ABSL_FLAG(std::string, output_dir, "",
           "where train.txt, test.txt and "
@@ -63,8 +63,8 @@ constexpr int kDense = 13;
 constexpr int kSlots = 26;
 
 struct PlantedModel {
-  std::vector<int64_t> vocab;   // per slot
-  std::vector<ZipfRanks> zipf;  // per slot
+  std::vector<int64_t> vocab;          // per slot
+  std::vector<bench::ZipfRanks> zipf;  // per slot
   std::vector<double> dense_weight, dense_mean;
   int k = 4;
   double sigma_b = 0, sigma_h = 0, b0 = 0;

@@ -40,11 +40,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "bench/key_distributions.h"
 #include "client/client.h"
 #include "common/malloc_options.h"
+#include "common/testing/server_process.h"
 #include "grpcpp/grpcpp.h"
-#include "tests/server_process.h"
-#include "tools/key_distributions.h"
 #include "tools/raw_bench.grpc.pb.h"
 #include "wire/bulk_message.h"
 
@@ -158,7 +158,7 @@ void Check(const absl::Status& status, const char* what) {
 // Batches of `size` distinct keys.
 std::vector<std::vector<uint64_t>> MakeBatches(int count, int size,
                                                uint64_t keys,
-                                               const ZipfRanks* zipf,
+                                               const bench::ZipfRanks* zipf,
                                                uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<uint64_t> uniform(0, keys - 1);
@@ -167,7 +167,7 @@ std::vector<std::vector<uint64_t>> MakeBatches(int count, int size,
     absl::flat_hash_set<uint64_t> seen;
     while (batch.size() < static_cast<size_t>(size)) {
       const uint64_t key =
-          KeyOfRank(zipf != nullptr ? (*zipf)(rng) : uniform(rng));
+          bench::KeyOfRank(zipf != nullptr ? (*zipf)(rng) : uniform(rng));
       if (seen.insert(key).second) batch.push_back(key);
     }
   }
@@ -294,7 +294,7 @@ int Run() {
     std::fprintf(stderr, "ps_bench: --ops names neither pull nor push\n");
     return 2;
   }
-  const ZipfRanks zipf(keys, absl::GetFlag(FLAGS_zipf_s));
+  const bench::ZipfRanks zipf(keys, absl::GetFlag(FLAGS_zipf_s));
   std::printf(
       "ps_bench: %llu keys per table, Adagrad, %.1f s per figure, %u hardware "
       "threads\n",
@@ -338,7 +338,7 @@ int Run() {
           std::vector<float> values(all.size() * dim);
           for (uint64_t begin = 0; begin < keys; begin += all.size()) {
             const size_t n = std::min<uint64_t>(all.size(), keys - begin);
-            for (size_t i = 0; i < n; ++i) all[i] = KeyOfRank(begin + i);
+            for (size_t i = 0; i < n; ++i) all[i] = bench::KeyOfRank(begin + i);
             Check(client->Pull(table, absl::MakeConstSpan(all.data(), n),
                                absl::MakeSpan(values.data(), n * dim)),
                   "filling");

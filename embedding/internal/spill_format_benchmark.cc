@@ -28,6 +28,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_split.h"
+#include "bench/key_distributions.h"
 #include "embedding/internal/spill_store.h"
 #include "rocksdb/cache.h"
 #include "rocksdb/db.h"
@@ -35,7 +36,6 @@
 #include "rocksdb/options.h"
 #include "rocksdb/sst_file_writer.h"
 #include "rocksdb/table.h"
-#include "tools/key_distributions.h"
 
 ABSL_FLAG(uint64_t, keys, 10'000'000, "rows in each store");
 ABSL_FLAG(int32_t, record_bytes, 520, "bytes per row (dim 64 with Adagrad)");
@@ -160,7 +160,7 @@ int Run() {
   }
   if (formats.empty()) return 2;
   std::vector<uint64_t> sorted_keys(keys);
-  for (uint64_t r = 0; r < keys; ++r) sorted_keys[r] = tools::KeyOfRank(r);
+  for (uint64_t r = 0; r < keys; ++r) sorted_keys[r] = bench::KeyOfRank(r);
   std::sort(sorted_keys.begin(), sorted_keys.end());
   std::vector<std::unique_ptr<rocksdb::DB>> dbs;
   for (size_t f = 0; f < formats.size(); ++f) {
@@ -174,7 +174,7 @@ int Run() {
       absl::GetFlag(FLAGS_zipf_s),
       100 * absl::GetFlag(FLAGS_resident_fraction));
 
-  const tools::ZipfRanks zipf(keys, absl::GetFlag(FLAGS_zipf_s));
+  const bench::ZipfRanks zipf(keys, absl::GetFlag(FLAGS_zipf_s));
   const uint64_t first_cold =
       static_cast<uint64_t>(absl::GetFlag(FLAGS_resident_fraction) * keys);
   std::mt19937_64 rng(7);
@@ -185,7 +185,7 @@ int Run() {
     std::vector<uint64_t> batch;
     while (batch.size() < static_cast<size_t>(absl::GetFlag(FLAGS_batch))) {
       const uint64_t rank = zipf(rng);
-      if (rank >= first_cold) batch.push_back(tools::KeyOfRank(rank));
+      if (rank >= first_cold) batch.push_back(bench::KeyOfRank(rank));
     }
     std::sort(batch.begin(), batch.end());
     batch.erase(std::unique(batch.begin(), batch.end()), batch.end());

@@ -3,8 +3,8 @@
 // The server listens on 127.0.0.1 with --port=0; Start waits until it has
 // written its port file. Stop (and the destructor) sends SIGTERM and reaps
 // it; a server that outlives its test is never left behind.
-#ifndef EMBEDPS_TESTS_SERVER_PROCESS_H_
-#define EMBEDPS_TESTS_SERVER_PROCESS_H_
+#ifndef EMBEDPS_COMMON_TESTING_SERVER_PROCESS_H_
+#define EMBEDPS_COMMON_TESTING_SERVER_PROCESS_H_
 
 #include <sys/types.h>
 
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "tests/child_process.h"
+#include "common/testing/child_process.h"
 
 namespace embedps::testing {
 
@@ -51,4 +51,4 @@ class ServerProcess {
 
 }  // namespace embedps::testing
 
-#endif  // EMBEDPS_TESTS_SERVER_PROCESS_H_
+#endif  // EMBEDPS_COMMON_TESTING_SERVER_PROCESS_H_

@@ -1,8 +1,8 @@
 // Key streams for benchmarks: Zipf-distributed ranks and a scramble from
 // rank to key, so hot keys spread over shards, stripes and hash slots like
 // real feature ids. Header-only; not for production code.
-#ifndef EMBEDPS_TOOLS_KEY_DISTRIBUTIONS_H_
-#define EMBEDPS_TOOLS_KEY_DISTRIBUTIONS_H_
+#ifndef EMBEDPS_BENCH_KEY_DISTRIBUTIONS_H_
+#define EMBEDPS_BENCH_KEY_DISTRIBUTIONS_H_
 
 #include <algorithm>
 #include <cmath>
@@ -12,7 +12,7 @@
 
 #include "common/key_hash.h"
 
-namespace embedps::tools {
+namespace embedps::bench {
 
 // The key of the row with rank `rank` (bijective).
 inline uint64_t KeyOfRank(uint64_t rank) { return Mix64(rank ^ 0x5bd1e995ull); }
@@ -41,6 +41,6 @@ class ZipfRanks {
   std::vector<double> cdf_;
 };
 
-}  // namespace embedps::tools
+}  // namespace embedps::bench
 
-#endif  // EMBEDPS_TOOLS_KEY_DISTRIBUTIONS_H_
+#endif  // EMBEDPS_BENCH_KEY_DISTRIBUTIONS_H_

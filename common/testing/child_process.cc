@@ -1,4 +1,4 @@
-#include "tests/child_process.h"
+#include "common/testing/child_process.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -3,8 +3,8 @@
 // The destructor sends SIGTERM to a child that is still running and reaps
 // it (SIGKILL after 10 s).
 // Thread safety: one thread at a time per ChildProcess.
-#ifndef EMBEDPS_TESTS_CHILD_PROCESS_H_
-#define EMBEDPS_TESTS_CHILD_PROCESS_H_
+#ifndef EMBEDPS_COMMON_TESTING_CHILD_PROCESS_H_
+#define EMBEDPS_COMMON_TESTING_CHILD_PROCESS_H_
 
 #include <sys/types.h>
 
@@ -52,4 +52,4 @@ std::string TestTempPath(const std::string& stem);
 
 }  // namespace embedps::testing
 
-#endif  // EMBEDPS_TESTS_CHILD_PROCESS_H_
+#endif  // EMBEDPS_COMMON_TESTING_CHILD_PROCESS_H_

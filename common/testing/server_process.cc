@@ -1,4 +1,4 @@
-#include "tests/server_process.h"
+#include "common/testing/server_process.h"
 
 #include <signal.h>
 

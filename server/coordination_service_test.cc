@@ -1,0 +1,61 @@
+// The Coordination service through its client, in this process.
+#include <atomic>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/coordination_client.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/shard_testing.h"
+
+namespace embedps {
+namespace {
+
+using ::embedps::testing::StatusIs;
+using ::testing::HasSubstr;
+
+TEST(CoordinationServiceTest, BarrierWaitAndTimeouts) {
+  server::testing::InProcessCluster cluster;
+  cluster.Start(2);
+  const std::vector<std::string>& addresses_ = cluster.addresses();
+  // Three workers, each with its own client, meet at a barrier twice and
+  // exchange their ranks through the store.
+  std::vector<std::thread> workers;
+  std::atomic<int> through{0};
+  for (int rank = 0; rank < 3; ++rank) {
+    workers.emplace_back([&, rank] {
+      auto store = client::CoordinationClient::Create(addresses_[0]);
+      ASSERT_OK(store->Set(absl::StrCat("addr/", rank),
+                           absl::StrCat("worker-", rank)));
+      ASSERT_OK_AND_ASSIGN(uint64_t g1,
+                           store->Barrier("start", 3, absl::Seconds(20)));
+      EXPECT_EQ(g1, 1u);
+      ASSERT_OK_AND_ASSIGN(auto all, store->Wait({"addr/0", "addr/1", "addr/2"},
+                                                 absl::Seconds(20)));
+      EXPECT_EQ(all[2], "worker-2");
+      ASSERT_OK_AND_ASSIGN(uint64_t g2,
+                           store->Barrier("start", 3, absl::Seconds(20)));
+      EXPECT_EQ(g2, 2u);
+      through.fetch_add(1);
+    });
+  }
+  for (auto& w : workers) w.join();
+  EXPECT_EQ(through.load(), 3);
+
+  auto store = client::CoordinationClient::Create(addresses_[0]);
+  EXPECT_THAT(store->Wait({"addr/0", "never"}, absl::Milliseconds(200)),
+              StatusIs(absl::StatusCode::kDeadlineExceeded,
+                       HasSubstr("missing: never")));
+  EXPECT_THAT(
+      store->Barrier("lonely", 2, absl::Milliseconds(200)),
+      StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("1 of 2")));
+  EXPECT_THAT(store->Get("never"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_THAT(store->Set("", "x"),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+}  // namespace
+}  // namespace embedps

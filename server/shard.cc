@@ -1,0 +1,177 @@
+#include "server/shard.h"
+
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "httplib.h"
+#include "server/checkpointer.h"
+#include "server/coordination_service.h"
+#include "server/rpc_metrics.h"
+#include "server/table_registry.h"
+
+namespace embedps::server {
+
+// Members are destroyed in reverse order: the servers stop before the
+// services and tables they call go.
+struct Shard::Parts {
+  explicit Parts(const ShardOptions& o)
+      : options(o),
+        registry(o.num_workers, o.spill_root, o.spill_block_cache_bytes,
+                 o.spill_read_around),
+        checkpointer(o.service.shard_index, o.service.num_shards, &registry),
+        service(o.service, &registry, &checkpointer, &metrics),
+        coordination(&metrics) {}
+
+  const ShardOptions options;
+  TableRegistry registry;
+  ShardCheckpointer checkpointer;
+  RpcMetrics metrics;
+  EmbeddingServiceImpl service;
+  // Every shard answers Coordination; by convention workers use shard 0's.
+  CoordinationServiceImpl coordination;
+  proto::LoadResponse restored;
+
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+  httplib::Server metrics_http;
+  std::thread metrics_thread;
+  int metrics_port = -1;
+
+  std::mutex shutdown_mu;
+  bool shut_down = false;
+};
+
+namespace {
+
+absl::Status CheckOptions(const ShardOptions& o) {
+  if (o.service.num_shards < 1 || o.service.shard_index < 0 ||
+      o.service.shard_index >= o.service.num_shards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shard_index ", o.service.shard_index,
+                     " must be in [0, num_shards ", o.service.num_shards, ")"));
+  }
+  if (o.num_workers < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_workers must be at least 1, not ", o.num_workers));
+  }
+  if (o.spill_block_cache_bytes == 0) {
+    return absl::InvalidArgumentError("spill_block_cache_bytes must be > 0");
+  }
+  if (o.port < 0 || o.port > 65535 || o.metrics_port < -1 ||
+      o.metrics_port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ports must be in [0, 65535] (metrics_port -1: none); got port ",
+        o.port, ", metrics_port ", o.metrics_port));
+  }
+  if (o.max_message_bytes < 1) {
+    return absl::InvalidArgumentError("max_message_bytes must be positive");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
+  RETURN_IF_ERROR(CheckOptions(options));
+  auto parts = std::make_unique<Parts>(options);
+  for (const proto::TableConfig& config : options.tables.table()) {
+    absl::StatusOr<TableRegistry::CreateResult> created =
+        parts->registry.Create(config);
+    if (!created.ok()) {
+      return absl::Status(created.status().code(),
+                          absl::StrCat("table '", config.name(),
+                                       "': ", created.status().message()));
+    }
+  }
+  if (!options.restore.empty()) {
+    ASSIGN_OR_RETURN(parts->restored,
+                     parts->checkpointer.Restore(options.restore));
+  }
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  const std::string address = absl::StrCat(options.host, ":", options.port);
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
+                           &parts->port);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  builder.RegisterService(&parts->service);
+  builder.RegisterService(&parts->coordination);
+  parts->server = builder.BuildAndStart();
+  if (parts->server == nullptr || parts->port == 0) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen on ", address,
+                     " (in use, or not an address of this host)"));
+  }
+  if (options.metrics_port >= 0) {
+    // Prometheus text, rendered from the same numbers as Stats.
+    Parts* p = parts.get();
+    p->metrics_http.Get(
+        "/metrics", [p](const httplib::Request&, httplib::Response& res) {
+          res.set_content(RenderPrometheus(p->service.CollectStats()),
+                          "text/plain; version=0.0.4");
+        });
+    p->metrics_port =
+        options.metrics_port == 0
+            ? p->metrics_http.bind_to_any_port(options.host)
+            : (p->metrics_http.bind_to_port(options.host, options.metrics_port)
+                   ? options.metrics_port
+                   : -1);
+    if (p->metrics_port < 0) {
+      p->server->Shutdown();
+      return absl::UnavailableError(
+          absl::StrCat("cannot listen for metrics on ", options.host, ":",
+                       options.metrics_port));
+    }
+    p->metrics_thread =
+        std::thread([p] { p->metrics_http.listen_after_bind(); });
+  }
+  return std::unique_ptr<Shard>(new Shard(std::move(parts)));
+}
+
+Shard::Shard(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
+
+Shard::~Shard() {
+  Shutdown();
+  Wait();
+}
+
+int Shard::port() const { return parts_->port; }
+std::string Shard::address() const {
+  return absl::StrCat(parts_->options.host, ":", parts_->port);
+}
+int Shard::metrics_port() const { return parts_->metrics_port; }
+const proto::LoadResponse& Shard::restored() const { return parts_->restored; }
+int Shard::num_tables() const {
+  return static_cast<int>(parts_->registry.List().size());
+}
+
+void Shard::Shutdown(absl::Duration grace) {
+  {
+    std::lock_guard<std::mutex> lock(parts_->shutdown_mu);
+    if (parts_->shut_down) return;
+    parts_->shut_down = true;
+  }
+  parts_->server->Shutdown(std::chrono::system_clock::now() +
+                           absl::ToChronoMilliseconds(grace));
+  if (parts_->metrics_port >= 0) parts_->metrics_http.stop();
+}
+
+void Shard::Wait() {
+  parts_->server->Wait();
+  std::lock_guard<std::mutex> lock(parts_->shutdown_mu);
+  if (parts_->metrics_thread.joinable()) parts_->metrics_thread.join();
+}
+
+proto::StatsResponse Shard::CollectStats() {
+  return parts_->service.CollectStats();
+}
+
+}  // namespace embedps::server

@@ -1,0 +1,91 @@
+// Shard: one running parameter-server shard, assembled from its parts —
+// the table registry, the checkpointer, EmbeddingService, Coordination, the
+// gRPC health and reflection services, and the Prometheus /metrics page.
+//
+// ps_server's main maps its flags to ShardOptions and calls Start; tests
+// start shards in process on 127.0.0.1:0 the same way, so the client, the
+// services and the registry are tested without spawning processes
+// (process tests remain for crashes, signals and restarts).
+//
+// Thread safety: Shutdown and Wait may be called from any thread; the
+// accessors are constant after Start.
+#ifndef EMBEDPS_SERVER_SHARD_H_
+#define EMBEDPS_SERVER_SHARD_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "proto/embedps.pb.h"
+#include "server/embedding_service.h"
+
+namespace embedps::server {
+
+struct ShardOptions {
+  // Address to listen on. Default: 127.0.0.1 (loopback only).
+  std::string host = "127.0.0.1";
+  // 0 picks a free port (see Shard::port()). Default: 0.
+  int port = 0;
+  // Which shard, limits, test hooks. Default: shard 0 of 1.
+  ServiceOptions service;
+  // Workers the SYNC and SSP modes wait for. Default: 1.
+  int32_t num_workers = 1;
+  // Local directory of this shard's spill tiers (emptied at start); empty:
+  // memory budgets are only reported. Default: empty.
+  std::string spill_root;
+  // RocksDB block cache of each spill tier. Default: 64 MiB.
+  uint64_t spill_block_cache_bytes = uint64_t{64} << 20;
+  // embedding::TableOptions::spill_read_around. Default: false.
+  bool spill_read_around = false;
+  // Tables created before the shard serves. Default: none.
+  proto::TableConfigList tables;
+  // A checkpoint (directory, or a root: its latest complete checkpoint) to
+  // restore before serving. Default: none.
+  std::string restore;
+  // Largest gRPC message accepted or sent. Default: 1 GiB.
+  int max_message_bytes = 1 << 30;
+  // Port of the Prometheus page on `host`: 0 picks one, -1 none.
+  // Default: -1.
+  int metrics_port = -1;
+};
+
+class Shard {
+ public:
+  // Creates the tables, restores, and starts serving. INVALID_ARGUMENT for
+  // options that cannot work (naming the field), the error of a table or a
+  // restore, UNAVAILABLE if the ports cannot be bound.
+  static absl::StatusOr<std::unique_ptr<Shard>> Start(ShardOptions options);
+
+  // Shutdown(zero grace), then waits.
+  ~Shard();
+  Shard(const Shard&) = delete;
+  Shard& operator=(const Shard&) = delete;
+
+  // The bound gRPC port and "host:port".
+  int port() const;
+  std::string address() const;
+  // The bound /metrics port, or -1.
+  int metrics_port() const;
+  // What --restore restored (empty name if nothing).
+  const proto::LoadResponse& restored() const;
+  int num_tables() const;
+
+  // Stops taking calls; calls in flight get until now + `grace` to finish,
+  // then are cancelled. Idempotent.
+  void Shutdown(absl::Duration grace = absl::ZeroDuration());
+  // Returns once the shard is shut down.
+  void Wait();
+
+  // The Stats RPC's answer, not counted as a call.
+  proto::StatsResponse CollectStats();
+
+ private:
+  struct Parts;
+  explicit Shard(std::unique_ptr<Parts> parts);
+  std::unique_ptr<Parts> parts_;
+};
+
+}  // namespace embedps::server
+
+#endif  // EMBEDPS_SERVER_SHARD_H_
