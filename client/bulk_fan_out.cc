@@ -1,6 +1,6 @@
 #include "client/bulk_fan_out.h"
 
-#include <algorithm>
+#include <future>
 #include <optional>
 #include <utility>
 
@@ -8,103 +8,111 @@
 
 namespace embedps::client {
 
+std::shared_ptr<BulkFanOut> BulkFanOut::Create(const std::string& method_path,
+                                               std::string method,
+                                               const RetryPolicy& policy,
+                                               absl::Duration extra_time,
+                                               OnResponse on_response) {
+  return std::shared_ptr<BulkFanOut>(
+      new BulkFanOut(method_path, std::move(method), policy, extra_time,
+                     std::move(on_response)));
+}
+
 BulkFanOut::BulkFanOut(const std::string& method_path, std::string method,
-                       const RetryPolicy& policy, absl::Duration extra_time)
+                       const RetryPolicy& policy, absl::Duration extra_time,
+                       OnResponse on_response)
     : method_path_(method_path),
       method_(std::move(method)),
       policy_(policy),
-      extra_time_(extra_time) {}
+      extra_time_(extra_time),
+      on_response_(std::move(on_response)) {}
 
-BulkFanOut::~BulkFanOut() {
-  while (in_flight_ > 0) {
-    WaitForCompletion(absl::InfiniteFuture());
-    --in_flight_;
-  }
-}
+BulkFanOut::~BulkFanOut() = default;
 
 void BulkFanOut::Start(grpc::GenericStub* stub, int32_t shard,
                        std::string server, grpc::ByteBuffer request) {
   Call& call = calls_.emplace_back();
+  call.index = calls_.size() - 1;
   call.stub = stub;
   call.shard = shard;
   call.server = std::move(server);
   call.request = std::move(request);
   call.schedule = RetrySchedule(policy_, extra_time_);
-  Attempt(calls_.size() - 1);
+  {
+    MutexLock lock(&mu_);
+    ++unfinished_;
+  }
+  Attempt(&call);
 }
 
-void BulkFanOut::Attempt(size_t index) {
-  Call* const call = &calls_[index];
+void BulkFanOut::Attempt(Call* call) {
   call->context = std::make_unique<grpc::ClientContext>();
   call->context->set_deadline(
       absl::ToChronoTime(call->schedule.StartAttempt()));
   call->response.Clear();
-  ++in_flight_;
-  // The callback runs on one of gRPC's threads; it only hands the call
-  // back to the thread in Finish.
+  // The callback holds the fan-out: it lives until its last call is done.
   call->stub->UnaryCall(call->context.get(), method_path_, grpc::StubOptions(),
                         &call->request, &call->response,
-                        [this, call, index](grpc::Status status) {
-                          std::lock_guard<std::mutex> lock(mu_);
-                          call->status = std::move(status);
-                          completed_.push_back(index);
-                          completed_cv_.notify_one();
+                        [self = shared_from_this(), call](grpc::Status status) {
+                          self->Completed(call, std::move(status));
                         });
 }
 
-size_t BulkFanOut::WaitForCompletion(absl::Time until) {
-  std::unique_lock<std::mutex> lock(mu_);
-  const auto ready = [&] { return !completed_.empty(); };
-  if (until == absl::InfiniteFuture()) {
-    completed_cv_.wait(lock, ready);
-  } else if (!completed_cv_.wait_until(lock, absl::ToChronoTime(until),
-                                       ready)) {
-    return calls_.size();
+void BulkFanOut::Completed(Call* call, grpc::Status status) {
+  if (status.ok()) {
+    absl::Status handled = on_response_(call->index, call->response);
+    call->response.Clear();
+    Finished(std::move(handled));
+    return;
   }
-  const size_t index = completed_.back();
-  completed_.pop_back();
-  return index;
+  if (const std::optional<absl::Duration> backoff =
+          call->schedule.BackoffAfter(status, absl::Now())) {
+    // The next attempt starts from the alarm's callback, on a gRPC thread.
+    call->backoff = std::make_unique<grpc::Alarm>();
+    call->backoff->Set(absl::ToChronoTime(absl::Now() + *backoff),
+                       [self = shared_from_this(), call](bool /*fired*/) {
+                         self->Attempt(call);
+                       });
+    return;
+  }
+  Finished(CallFailed(method_, call->shard, call->server,
+                      call->schedule.attempts(), status));
 }
 
-absl::Status BulkFanOut::Finish(
-    absl::FunctionRef<absl::Status(size_t call, const grpc::ByteBuffer&)>
-        on_response) {
-  absl::Status first_error;
-  // Calls waiting out their backoff: (when to start the next attempt, call).
-  std::vector<std::pair<absl::Time, size_t>> retries;
-  while (in_flight_ > 0 || !retries.empty()) {
-    absl::Time next_retry = absl::InfiniteFuture();
-    for (const auto& [when, index] : retries) {
-      next_retry = std::min(next_retry, when);
-    }
-    const size_t index = WaitForCompletion(next_retry);
-    const absl::Time now = absl::Now();
-    for (size_t r = 0; r < retries.size();) {
-      if (retries[r].first <= now) {
-        Attempt(retries[r].second);
-        retries[r] = retries.back();
-        retries.pop_back();
-      } else {
-        ++r;
-      }
-    }
-    if (index == calls_.size()) continue;  // only a retry was due
-    --in_flight_;
-    Call& call = calls_[index];
-    if (call.status.ok()) {
-      first_error.Update(on_response(index, call.response));
-      call.response.Clear();
-      continue;
-    }
-    if (const std::optional<absl::Duration> backoff =
-            call.schedule.BackoffAfter(call.status, now)) {
-      retries.emplace_back(now + *backoff, index);
-      continue;
-    }
-    first_error.Update(CallFailed(method_, call.shard, call.server,
-                                  call.schedule.attempts(), call.status));
+void BulkFanOut::Finished(absl::Status error) {
+  Done done;
+  absl::Status status;
+  {
+    MutexLock lock(&mu_);
+    first_error_.Update(error);
+    if (--unfinished_ > 0 || !sealed_) return;
+    done = std::move(done_);
+    status = first_error_;
   }
-  return first_error;
+  std::move(done)(std::move(status));
+}
+
+void BulkFanOut::Seal(Done done) {
+  absl::Status status;
+  {
+    MutexLock lock(&mu_);
+    sealed_ = true;
+    if (unfinished_ > 0) {
+      done_ = std::move(done);
+      return;
+    }
+    status = first_error_;
+  }
+  std::move(done)(std::move(status));
+}
+
+absl::Status BulkFanOut::Wait() {
+  auto promise = std::make_shared<std::promise<absl::Status>>();
+  std::future<absl::Status> result = promise->get_future();
+  Seal([promise](absl::Status status) {
+    promise->set_value(std::move(status));
+  });
+  return result.get();
 }
 
 }  // namespace embedps::client

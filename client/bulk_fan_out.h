@@ -1,34 +1,36 @@
 // BulkFanOut: the unary bulk calls of one Pull or Push (one per part of the
-// batch), in flight together from the calling thread on gRPC's callback
-// API — no thread per call.
+// batch), in flight together on gRPC's callback API — no thread per call,
+// and none per asynchronous Pull or Push either.
 //
 // Each call starts as soon as the caller has built its request (Start), so
 // building part k+1 overlaps part k's transfer and the server's work on it.
-// Finish hands each response to the caller, on the calling thread, as it
-// arrives, and retries calls that failed with UNAVAILABLE (or passed their
-// own deadline) with exponential backoff until the retry deadline, without
-// holding up the other calls.
+// Responses are handed to `on_response` on gRPC's callback threads as they
+// arrive; calls that fail with UNAVAILABLE (or pass their own deadline) are
+// retried with exponential backoff (a grpc::Alarm, no sleeping thread)
+// until the retry deadline, without holding up the other calls. Once the
+// caller has sealed the fan-out and every call has finished, `done` runs
+// once with OK or the first error.
 //
-// Not thread-safe: one thread Starts and Finishes. Every started call is
-// waited for before Finish returns (and by the destructor), so requests,
-// responses and contexts never outlive their calls.
+// Thread safety: one thread Starts and Seals; on_response may run for
+// different calls at once (on gRPC's threads) and must be safe for that.
+// The fan-out keeps itself alive until `done` has run; the stubs must
+// outlive it. Do not wait for `done` on one of gRPC's callback threads.
 #ifndef EMBEDPS_CLIENT_BULK_FAN_OUT_H_
 #define EMBEDPS_CLIENT_BULK_FAN_OUT_H_
 
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <vector>
 
-#include "absl/functional/function_ref.h"
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
-#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "client/retry.h"
+#include "common/mutex.h"
+#include "grpcpp/alarm.h"
 #include "grpcpp/client_context.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/support/byte_buffer.h"
@@ -36,63 +38,78 @@
 
 namespace embedps::client {
 
-class BulkFanOut {
+class BulkFanOut : public std::enable_shared_from_this<BulkFanOut> {
  public:
+  using OnResponse =
+      std::function<absl::Status(size_t call, const grpc::ByteBuffer&)>;
+  using Done = absl::AnyInvocable<void(absl::Status) &&>;
+
   // `method_path`: "/package.Service/Method"; `method`: its name in error
   // messages. `extra_time`: how long a server may legitimately hold a call
   // beyond rpc_timeout (a SYNC Pull waiting for other workers).
-  BulkFanOut(const std::string& method_path, std::string method,
-             const RetryPolicy& policy,
-             absl::Duration extra_time = absl::ZeroDuration());
+  // `on_response(call, response)` runs for each call that succeeded; its
+  // first error becomes the fan-out's.
+  static std::shared_ptr<BulkFanOut> Create(const std::string& method_path,
+                                            std::string method,
+                                            const RetryPolicy& policy,
+                                            absl::Duration extra_time,
+                                            OnResponse on_response);
   BulkFanOut(const BulkFanOut&) = delete;
   BulkFanOut& operator=(const BulkFanOut&) = delete;
-  // Waits for calls still in flight (after an early return of Finish's
-  // caller, say).
   ~BulkFanOut();
 
   // Starts call number `calls_started()` to `stub` (shard `shard`, at
-  // `server`, for messages) with `request`. `stub` must outlive this
-  // object.
+  // `server`, for messages) with `request`. REQUIRES: not sealed.
   void Start(grpc::GenericStub* stub, int32_t shard, std::string server,
              grpc::ByteBuffer request);
   size_t calls_started() const { return calls_.size(); }
 
-  // Waits for every started call. `on_response(call, response)` runs on
-  // this thread for each call that succeeded, as it arrives (in any
-  // order). Returns OK, or the first error: a call's after its retries
-  // (code of the last attempt, message naming the shard and the attempts),
-  // or on_response's. Every call is finished either way.
-  absl::Status Finish(
-      absl::FunctionRef<absl::Status(size_t call, const grpc::ByteBuffer&)>
-          on_response);
+  // No more calls: `done(status)` runs once every started call finished —
+  // OK, or the first error: a call's after its retries (code of the last
+  // attempt, message naming the shard and the attempts), or on_response's.
+  // It runs on a gRPC thread, or on this one if every call has finished.
+  void Seal(Done done);
+
+  // Seal, then block until every call finished; returns the status.
+  absl::Status Wait();
 
  private:
   struct Call {
+    size_t index;
     grpc::GenericStub* stub;
     int32_t shard;
     std::string server;
     grpc::ByteBuffer request;
     grpc::ByteBuffer response;
     std::unique_ptr<grpc::ClientContext> context;
-    grpc::Status status;  // of the latest attempt, once it completed
+    std::unique_ptr<grpc::Alarm> backoff;
     RetrySchedule schedule{RetryPolicy{}};
   };
+  BulkFanOut(const std::string& method_path, std::string method,
+             const RetryPolicy& policy, absl::Duration extra_time,
+             OnResponse on_response);
   // Starts the next attempt of `call`.
-  void Attempt(size_t index);
-  // Blocks until an attempt has completed (returns its call) or `until`.
-  // Returns calls_.size() on timeout.
-  size_t WaitForCompletion(absl::Time until);
+  void Attempt(Call* call);
+  // An attempt of `call` ended with `status` (on a gRPC thread).
+  void Completed(Call* call, grpc::Status status);
+  // The call is finished, with `error` if it failed.
+  void Finished(absl::Status error);
 
   const std::string method_path_;
   const std::string method_;
   const RetryPolicy policy_;
   const absl::Duration extra_time_;
-  std::deque<Call> calls_;  // stable addresses: gRPC holds pointers
-  size_t in_flight_ = 0;    // attempts started and not yet taken back
+  const OnResponse on_response_;
+  // Stable addresses: gRPC and the callbacks hold pointers to calls (never
+  // an index into the deque, which Start may grow meanwhile). Each call's
+  // fields are touched by one attempt at a time.
+  std::deque<Call> calls_;
 
-  std::mutex mu_;
-  std::condition_variable completed_cv_;
-  std::vector<size_t> completed_;  // guarded by mu_
+  Mutex mu_;
+  size_t unfinished_ ABSL_GUARDED_BY(mu_) = 0;
+  bool sealed_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status first_error_ ABSL_GUARDED_BY(mu_);
+  Done done_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace embedps::client

@@ -1,13 +1,14 @@
 #include "client/bulk_fan_out.h"
 
 #include <atomic>
+#include <future>
 #include <map>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/mutex.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/async_generic_service.h"
@@ -45,13 +46,13 @@ class EchoServer {
 
   std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
   int times_seen(const std::string& request) {
-    std::lock_guard<std::mutex> lock(service_.mu);
+    MutexLock lock(&service_.mu);
     return service_.seen[request];
   }
 
  private:
   struct Service : grpc::CallbackGenericService {
-    std::mutex mu;
+    Mutex mu;
     std::map<std::string, int> seen;
 
     grpc::ServerGenericBidiReactor* CreateReactor(
@@ -72,7 +73,7 @@ class EchoServer {
       const std::string request = ByteBufferContents(request_);
       int seen = 0;
       {
-        std::lock_guard<std::mutex> lock(service_->mu);
+        MutexLock lock(&service_->mu);
         seen = ++service_->seen[request];
       }
       int code = 0, failures = 0;
@@ -114,17 +115,22 @@ class BulkFanOutTest : public ::testing::Test {
   // status; `responses` gets what on_response saw, by call.
   absl::Status Run(const std::vector<std::string>& requests,
                    std::map<size_t, std::string>* responses) {
-    BulkFanOut calls("/test.Echo/Echo", "Echo", policy_);
+    // on_response runs on gRPC's threads, several at once.
+    Mutex mu;
+    std::shared_ptr<BulkFanOut> calls = BulkFanOut::Create(
+        "/test.Echo/Echo", "Echo", policy_, absl::ZeroDuration(),
+        [&](size_t call, const grpc::ByteBuffer& response) {
+          MutexLock lock(&mu);
+          EXPECT_EQ(responses->count(call), 0u) << "call " << call << " twice";
+          (*responses)[call] = ByteBufferContents(response);
+          return absl::OkStatus();
+        });
     for (size_t i = 0; i < requests.size(); ++i) {
-      calls.Start(&stub_, static_cast<int32_t>(i), server_.address(),
-                  BufferOf(requests[i]));
+      calls->Start(&stub_, static_cast<int32_t>(i), server_.address(),
+                   BufferOf(requests[i]));
     }
-    EXPECT_EQ(calls.calls_started(), requests.size());
-    return calls.Finish([&](size_t call, const grpc::ByteBuffer& response) {
-      EXPECT_EQ(responses->count(call), 0u) << "call " << call << " twice";
-      (*responses)[call] = ByteBufferContents(response);
-      return absl::OkStatus();
-    });
+    EXPECT_EQ(calls->calls_started(), requests.size());
+    return calls->Wait();
   }
 
   EchoServer server_;
@@ -183,26 +189,51 @@ TEST_F(BulkFanOutTest, AnAttemptPastItsDeadlineIsRetried) {
   EXPECT_GT(server_.times_seen("slow"), 1);
 }
 
-TEST_F(BulkFanOutTest, TheFirstErrorOfOnResponseIsReturned) {
-  BulkFanOut calls("/test.Echo/Echo", "Echo", policy_);
-  calls.Start(&stub_, 0, server_.address(), BufferOf("x"));
-  calls.Start(&stub_, 1, server_.address(), BufferOf("y"));
-  int handed = 0;
-  const absl::Status status =
-      calls.Finish([&](size_t, const grpc::ByteBuffer&) {
-        return ++handed == 1 ? absl::DataLossError("first")
-                             : absl::InternalError("second");
+TEST_F(BulkFanOutTest, AnErrorOfOnResponseIsReturned) {
+  std::atomic<int> handed{0};
+  std::shared_ptr<BulkFanOut> calls = BulkFanOut::Create(
+      "/test.Echo/Echo", "Echo", policy_, absl::ZeroDuration(),
+      [&](size_t call, const grpc::ByteBuffer&) {
+        ++handed;
+        return call == 1 ? absl::DataLossError("bad response")
+                         : absl::OkStatus();
       });
-  EXPECT_THAT(status, StatusIs(absl::StatusCode::kDataLoss, "first"));
-  EXPECT_EQ(handed, 2);
+  calls->Start(&stub_, 0, server_.address(), BufferOf("x"));
+  calls->Start(&stub_, 1, server_.address(), BufferOf("y"));
+  calls->Start(&stub_, 2, server_.address(), BufferOf("z"));
+  EXPECT_THAT(calls->Wait(),
+              StatusIs(absl::StatusCode::kDataLoss, "bad response"));
+  EXPECT_EQ(handed.load(), 3);
 }
 
-TEST_F(BulkFanOutTest, DestroyingWithoutFinishWaitsForTheCalls) {
+// Seal's callback runs once, after the last call, even when the caller has
+// let go of the fan-out: it keeps itself alive.
+TEST_F(BulkFanOutTest, DoneRunsOnceAfterTheLastCallWithoutTheCaller) {
+  std::promise<absl::Status> done;
+  std::future<absl::Status> result = done.get_future();
+  std::atomic<int> runs{0};
   {
-    BulkFanOut calls("/test.Echo/Echo", "Echo", policy_);
-    calls.Start(&stub_, 0, server_.address(), BufferOf("slow"));
+    std::shared_ptr<BulkFanOut> calls = BulkFanOut::Create(
+        "/test.Echo/Echo", "Echo", policy_, absl::ZeroDuration(),
+        [](size_t, const grpc::ByteBuffer&) { return absl::OkStatus(); });
+    calls->Start(&stub_, 0, server_.address(), BufferOf("slow"));
+    calls->Start(&stub_, 1, server_.address(), BufferOf("fail:14:2"));
+    calls->Seal([&](absl::Status status) {
+      ++runs;
+      done.set_value(std::move(status));
+    });
   }
+  EXPECT_OK(result.get());
+  EXPECT_EQ(runs.load(), 1);
   EXPECT_EQ(server_.times_seen("slow"), 1);
+  EXPECT_EQ(server_.times_seen("fail:14:2"), 3);
+}
+
+TEST_F(BulkFanOutTest, SealingWithNoCallsIsDoneAtOnce) {
+  std::shared_ptr<BulkFanOut> calls = BulkFanOut::Create(
+      "/test.Echo/Echo", "Echo", policy_, absl::ZeroDuration(),
+      [](size_t, const grpc::ByteBuffer&) { return absl::OkStatus(); });
+  EXPECT_OK(calls->Wait());
 }
 
 }  // namespace

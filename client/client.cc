@@ -24,12 +24,21 @@ namespace {
 
 // A batch's distinct keys, and where each caller position finds its row.
 struct Dedup {
-  std::vector<uint64_t> keys;      // distinct, in order of first occurrence
+  // Distinct, in order of first occurrence; a view of the caller's keys
+  // when they are distinct (or said to be).
+  absl::Span<const uint64_t> keys;
+  std::vector<uint64_t> storage;   // keys, unless they are the caller's
   std::vector<uint32_t> position;  // caller position i -> index into keys
+  // keys are the caller's keys in the caller's order.
+  bool distinct() const { return position.empty(); }
 };
 
-Dedup Deduplicate(absl::Span<const uint64_t> keys) {
+Dedup Deduplicate(absl::Span<const uint64_t> keys, Client::Keys keys_are) {
   Dedup d;
+  if (keys_are == Client::Keys::kUnique) {
+    d.keys = keys;
+    return d;
+  }
   d.position.resize(keys.size());
   absl::flat_hash_map<uint64_t, uint32_t> index;
   index.reserve(keys.size());
@@ -40,9 +49,17 @@ Dedup Deduplicate(absl::Span<const uint64_t> keys) {
     if (i + kPrefetchDistance < keys.size()) {
       index.prefetch(keys[i + kPrefetchDistance]);
     }
-    auto [it, inserted] = index.try_emplace(keys[i], d.keys.size());
-    if (inserted) d.keys.push_back(keys[i]);
+    auto [it, inserted] = index.try_emplace(keys[i], d.storage.size());
+    if (inserted) d.storage.push_back(keys[i]);
     d.position[i] = it->second;
+  }
+  if (d.storage.size() == keys.size()) {
+    // No duplicates: the caller's keys, in order.
+    d.storage.clear();
+    d.position.clear();
+    d.keys = keys;
+  } else {
+    d.keys = d.storage;
   }
   return d;
 }
@@ -76,8 +93,8 @@ void CloseStepOnEveryShard(int32_t shards, std::vector<Part>& parts) {
   }
 }
 
-std::vector<Part> SplitByShard(const std::vector<uint64_t>& keys,
-                               int32_t shards, size_t max_keys) {
+std::vector<Part> SplitByShard(absl::Span<const uint64_t> keys, int32_t shards,
+                               size_t max_keys) {
   std::vector<std::vector<uint32_t>> by_shard(shards);
   for (uint32_t i = 0; i < keys.size(); ++i) {
     by_shard[ShardOfKey(keys[i], shards)].push_back(i);
@@ -248,59 +265,97 @@ absl::StatusOr<TableHandle> Client::CreateTable(
   return handle;
 }
 
+namespace {
+
+// A ready future holding `status`.
+std::future<absl::Status> Ready(absl::Status status) {
+  std::promise<absl::Status> promise;
+  promise.set_value(std::move(status));
+  return promise.get_future();
+}
+
+// What a Pull needs until its last response: the batch's parts and where
+// their rows go.
+struct PullOp {
+  Dedup dedup;
+  std::vector<Part> parts;
+  // Rows of the distinct keys when they are not the caller's in order.
+  std::vector<float> rows;
+  absl::Span<float> values;
+  size_t dim = 0;
+  std::promise<absl::Status> done;
+};
+
+}  // namespace
+
 absl::Status Client::Pull(const TableHandle& table,
                           absl::Span<const uint64_t> keys,
-                          absl::Span<float> values, uint64_t step) {
-  return PullRows(table, keys, values, step, /*read_only=*/false);
+                          absl::Span<float> values, uint64_t step,
+                          Keys keys_are) {
+  return StartPull(table, keys, values, step, /*read_only=*/false, keys_are)
+      .get();
 }
 
 absl::Status Client::Lookup(const TableHandle& table,
                             absl::Span<const uint64_t> keys,
-                            absl::Span<float> values, uint64_t step) {
-  return PullRows(table, keys, values, step, /*read_only=*/true);
+                            absl::Span<float> values, uint64_t step,
+                            Keys keys_are) {
+  return StartPull(table, keys, values, step, /*read_only=*/true, keys_are)
+      .get();
 }
 
-absl::Status Client::PullRows(const TableHandle& table,
-                              absl::Span<const uint64_t> keys,
-                              absl::Span<float> values, uint64_t step,
-                              bool read_only) {
+std::future<absl::Status> Client::PullAsync(const TableHandle& table,
+                                            absl::Span<const uint64_t> keys,
+                                            absl::Span<float> values,
+                                            uint64_t step, Keys keys_are) {
+  return StartPull(table, keys, values, step, /*read_only=*/false, keys_are);
+}
+
+std::future<absl::Status> Client::LookupAsync(const TableHandle& table,
+                                              absl::Span<const uint64_t> keys,
+                                              absl::Span<float> values,
+                                              uint64_t step, Keys keys_are) {
+  return StartPull(table, keys, values, step, /*read_only=*/true, keys_are);
+}
+
+std::future<absl::Status> Client::StartPull(const TableHandle& table,
+                                            absl::Span<const uint64_t> keys,
+                                            absl::Span<float> values,
+                                            uint64_t step, bool read_only,
+                                            Keys keys_are) {
   const char* const method = read_only ? "Lookup" : "Pull";
   const size_t dim = table.dim;
   if (values.size() != keys.size() * dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
+    return Ready(absl::InvalidArgumentError(absl::StrCat(
         method, " of table '", table.name, "': ", keys.size(), " keys need ",
-        keys.size() * dim, " values (dim ", dim, "), got ", values.size()));
+        keys.size() * dim, " values (dim ", dim, "), got ", values.size())));
   }
   if (table.shard_table_ids.size() != static_cast<size_t>(num_shards())) {
-    return absl::InvalidArgumentError("TableHandle is not from this client");
+    return Ready(
+        absl::InvalidArgumentError("TableHandle is not from this client"));
   }
-  if (keys.empty()) return absl::OkStatus();
-  const Dedup dedup = Deduplicate(keys);
-  const std::vector<Part> parts = SplitByShard(
-      dedup.keys, num_shards(), impl_->options.max_keys_per_request);
+  if (keys.empty()) return Ready(absl::OkStatus());
+  auto op = std::make_shared<PullOp>();
+  op->dedup = Deduplicate(keys, keys_are);
+  op->parts = SplitByShard(op->dedup.keys, num_shards(),
+                           impl_->options.max_keys_per_request);
+  op->values = values;
+  op->dim = dim;
   // Without duplicates the distinct keys are the caller's keys in order,
   // so rows land in `values` directly; otherwise in `rows`, then fanned out.
-  const bool distinct = dedup.keys.size() == keys.size();
-  std::vector<float> rows(distinct ? 0 : dedup.keys.size() * dim);
-  float* const row_base = distinct ? values.data() : rows.data();
+  if (!op->dedup.distinct()) op->rows.resize(op->dedup.keys.size() * dim);
+  float* const row_base =
+      op->dedup.distinct() ? values.data() : op->rows.data();
   const proto::ValueType wire_type = impl_->options.wire_type;
-  // Each part's call starts as soon as its request is built.
-  BulkFanOut calls(impl_->pull_path, method, impl_->options.retry,
-                   table.step_timeout);
-  for (const Part& part : parts) {
-    proto::PullRequest header;
-    header.set_table_id(table.shard_table_ids[part.shard]);
-    header.set_value_type(wire_type);
-    header.set_step(step);
-    header.set_read_only(read_only);
-    calls.Start(impl_->Channel(part.shard).bulk.get(), part.shard,
-                impl_->options.servers[part.shard],
-                wire::EncodePullRequest(header, dedup.keys, part.rows));
-  }
-  // Each row goes from the received slices to its place.
-  const absl::Status status = calls.Finish(
-      [&](size_t p, const grpc::ByteBuffer& response) -> absl::Status {
-        const Part& part = parts[p];
+  std::future<absl::Status> result = op->done.get_future();
+  // Each row goes from the received slices to its place, on the gRPC
+  // thread that received it (parts write disjoint rows).
+  PullOp* const raw = op.get();
+  std::shared_ptr<BulkFanOut> calls = BulkFanOut::Create(
+      impl_->pull_path, method, impl_->options.retry, table.step_timeout,
+      [raw, row_base, wire_type](size_t p, const grpc::ByteBuffer& response) {
+        const Part& part = raw->parts[p];
+        const size_t dim = raw->dim;
         const absl::Status decoded = wire::DecodePullResponse(
             response, wire_type, part.rows.size(), dim, [&](size_t k) {
               return row_base + static_cast<size_t>(part.rows[k]) * dim;
@@ -312,37 +367,70 @@ absl::Status Client::PullRows(const TableHandle& table,
         }
         return absl::OkStatus();
       });
-  if (!status.ok()) return status;
-  if (distinct) return absl::OkStatus();
-  for (size_t i = 0; i < keys.size(); ++i) {
-    std::memcpy(values.data() + i * dim,
-                rows.data() + static_cast<size_t>(dedup.position[i]) * dim,
-                dim * sizeof(float));
+  // Each part's call starts as soon as its request is built.
+  for (const Part& part : op->parts) {
+    proto::PullRequest header;
+    header.set_table_id(table.shard_table_ids[part.shard]);
+    header.set_value_type(wire_type);
+    header.set_step(step);
+    header.set_read_only(read_only);
+    calls->Start(impl_->Channel(part.shard).bulk.get(), part.shard,
+                 impl_->options.servers[part.shard],
+                 wire::EncodePullRequest(header, op->dedup.keys, part.rows));
   }
-  return absl::OkStatus();
+  calls->Seal([op](absl::Status status) {
+    if (status.ok() && !op->dedup.distinct()) {
+      const size_t dim = op->dim;
+      for (size_t i = 0; i < op->dedup.position.size(); ++i) {
+        std::memcpy(
+            op->values.data() + i * dim,
+            op->rows.data() + static_cast<size_t>(op->dedup.position[i]) * dim,
+            dim * sizeof(float));
+      }
+    }
+    op->done.set_value(std::move(status));
+  });
+  return result;
 }
 
 absl::Status Client::Push(const TableHandle& table,
                           absl::Span<const uint64_t> keys,
-                          absl::Span<const float> grads, uint64_t step) {
+                          absl::Span<const float> grads, uint64_t step,
+                          Keys keys_are) {
+  return StartPush(table, keys, grads, step, keys_are).get();
+}
+
+std::future<absl::Status> Client::PushAsync(const TableHandle& table,
+                                            absl::Span<const uint64_t> keys,
+                                            absl::Span<const float> grads,
+                                            uint64_t step, Keys keys_are) {
+  return StartPush(table, keys, grads, step, keys_are);
+}
+
+std::future<absl::Status> Client::StartPush(const TableHandle& table,
+                                            absl::Span<const uint64_t> keys,
+                                            absl::Span<const float> grads,
+                                            uint64_t step, Keys keys_are) {
   const size_t dim = table.dim;
   if (grads.size() != keys.size() * dim) {
-    return absl::InvalidArgumentError(absl::StrCat(
+    return Ready(absl::InvalidArgumentError(absl::StrCat(
         "Push of table '", table.name, "': ", keys.size(), " keys need ",
-        keys.size() * dim, " gradients (dim ", dim, "), got ", grads.size()));
+        keys.size() * dim, " gradients (dim ", dim, "), got ", grads.size())));
   }
   if (table.shard_table_ids.size() != static_cast<size_t>(num_shards())) {
-    return absl::InvalidArgumentError("TableHandle is not from this client");
+    return Ready(
+        absl::InvalidArgumentError("TableHandle is not from this client"));
   }
   if (keys.empty() && table.mode == proto::ConsistencyConfig::ASYNC) {
-    return absl::OkStatus();
+    return Ready(absl::OkStatus());
   }
-  const Dedup dedup = Deduplicate(keys);
+  const Dedup dedup = Deduplicate(keys, keys_are);
   // Duplicate keys' gradients summed in batch order; without duplicates
-  // the caller's gradients are sent as they are.
-  const bool distinct = dedup.keys.size() == keys.size();
+  // the caller's gradients are sent as they are. Requests are built (and
+  // the gradients copied into them) before this returns: the caller's
+  // spans are not read afterwards.
   std::vector<float> summed;
-  if (!distinct) {
+  if (!dedup.distinct()) {
     summed.assign(dedup.keys.size() * dim, 0.0f);
     for (size_t i = 0; i < keys.size(); ++i) {
       float* sum = summed.data() + static_cast<size_t>(dedup.position[i]) * dim;
@@ -350,14 +438,19 @@ absl::Status Client::Push(const TableHandle& table,
       for (size_t d = 0; d < dim; ++d) sum[d] += g[d];
     }
   }
-  const float* const grad_base = distinct ? grads.data() : summed.data();
+  const float* const grad_base =
+      dedup.distinct() ? grads.data() : summed.data();
   std::vector<Part> parts = SplitByShard(dedup.keys, num_shards(),
                                          impl_->options.max_keys_per_request);
   if (table.mode != proto::ConsistencyConfig::ASYNC) {
     CloseStepOnEveryShard(num_shards(), parts);
   }
+  auto done = std::make_shared<std::promise<absl::Status>>();
+  std::future<absl::Status> result = done->get_future();
+  std::shared_ptr<BulkFanOut> calls = BulkFanOut::Create(
+      impl_->push_path, "Push", impl_->options.retry, absl::ZeroDuration(),
+      [](size_t, const grpc::ByteBuffer&) { return absl::OkStatus(); });
   // Each part's call starts as soon as its request is built.
-  BulkFanOut calls(impl_->push_path, "Push", impl_->options.retry);
   for (const Part& part : parts) {
     proto::PushRequest header;
     header.set_table_id(table.shard_table_ids[part.shard]);
@@ -366,40 +459,14 @@ absl::Status Client::Push(const TableHandle& table,
     header.set_client_id(impl_->client_id);
     header.set_sequence(impl_->next_sequence.fetch_add(1));
     header.set_parts_in_step(part.parts_in_step);
-    calls.Start(
+    calls->Start(
         impl_->Channel(part.shard).bulk.get(), part.shard,
         impl_->options.servers[part.shard],
         wire::EncodePushRequest(header, dedup.keys, part.rows, grad_base, dim));
   }
-  return calls.Finish(
-      [](size_t, const grpc::ByteBuffer&) { return absl::OkStatus(); });
-}
-
-std::future<absl::Status> Client::PullAsync(const TableHandle& table,
-                                            absl::Span<const uint64_t> keys,
-                                            absl::Span<float> values,
-                                            uint64_t step) {
-  return std::async(std::launch::async, [this, table, keys, values, step] {
-    return Pull(table, keys, values, step);
-  });
-}
-
-std::future<absl::Status> Client::LookupAsync(const TableHandle& table,
-                                              absl::Span<const uint64_t> keys,
-                                              absl::Span<float> values,
-                                              uint64_t step) {
-  return std::async(std::launch::async, [this, table, keys, values, step] {
-    return Lookup(table, keys, values, step);
-  });
-}
-
-std::future<absl::Status> Client::PushAsync(const TableHandle& table,
-                                            absl::Span<const uint64_t> keys,
-                                            absl::Span<const float> grads,
-                                            uint64_t step) {
-  return std::async(std::launch::async, [this, table, keys, grads, step] {
-    return Push(table, keys, grads, step);
-  });
+  calls->Seal(
+      [done](absl::Status status) { done->set_value(std::move(status)); });
+  return result;
 }
 
 absl::StatusOr<std::unique_ptr<Client::PendingCheckpoint>>

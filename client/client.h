@@ -76,11 +76,23 @@ class Client {
   // same spec is fine) and returns its handle.
   absl::StatusOr<TableHandle> CreateTable(const proto::TableConfig& config);
 
+  // What the caller knows about its keys.
+  enum class Keys {
+    // Any order, any duplicates: the client deduplicates them (one hash
+    // map pass), so each distinct key travels once.
+    kAny,
+    // The caller deduplicated them already (a training loop that gathers a
+    // batch's unique keys): the client skips its own pass. Duplicates are
+    // still answered correctly (the shards handle them), only not saved.
+    kUnique,
+  };
+
   // Writes the row of every key into `values` (keys.size() × dim floats).
   // INVALID_ARGUMENT if the size does not match; otherwise the first error
   // of any shard, after retries.
   absl::Status Pull(const TableHandle& table, absl::Span<const uint64_t> keys,
-                    absl::Span<float> values, uint64_t step = 0);
+                    absl::Span<float> values, uint64_t step = 0,
+                    Keys keys_are = Keys::kAny);
 
   // Sends the gradients (keys.size() × dim floats); duplicate keys' rows
   // are summed before sending. Each RPC carries this client's id and a
@@ -89,32 +101,38 @@ class Client {
   // shard is told the step is complete (shards without keys get an empty
   // closing push).
   absl::Status Push(const TableHandle& table, absl::Span<const uint64_t> keys,
-                    absl::Span<const float> grads, uint64_t step = 0);
+                    absl::Span<const float> grads, uint64_t step = 0,
+                    Keys keys_are = Keys::kAny);
 
   // Pull without side effects (serving, evaluation): creates no row and
   // changes no access metadata or admission counter; a key without a row
   // gets the initial values a Pull would have given it. SYNC/SSP tables
   // wait as a Pull of `step` would.
   absl::Status Lookup(const TableHandle& table, absl::Span<const uint64_t> keys,
-                      absl::Span<float> values, uint64_t step = 0);
+                      absl::Span<float> values, uint64_t step = 0,
+                      Keys keys_are = Keys::kAny);
 
-  // Asynchronous forms of Pull, Lookup and Push: start the call and return at
-  // once; the future yields its status. The spans are borrowed: `keys`,
+  // Asynchronous forms of Pull, Lookup and Push: start the call and return
+  // at once (no thread is started: the calls complete on gRPC's callback
+  // threads); the future yields its status. The spans are borrowed: `keys`,
   // `values` and `grads` must stay alive (and `keys`/`grads` unchanged)
   // until the future is ready. This lets a worker pull the next batch while
   // it computes on the current one.
   std::future<absl::Status> PullAsync(const TableHandle& table,
                                       absl::Span<const uint64_t> keys,
                                       absl::Span<float> values,
-                                      uint64_t step = 0);
+                                      uint64_t step = 0,
+                                      Keys keys_are = Keys::kAny);
   std::future<absl::Status> LookupAsync(const TableHandle& table,
                                         absl::Span<const uint64_t> keys,
                                         absl::Span<float> values,
-                                        uint64_t step = 0);
+                                        uint64_t step = 0,
+                                        Keys keys_are = Keys::kAny);
   std::future<absl::Status> PushAsync(const TableHandle& table,
                                       absl::Span<const uint64_t> keys,
                                       absl::Span<const float> grads,
-                                      uint64_t step = 0);
+                                      uint64_t step = 0,
+                                      Keys keys_are = Keys::kAny);
 
   // Stats of every shard, in shard order.
   absl::StatusOr<std::vector<proto::StatsResponse>> Stats();
@@ -178,10 +196,16 @@ class Client {
  private:
   struct Impl;
   explicit Client(std::unique_ptr<Impl> impl);
-  absl::Status PullRows(const TableHandle& table,
-                        absl::Span<const uint64_t> keys,
-                        absl::Span<float> values, uint64_t step,
-                        bool read_only);
+  // Start a Pull (or a Lookup) or a Push; the future is ready when it
+  // finished.
+  std::future<absl::Status> StartPull(const TableHandle& table,
+                                      absl::Span<const uint64_t> keys,
+                                      absl::Span<float> values, uint64_t step,
+                                      bool read_only, Keys keys_are);
+  std::future<absl::Status> StartPush(const TableHandle& table,
+                                      absl::Span<const uint64_t> keys,
+                                      absl::Span<const float> grads,
+                                      uint64_t step, Keys keys_are);
   std::unique_ptr<Impl> impl_;
 };
 

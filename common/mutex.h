@@ -1,5 +1,7 @@
-// embedps's mutex: a reader-writer lock with abseil's thread-safety
-// annotations, built on std::shared_mutex.
+// embedps's mutex and condition variable: a reader-writer lock with
+// abseil's thread-safety annotations, built on std::shared_mutex, and a
+// condition variable that waits on it. Every component uses these (no bare
+// std::mutex), so that the annotations cover all shared state.
 //
 // Why not absl::Mutex: Debian's abseil is a prebuilt shared library
 // without ThreadSanitizer instrumentation, so TSAN cannot see the
@@ -12,9 +14,12 @@
 #ifndef EMBEDPS_COMMON_MUTEX_H_
 #define EMBEDPS_COMMON_MUTEX_H_
 
+#include <condition_variable>
 #include <shared_mutex>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace embedps {
 
@@ -34,7 +39,50 @@ class ABSL_LOCKABLE Mutex {
   void ReaderUnlock() ABSL_UNLOCK_FUNCTION() { mu_.unlock_shared(); }
 
  private:
+  friend class CondVar;
   std::shared_mutex mu_;
+};
+
+// Waits for a change of state guarded by a Mutex, as absl::CondVar does.
+// Wait with the mutex held exclusively; it is released while waiting and
+// held again on return. Wake-ups may be spurious: wait in a loop on the
+// condition.
+class CondVar {
+ public:
+  CondVar() = default;
+  CondVar(const CondVar&) = delete;
+  CondVar& operator=(const CondVar&) = delete;
+
+  void Wait(Mutex* mu) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { cv_.wait(mu->mu_); }
+  // Returns true if `deadline` passed (the condition may hold regardless).
+  bool WaitWithDeadline(Mutex* mu, absl::Time deadline)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return cv_.wait_until(mu->mu_, absl::ToChronoTime(deadline)) ==
+           std::cv_status::timeout;
+  }
+  bool WaitWithTimeout(Mutex* mu, absl::Duration timeout)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return WaitWithDeadline(mu, absl::Now() + timeout);
+  }
+  // Waits until pred() holds (checked with `mu` held).
+  template <typename Predicate>
+  void Wait(Mutex* mu, Predicate pred) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    while (!pred()) Wait(mu);
+  }
+  // Waits until pred() holds or `deadline` passes; returns pred().
+  template <typename Predicate>
+  bool WaitUntil(Mutex* mu, absl::Time deadline, Predicate pred)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    while (!pred()) {
+      if (WaitWithDeadline(mu, deadline)) return pred();
+    }
+    return true;
+  }
+  void Signal() { cv_.notify_one(); }
+  void SignalAll() { cv_.notify_all(); }
+
+ private:
+  std::condition_variable_any cv_;
 };
 
 // Holds `mu` exclusively for its scope.

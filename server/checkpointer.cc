@@ -28,13 +28,13 @@ ShardCheckpointer::ShardCheckpointer(int32_t shard_index, int32_t num_shards,
     : shard_index_(shard_index), num_shards_(num_shards), registry_(registry) {}
 
 ShardCheckpointer::~ShardCheckpointer() {
-  std::unique_lock<std::mutex> lock(mu_);
-  WaitForWriterLocked(lock);
+  MutexLock lock(&mu_);
+  WaitForWriterLocked();
 }
 
-void ShardCheckpointer::WaitForWriterLocked(
-    std::unique_lock<std::mutex>& lock) {
-  written_.wait(lock, [&] { return !writing_; });
+void ShardCheckpointer::WaitForWriterLocked() {
+  written_.Wait(&mu_,
+                [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !writing_; });
   if (writer_.joinable()) writer_.join();
 }
 
@@ -54,10 +54,10 @@ absl::StatusOr<double> ShardCheckpointer::Save(
         " (every shard must reach it: the same machine or a shared file "
         "system)"));
   }
-  std::lock_guard<std::mutex> save_lock(save_mu_);
+  MutexLock save_lock(&save_mu_);
   {
-    std::unique_lock<std::mutex> lock(mu_);
-    WaitForWriterLocked(lock);
+    MutexLock lock(&mu_);
+    WaitForWriterLocked();
   }
   const bool incremental = request.incremental() && !request.parent().empty() &&
                            request.parent() == last_snapshot_;
@@ -80,7 +80,7 @@ absl::StatusOr<double> ShardCheckpointer::Save(
     snapshots.push_back({entry.config->name(), std::move(snapshot)});
   }
 
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   last_snapshot_ = request.name();
   save_name_ = request.name();
   writing_ = true;
@@ -117,18 +117,18 @@ absl::StatusOr<double> ShardCheckpointer::Save(
     }
     if (status.ok()) status = SyncPath(shard_dir);
     response.set_write_seconds(absl::ToDoubleSeconds(absl::Now() - begin));
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     save_status_ = status;
     save_response_ = std::move(response);
     writing_ = false;
-    written_.notify_all();
+    written_.SignalAll();
   });
   return absl::ToDoubleSeconds(pause);
 }
 
 absl::StatusOr<proto::AwaitSaveResponse> ShardCheckpointer::AwaitSave(
     const std::string& name) {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (name != save_name_) {
     return absl::NotFoundError(absl::StrCat(
         "no save named '", name, "' on shard ", shard_index_,
@@ -136,14 +136,15 @@ absl::StatusOr<proto::AwaitSaveResponse> ShardCheckpointer::AwaitSave(
             ? std::string(" (none started)")
             : absl::StrCat(" (the latest is '", save_name_, "')")));
   }
-  written_.wait(lock, [&] { return !writing_; });
+  written_.Wait(&mu_,
+                [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return !writing_; });
   if (!save_status_.ok()) return save_status_;
   return save_response_;
 }
 
 absl::StatusOr<proto::LoadResponse> ShardCheckpointer::Restore(
     const std::string& path) {
-  std::lock_guard<std::mutex> save_lock(save_mu_);
+  MutexLock save_lock(&save_mu_);
   const auto log = Logger("checkpoint");
   ASSIGN_OR_RETURN(const std::string dir, checkpoint::ResolveCheckpoint(path));
   ASSIGN_OR_RETURN(const std::vector<checkpoint::ChainLink> chain,
@@ -233,7 +234,7 @@ absl::StatusOr<proto::LoadResponse> ShardCheckpointer::Restore(
   }
   // Restored rows count as unchanged, but the tables' change sets restart
   // with their first snapshot: the next save writes full files.
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   last_snapshot_.clear();
   return response;
 }

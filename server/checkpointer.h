@@ -14,13 +14,12 @@
 #ifndef EMBEDPS_SERVER_CHECKPOINTER_H_
 #define EMBEDPS_SERVER_CHECKPOINTER_H_
 
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 #include "proto/embedps.pb.h"
 #include "server/table_registry.h"
 
@@ -51,25 +50,26 @@ class ShardCheckpointer {
 
  private:
   struct TableSnapshotToWrite;
-  void WaitForWriterLocked(std::unique_lock<std::mutex>& lock);
+  // Waits for the writer thread of the last save to finish.
+  void WaitForWriterLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const int32_t shard_index_;
   const int32_t num_shards_;
   TableRegistry* const registry_;
 
-  std::mutex mu_;
-  std::condition_variable written_;
+  Mutex mu_;
+  CondVar written_;
   // The save whose files are written (or being written).
-  std::string save_name_;
-  bool writing_ = false;
-  absl::Status save_status_;
-  proto::AwaitSaveResponse save_response_;
-  std::thread writer_;
+  std::string save_name_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status save_status_ ABSL_GUARDED_BY(mu_);
+  proto::AwaitSaveResponse save_response_ ABSL_GUARDED_BY(mu_);
+  std::thread writer_ ABSL_GUARDED_BY(mu_);
   // The checkpoint this shard's last snapshot belongs to: incremental files
   // are only written on top of it.
-  std::string last_snapshot_;
+  std::string last_snapshot_ ABSL_GUARDED_BY(save_mu_);
   // Serialises Save and Restore.
-  std::mutex save_mu_;
+  Mutex save_mu_;
 };
 
 }  // namespace embedps::server

@@ -19,9 +19,7 @@ absl::Status CheckKey(const std::string& key) {
   return absl::OkStatus();
 }
 
-std::chrono::system_clock::time_point Deadline(absl::Duration timeout) {
-  return absl::ToChronoTime(absl::Now() + timeout);
-}
+absl::Time Deadline(absl::Duration timeout) { return absl::Now() + timeout; }
 
 }  // namespace
 
@@ -33,17 +31,17 @@ absl::Status CoordinationStore::Set(const std::string& key, std::string value) {
                      " bytes; at most ", kMaxValueBytes));
   }
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     values_[key] = std::move(value);
   }
-  changed_.notify_all();
+  changed_.SignalAll();
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> CoordinationStore::Get(
     const std::string& key) const {
   if (absl::Status s = CheckKey(key); !s.ok()) return s;
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = values_.find(key);
   if (it == values_.end()) {
     return absl::NotFoundError(
@@ -57,14 +55,14 @@ absl::StatusOr<std::vector<std::string>> CoordinationStore::Wait(
   for (const std::string& key : keys) {
     if (absl::Status s = CheckKey(key); !s.ok()) return s;
   }
-  std::unique_lock<std::mutex> lock(mu_);
-  const auto all_set = [&] {
+  MutexLock lock(&mu_);
+  const auto all_set = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     for (const std::string& key : keys) {
       if (!values_.contains(key)) return false;
     }
     return true;
   };
-  if (!changed_.wait_until(lock, Deadline(timeout), all_set)) {
+  if (!changed_.WaitUntil(&mu_, Deadline(timeout), all_set)) {
     std::vector<std::string> missing;
     for (const std::string& key : keys) {
       if (!values_.contains(key)) missing.push_back(key);
@@ -87,7 +85,7 @@ absl::StatusOr<uint64_t> CoordinationStore::Barrier(const std::string& name,
     return absl::InvalidArgumentError(
         absl::StrCat("barrier '", name, "' needs at least one participant"));
   }
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   BarrierState& state = barriers_[name];
   if (state.arrived > 0 && state.participants != participants) {
     return absl::InvalidArgumentError(
@@ -99,13 +97,13 @@ absl::StatusOr<uint64_t> CoordinationStore::Barrier(const std::string& name,
   if (++state.arrived == participants) {
     state.arrived = 0;
     ++state.generation;
-    lock.unlock();
-    changed_.notify_all();
+    changed_.SignalAll();
     return generation + 1;
   }
-  if (!changed_.wait_until(lock, Deadline(timeout), [&] {
-        return barriers_[name].generation != generation;
-      })) {
+  if (!changed_.WaitUntil(&mu_, Deadline(timeout),
+                          [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                            return barriers_[name].generation != generation;
+                          })) {
     BarrierState& now = barriers_[name];
     const uint32_t arrived = now.arrived;
     --now.arrived;  // withdraw, so that a retry starts from a clean count

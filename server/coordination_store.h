@@ -6,9 +6,7 @@
 #ifndef EMBEDPS_SERVER_COORDINATION_STORE_H_
 #define EMBEDPS_SERVER_COORDINATION_STORE_H_
 
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <string>
 #include <vector>
 
@@ -16,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/mutex.h"
 
 namespace embedps::server {
 
@@ -51,10 +50,10 @@ class CoordinationStore {
     uint64_t generation = 0;
   };
 
-  mutable std::mutex mu_;
-  mutable std::condition_variable changed_;
-  absl::flat_hash_map<std::string, std::string> values_;     // guarded by mu_
-  absl::flat_hash_map<std::string, BarrierState> barriers_;  // guarded by mu_
+  mutable Mutex mu_;
+  mutable CondVar changed_;
+  absl::flat_hash_map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, BarrierState> barriers_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace embedps::server

@@ -370,20 +370,22 @@ grpc::ServerUnaryReactor* EmbeddingServiceImpl::Push(
 
 void EmbeddingServiceImpl::RunDetached(absl::AnyInvocable<void() &&> work) {
   {
-    std::lock_guard<std::mutex> lock(detached_mu_);
+    MutexLock lock(&detached_mu_);
     ++detached_running_;
   }
   std::thread([this, work = std::move(work)]() mutable {
     std::move(work)();
     work = nullptr;  // what it held goes before the service may
-    std::lock_guard<std::mutex> lock(detached_mu_);
-    if (--detached_running_ == 0) detached_done_.notify_all();
+    MutexLock lock(&detached_mu_);
+    if (--detached_running_ == 0) detached_done_.SignalAll();
   }).detach();
 }
 
 EmbeddingServiceImpl::~EmbeddingServiceImpl() {
-  std::unique_lock<std::mutex> lock(detached_mu_);
-  detached_done_.wait(lock, [&] { return detached_running_ == 0; });
+  MutexLock lock(&detached_mu_);
+  detached_done_.Wait(&detached_mu_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return detached_running_ == 0;
+  });
 }
 
 grpc::Status EmbeddingServiceImpl::Stats(grpc::ServerContext* context,

@@ -11,12 +11,11 @@
 
 #include <array>
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
-#include <mutex>
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
+#include "common/mutex.h"
 #include "proto/embedps.grpc.pb.h"
 #include "server/checkpointer.h"
 #include "server/push_deduplicator.h"
@@ -138,9 +137,9 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
   PushDeduplicator deduplicator_;
   std::array<std::atomic<uint64_t>, static_cast<size_t>(Rejection::kCount)>
       rejected_{};
-  std::mutex detached_mu_;
-  std::condition_variable detached_done_;
-  int detached_running_ = 0;  // guarded by detached_mu_
+  Mutex detached_mu_;
+  CondVar detached_done_;
+  int detached_running_ ABSL_GUARDED_BY(detached_mu_) = 0;
 };
 
 }  // namespace embedps::server

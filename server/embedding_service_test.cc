@@ -1,15 +1,14 @@
 // EmbeddingService and the shard's other faces (health, reflection,
 // /metrics), in this process (server::Shard on 127.0.0.1:0): every kind
 // of bad request is refused with its code and message and changes nothing.
-#include <condition_variable>
 #include <limits>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "client/client.h"
 #include "common/key_hash.h"
+#include "common/mutex.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -333,19 +332,19 @@ TEST_F(EmbeddingServiceTest, HealthServiceAnswersServing) {
   grpc::Slice empty;
   grpc::ByteBuffer request(&empty, 1);
   grpc::ByteBuffer response;
-  std::mutex mu;
-  std::condition_variable cv;
+  Mutex mu;
+  CondVar cv;
   bool done = false;
   grpc::Status status;
   stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
                  &request, &response, [&](grpc::Status s) {
-                   std::lock_guard<std::mutex> lock(mu);
+                   MutexLock lock(&mu);
                    status = s;
                    done = true;
-                   cv.notify_one();
+                   cv.Signal();
                  });
-  std::unique_lock<std::mutex> lock(mu);
-  cv.wait(lock, [&] { return done; });
+  MutexLock lock(&mu);
+  cv.Wait(&mu, [&] { return done; });
   ASSERT_TRUE(status.ok()) << status.error_message();
   std::vector<grpc::Slice> slices;
   ASSERT_TRUE(response.Dump(&slices).ok());

@@ -5,7 +5,7 @@ namespace embedps::server {
 PushDeduplicator::Decision PushDeduplicator::Begin(uint64_t client_id,
                                                    uint64_t sequence) {
   if (sequence == 0) return {Decision::kApply, absl::OkStatus()};
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   ClientLog& log = clients_[client_id];
   auto [it, inserted] = log.attempts.try_emplace(sequence, nullptr);
   if (inserted) {
@@ -14,7 +14,7 @@ PushDeduplicator::Decision PushDeduplicator::Begin(uint64_t client_id,
   }
   ++duplicates_;
   std::shared_ptr<Attempt> attempt = it->second;
-  finished_cv_.wait(lock, [&] { return attempt->done; });
+  finished_cv_.Wait(&mu_, [&] { return attempt->done; });
   return {Decision::kDone, attempt->status};
 }
 
@@ -22,7 +22,7 @@ void PushDeduplicator::Finish(uint64_t client_id, uint64_t sequence,
                               const absl::Status& status) {
   if (sequence == 0) return;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     ClientLog& log = clients_[client_id];
     auto it = log.attempts.find(sequence);
     if (it != log.attempts.end()) {
@@ -35,11 +35,11 @@ void PushDeduplicator::Finish(uint64_t client_id, uint64_t sequence,
       log.finished.pop_front();
     }
   }
-  finished_cv_.notify_all();
+  finished_cv_.SignalAll();
 }
 
 uint64_t PushDeduplicator::duplicates() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   return duplicates_;
 }
 

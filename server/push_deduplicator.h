@@ -14,14 +14,13 @@
 #ifndef EMBEDPS_SERVER_PUSH_DEDUPLICATOR_H_
 #define EMBEDPS_SERVER_PUSH_DEDUPLICATOR_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "common/mutex.h"
 
 namespace embedps::server {
 
@@ -55,10 +54,10 @@ class PushDeduplicator {
   };
 
   const size_t window_;
-  mutable std::mutex mu_;
-  std::condition_variable finished_cv_;
-  absl::flat_hash_map<uint64_t, ClientLog> clients_;  // guarded by mu_
-  uint64_t duplicates_ = 0;                           // guarded by mu_
+  mutable Mutex mu_;
+  CondVar finished_cv_;
+  absl::flat_hash_map<uint64_t, ClientLog> clients_ ABSL_GUARDED_BY(mu_);
+  uint64_t duplicates_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace embedps::server

@@ -1,6 +1,5 @@
 #include "server/shard.h"
 
-#include <mutex>
 #include <thread>
 #include <utility>
 
@@ -43,7 +42,7 @@ struct Shard::Parts {
   std::thread metrics_thread;
   int metrics_port = -1;
 
-  std::mutex shutdown_mu;
+  Mutex shutdown_mu;
   bool shut_down = false;
 };
 
@@ -155,7 +154,7 @@ int Shard::num_tables() const {
 
 void Shard::Shutdown(absl::Duration grace) {
   {
-    std::lock_guard<std::mutex> lock(parts_->shutdown_mu);
+    MutexLock lock(&parts_->shutdown_mu);
     if (parts_->shut_down) return;
     parts_->shut_down = true;
   }
@@ -166,7 +165,7 @@ void Shard::Shutdown(absl::Duration grace) {
 
 void Shard::Wait() {
   parts_->server->Wait();
-  std::lock_guard<std::mutex> lock(parts_->shutdown_mu);
+  MutexLock lock(&parts_->shutdown_mu);
   if (parts_->metrics_thread.joinable()) parts_->metrics_thread.join();
 }
 

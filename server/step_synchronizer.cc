@@ -34,15 +34,17 @@ int32_t StepSynchronizer::WorkersPast(uint64_t step) const {
 }
 
 absl::Status StepSynchronizer::AwaitPullable(uint64_t step) {
-  std::unique_lock<std::mutex> lock(mu_);
-  const auto deadline = absl::ToChronoTime(absl::Now() + timeout_);
+  MutexLock lock(&mu_);
+  const absl::Time deadline = absl::Now() + timeout_;
   if (mode_ == Mode::kSync) {
     if (!started_) {
       started_ = true;
       next_step_ = step;
     }
-    if (!progressed_.wait_until(lock, deadline,
-                                [&] { return next_step_ >= step; })) {
+    if (!progressed_.WaitUntil(&mu_, deadline,
+                               [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                                 return next_step_ >= step;
+                               })) {
       const auto it = pending_.find(next_step_);
       const int32_t done =
           it == pending_.end() ? 0 : it->second.completed_workers;
@@ -56,9 +58,10 @@ absl::Status StepSynchronizer::AwaitPullable(uint64_t step) {
   }
   if (step <= staleness_) return absl::OkStatus();
   const uint64_t must_be_done = step - staleness_ - 1;
-  if (!progressed_.wait_until(lock, deadline, [&] {
-        return WorkersPast(must_be_done) >= num_workers_;
-      })) {
+  if (!progressed_.WaitUntil(&mu_, deadline,
+                             [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                               return WorkersPast(must_be_done) >= num_workers_;
+                             })) {
     return absl::DeadlineExceededError(
         absl::StrCat("Pull for step ", step, " of table '", table_->spec().name,
                      "' (staleness ", staleness_, ") waited ",
@@ -70,7 +73,7 @@ absl::Status StepSynchronizer::AwaitPullable(uint64_t step) {
 }
 
 bool StepSynchronizer::Pullable(uint64_t step) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (mode_ == Mode::kSync) return !started_ || next_step_ >= step;
   return step <= staleness_ ||
          WorkersPast(step - staleness_ - 1) >= num_workers_;
@@ -86,7 +89,7 @@ absl::Status StepSynchronizer::Push(uint64_t client_id, uint64_t step,
       if (!status.ok()) return status;
     }
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       auto& parts = ssp_parts_[client_id];
       if (CountPart(parts[step], parts_in_step)) {
         parts.erase(step);
@@ -94,11 +97,11 @@ absl::Status StepSynchronizer::Push(uint64_t client_id, uint64_t step,
         through = std::max(through, step + 1);
       }
     }
-    progressed_.notify_all();
+    progressed_.SignalAll();
     return absl::OkStatus();
   }
 
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   if (!started_) {
     started_ = true;
     next_step_ = step;
@@ -148,7 +151,7 @@ absl::Status StepSynchronizer::ApplyCompletedSteps() {
     ++next_step_;
     applied = true;
   }
-  if (applied) progressed_.notify_all();
+  if (applied) progressed_.SignalAll();
   return status;
 }
 

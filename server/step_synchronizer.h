@@ -20,16 +20,15 @@
 #ifndef EMBEDPS_SERVER_STEP_SYNCHRONIZER_H_
 #define EMBEDPS_SERVER_STEP_SYNCHRONIZER_H_
 
-#include <condition_variable>
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/mutex.h"
 #include "embedding/table.h"
 
 namespace embedps::server {
@@ -84,16 +83,18 @@ class StepSynchronizer {
   embedding::Table* const table_;
   const int32_t dim_;
 
-  std::mutex mu_;
-  std::condition_variable progressed_;
+  Mutex mu_;
+  CondVar progressed_;
   // SYNC: steps before this one are applied. Set by the first request.
-  bool started_ = false;
-  uint64_t next_step_ = 0;
-  std::map<uint64_t, PendingStep> pending_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uint64_t, PendingStep> pending_ ABSL_GUARDED_BY(mu_);
   // SSP: per worker, parts of its current step and the steps it completed.
   absl::flat_hash_map<uint64_t, absl::flat_hash_map<uint64_t, WorkerProgress>>
-      ssp_parts_;
-  absl::flat_hash_map<uint64_t, uint64_t> ssp_completed_through_;  // step + 1
+      ssp_parts_ ABSL_GUARDED_BY(mu_);
+  // Per worker: the last step completed, plus one.
+  absl::flat_hash_map<uint64_t, uint64_t> ssp_completed_through_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace embedps::server

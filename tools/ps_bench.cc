@@ -111,8 +111,12 @@ std::string FindBinary(const std::string& flag, const std::string& relative) {
   if (n > 0) {
     self[n] = '\0';
     candidates.push_back(absl::StrCat(self, ".runfiles/embedps/", relative));
-    const std::string dir(self, std::string(self).rfind("/tools/"));
-    candidates.push_back(absl::StrCat(dir, "/", relative));
+    // bazel-bin/tools/ps_bench: its siblings are under bazel-bin.
+    const std::string path(self);
+    if (const size_t tools = path.rfind("/tools/");
+        tools != std::string::npos) {
+      candidates.push_back(absl::StrCat(path.substr(0, tools), "/", relative));
+    }
   }
   candidates.push_back(relative);
   candidates.push_back("bazel-bin/" + relative);

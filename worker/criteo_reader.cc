@@ -244,22 +244,22 @@ CriteoReader::CriteoReader(const CriteoReaderOptions& options,
 
 CriteoReader::~CriteoReader() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     closing_ = true;
   }
-  changed_.notify_all();
+  changed_.SignalAll();
   thread_.join();
 }
 
 bool CriteoReader::Deliver(absl::StatusOr<CriteoBatch> item) {
-  std::unique_lock<std::mutex> lock(mu_);
-  changed_.wait(lock, [&] {
+  MutexLock lock(&mu_);
+  changed_.Wait(&mu_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     return closing_ ||
            ready_.size() < static_cast<size_t>(options_.prefetch_batches);
   });
   if (closing_) return false;
   ready_.push_back(std::move(item));
-  changed_.notify_all();
+  changed_.SignalAll();
   return true;
 }
 
@@ -350,18 +350,20 @@ void CriteoReader::ReadLoop() {
     Deliver(error);
     return;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   finished_ = true;
-  changed_.notify_all();
+  changed_.SignalAll();
 }
 
 absl::StatusOr<std::optional<CriteoBatch>> CriteoReader::Next() {
-  std::unique_lock<std::mutex> lock(mu_);
-  changed_.wait(lock, [&] { return !ready_.empty() || finished_; });
+  MutexLock lock(&mu_);
+  changed_.Wait(&mu_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return !ready_.empty() || finished_;
+  });
   if (ready_.empty()) return std::optional<CriteoBatch>();
   absl::StatusOr<CriteoBatch> item = std::move(ready_.front());
   ready_.pop_front();
-  changed_.notify_all();
+  changed_.SignalAll();
   if (!item.ok()) {
     // Keep the error for any later call too.
     ready_.push_front(item.status());

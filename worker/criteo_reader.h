@@ -25,17 +25,16 @@
 #define EMBEDPS_WORKER_CRITEO_READER_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/mutex.h"
 
 namespace embedps::worker {
 
@@ -114,11 +113,11 @@ class CriteoReader {
   const int64_t total_lines_;
   const int64_t steps_per_epoch_;
 
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::deque<absl::StatusOr<CriteoBatch>> ready_;  // guarded by mu_
-  bool finished_ = false;                          // guarded by mu_
-  bool closing_ = false;                           // guarded by mu_
+  Mutex mu_;
+  CondVar changed_;
+  std::deque<absl::StatusOr<CriteoBatch>> ready_ ABSL_GUARDED_BY(mu_);
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  bool closing_ ABSL_GUARDED_BY(mu_) = false;
 
   std::atomic<int64_t> lines_parsed_{0}, bad_lines_{0};
   std::atomic<int64_t> parse_nanos_{0};

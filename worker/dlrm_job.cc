@@ -324,9 +324,11 @@ std::unique_ptr<PreparedStep> DlrmWorker::Prepare(CriteoBatch batch,
     table.rows.resize(table.unique.size() * dim_);
     step->pulls.push_back(
         read_only ? client_->LookupAsync(handles_[t], table.unique,
-                                         absl::MakeSpan(table.rows), pull_step)
+                                         absl::MakeSpan(table.rows), pull_step,
+                                         client::Client::Keys::kUnique)
                   : client_->PullAsync(handles_[t], table.unique,
-                                       absl::MakeSpan(table.rows), pull_step));
+                                       absl::MakeSpan(table.rows), pull_step,
+                                       client::Client::Keys::kUnique));
   }
   return step;
 }
@@ -414,9 +416,9 @@ absl::StatusOr<float> DlrmWorker::TrainOn(PreparedStep& step) {
   metrics_.compute_seconds = metrics_.compute_seconds +
                              absl::ToDoubleSeconds(absl::Now() - compute_start);
   for (size_t t = 0; t < handles_.size(); ++t) {
-    step.pushes.push_back(client_->PushAsync(handles_[t], step.tables[t].unique,
-                                             step.tables[t].grads,
-                                             step.batch.step));
+    step.pushes.push_back(client_->PushAsync(
+        handles_[t], step.tables[t].unique, step.tables[t].grads,
+        step.batch.step, client::Client::Keys::kUnique));
   }
   return loss;
 }

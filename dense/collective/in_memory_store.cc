@@ -8,15 +8,15 @@ namespace embedps::dense {
 absl::Status InMemoryStore::Set(const std::string& key,
                                 const std::string& value) {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    MutexLock lock(&mu_);
     values_[key] = value;
   }
-  changed_.notify_all();
+  changed_.SignalAll();
   return absl::OkStatus();
 }
 
 absl::StatusOr<std::string> InMemoryStore::Get(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(&mu_);
   auto it = values_.find(key);
   if (it == values_.end())
     return absl::NotFoundError(
@@ -26,15 +26,14 @@ absl::StatusOr<std::string> InMemoryStore::Get(const std::string& key) {
 
 absl::Status InMemoryStore::Wait(const std::vector<std::string>& keys,
                                  absl::Duration timeout) {
-  std::unique_lock<std::mutex> lock(mu_);
-  const auto all_set = [&] {
+  MutexLock lock(&mu_);
+  const auto all_set = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     for (const std::string& key : keys) {
       if (!values_.contains(key)) return false;
     }
     return true;
   };
-  if (changed_.wait_until(lock, absl::ToChronoTime(absl::Now() + timeout),
-                          all_set)) {
+  if (changed_.WaitUntil(&mu_, absl::Now() + timeout, all_set)) {
     return absl::OkStatus();
   }
   std::vector<std::string> missing;

@@ -4,12 +4,11 @@
 #ifndef EMBEDPS_DENSE_COLLECTIVE_IN_MEMORY_STORE_H_
 #define EMBEDPS_DENSE_COLLECTIVE_IN_MEMORY_STORE_H_
 
-#include <condition_variable>
-#include <mutex>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "common/mutex.h"
 #include "dense/collective/store.h"
 
 namespace embedps::dense {
@@ -22,9 +21,9 @@ class InMemoryStore final : public Store {
                     absl::Duration timeout) override;
 
  private:
-  std::mutex mu_;
-  std::condition_variable changed_;
-  absl::flat_hash_map<std::string, std::string> values_;  // guarded by mu_
+  Mutex mu_;
+  CondVar changed_;
+  absl::flat_hash_map<std::string, std::string> values_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace embedps::dense

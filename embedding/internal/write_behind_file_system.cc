@@ -1,13 +1,13 @@
 #include "embedding/internal/write_behind_file_system.h"
 
 #include <algorithm>
-#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
-#include <mutex>
 #include <thread>
 #include <utility>
+
+#include "common/mutex.h"
 
 namespace embedps::embedding::internal {
 namespace {
@@ -55,10 +55,10 @@ class WriteBehindFile : public rocksdb::FSWritableFileOwnerWrapper {
   // Writes what is pending, then stops the file's thread.
   ~WriteBehindFile() override {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(&mu_);
       stopping_ = true;
     }
-    changed_.notify_all();
+    changed_.SignalAll();
     thread_.join();
   }
 
@@ -164,8 +164,8 @@ class WriteBehindFile : public rocksdb::FSWritableFileOwnerWrapper {
     }
     const size_t bytes = data.size();
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      changed_.wait(lock, [&] {
+      MutexLock lock(&mu_);
+      changed_.Wait(&mu_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
         return !error_.ok() || pending_bytes_ == 0 ||
                pending_bytes_ + bytes <= max_pending_bytes_;
       });
@@ -174,14 +174,16 @@ class WriteBehindFile : public rocksdb::FSWritableFileOwnerWrapper {
       ++pending_operations_;
       operations_.push_back(std::move(operation));
     }
-    changed_.notify_all();
+    changed_.SignalAll();
     return IOStatus::OK();
   }
 
   // Waits until every operation made so far ran; the first error of any.
   IOStatus WaitForPending() {
-    std::unique_lock<std::mutex> lock(mu_);
-    changed_.wait(lock, [&] { return pending_operations_ == 0; });
+    MutexLock lock(&mu_);
+    changed_.Wait(&mu_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return pending_operations_ == 0;
+    });
     return error_;
   }
 
@@ -193,8 +195,10 @@ class WriteBehindFile : public rocksdb::FSWritableFileOwnerWrapper {
       Operation operation;
       bool failed;
       {
-        std::unique_lock<std::mutex> lock(mu_);
-        changed_.wait(lock, [&] { return !operations_.empty() || stopping_; });
+        MutexLock lock(&mu_);
+        changed_.Wait(&mu_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return !operations_.empty() || stopping_;
+        });
         if (operations_.empty()) return;
         operation = std::move(operations_.front());
         operations_.pop_front();
@@ -227,26 +231,25 @@ class WriteBehindFile : public rocksdb::FSWritableFileOwnerWrapper {
         }
       }
       {
-        std::lock_guard<std::mutex> lock(mu_);
+        MutexLock lock(&mu_);
         pending_bytes_ -= operation.size;
         --pending_operations_;
         if (!status.ok() && error_.ok()) error_ = status;
       }
-      changed_.notify_all();
+      changed_.SignalAll();
     }
   }
 
   const size_t max_pending_bytes_;
   const size_t alignment_;
-  // std::mutex rather than absl::Mutex: ThreadSanitizer sees it (see
-  // common/mutex.h). `changed_` is notified on every change of the state.
-  std::mutex mu_;
-  std::condition_variable changed_;
-  std::deque<Operation> operations_;  // guarded by mu_, like all below
-  size_t pending_bytes_ = 0;
-  size_t pending_operations_ = 0;
-  IOStatus error_;
-  bool stopping_ = false;
+  // `changed_` is signalled on every change of the state.
+  Mutex mu_;
+  CondVar changed_;
+  std::deque<Operation> operations_ ABSL_GUARDED_BY(mu_);
+  size_t pending_bytes_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t pending_operations_ ABSL_GUARDED_BY(mu_) = 0;
+  IOStatus error_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Last member: started once everything it uses is constructed.
   std::thread thread_;
 };
