@@ -169,9 +169,9 @@ TEST(DenseOptimizerTest, RestoredStateContinuesBitForBit) {
     EXPECT_EQ(params, copy);
     auto other_size = DenseOptimizer::Create(spec, kN + 1);
     ASSERT_OK(other_size.status());
-    EXPECT_THAT((*other_size)->RestoreState((*original)->SaveState()),
-                StatusIs(absl::StatusCode::kInvalidArgument,
-                         HasSubstr("needs")));
+    EXPECT_THAT(
+        (*other_size)->RestoreState((*original)->SaveState()),
+        StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs")));
     EXPECT_EQ((*other_size)->steps(), 0);
   }
 }

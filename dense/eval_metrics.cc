@@ -5,6 +5,8 @@
 #include <numeric>
 #include <vector>
 
+#include "dense/log_loss.h"
+
 namespace embedps::dense {
 
 double RocAuc(absl::Span<const float> scores, absl::Span<const float> labels) {
@@ -37,8 +39,7 @@ double MeanLogLoss(absl::Span<const float> logits,
                    absl::Span<const float> labels) {
   double sum = 0;
   for (size_t i = 0; i < logits.size(); ++i) {
-    const double z = logits[i], y = labels[i];
-    sum += std::max(z, 0.0) - z * y + std::log1p(std::exp(-std::abs(z)));
+    sum += LogLossOfLogit<double>(logits[i], labels[i]);
   }
   return logits.empty() ? 0.0 : sum / static_cast<double>(logits.size());
 }

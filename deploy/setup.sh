@@ -14,7 +14,7 @@ packages=(
   libabsl-dev libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev
   protobuf-compiler librocksdb-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libspdlog-dev libfmt-dev libopenblas-dev libcpp-httplib-dev
-  zlib1g-dev libxxhash-dev
+  zlib1g-dev libxxhash-dev nlohmann-json3-dev
   # Formatting and tooling used by the scripts (gnuplot: the training plot).
   clang-format procps gnuplot-nox
 )

@@ -20,13 +20,13 @@
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "common/status_matchers.h"
+#include "common/testing/child_process.h"
+#include "common/testing/server_process.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/embedps.grpc.pb.h"
-#include "common/testing/child_process.h"
 #include "tests/job_output.h"
-#include "common/testing/server_process.h"
 #include "tests/shard_digest.h"
 
 namespace embedps {

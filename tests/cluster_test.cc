@@ -3,6 +3,8 @@
 // (client/client_test, server/embedding_service_test).
 #include <signal.h>
 
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <thread>
@@ -10,10 +12,11 @@
 
 #include "client/client.h"
 #include "common/status_matchers.h"
+#include "common/testing/child_process.h"
+#include "common/testing/server_process.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/embedps.pb.h"
-#include "common/testing/server_process.h"
 
 namespace embedps {
 namespace {
@@ -118,6 +121,36 @@ TEST_F(ClusterTest, SigtermStopsGracefullyAndClientsSeeUnavailable) {
   std::vector<float> values(kDim);
   EXPECT_THAT(client->Pull(table, {{1}}, absl::MakeSpan(values)),
               StatusIs(absl::StatusCode::kUnavailable, HasSubstr("shard 0")));
+}
+
+// --help lists the server's flags; a flag that cannot work exits 2 naming
+// it, before anything listens.
+TEST(ServerProcessTest, HelpAndBadFlags) {
+  const std::string out = ::testing::TempDir() + "/server_help.out";
+  ASSERT_OK_AND_ASSIGN(auto help, testing::ChildProcess::Spawn(
+                                      "server/ps_server", {"--help"}, out));
+  EXPECT_EQ(help->Wait(), 1);  // absl's --help exits 1
+  std::ifstream file(out);
+  const std::string text((std::istreambuf_iterator<char>(file)),
+                         std::istreambuf_iterator<char>());
+  for (const char* flag :
+       {"--shard_index", "--num_shards", "--restore", "--data_dir", "--host"}) {
+    EXPECT_NE(text.find(flag), std::string::npos) << flag << "\n" << text;
+  }
+  EXPECT_EQ(text.find("TEST_"), std::string::npos) << text;
+  const std::string log = ::testing::TempDir() + "/server_bad.log";
+  ASSERT_OK_AND_ASSIGN(
+      auto bad,
+      testing::ChildProcess::Spawn(
+          "server/ps_server", {"--shard_index=2", "--num_shards=2", "--port=0"},
+          "", log));
+  EXPECT_EQ(bad->Wait(), 2);
+  std::ifstream log_file(log);
+  const std::string log_text((std::istreambuf_iterator<char>(log_file)),
+                             std::istreambuf_iterator<char>());
+  EXPECT_NE(log_text.find("--shard_index=2 must be in [0, --num_shards=2)"),
+            std::string::npos)
+      << log_text;
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // The purely dense data-parallel job across real processes: ps_worker
-// --model=mlp ranks meeting through a rendezvous directory, reducing their
+// dense_worker ranks meeting through a rendezvous directory, reducing their
 // gradients with Gloo over loopback.
 #include <cmath>
 #include <memory>
@@ -8,15 +8,15 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
+#include "common/testing/child_process.h"
 #include "dense/model.h"
 #include "gtest/gtest.h"
-#include "common/testing/child_process.h"
 #include "tests/job_output.h"
 
 namespace embedps::testing {
 namespace {
 
-constexpr char kWorker[] = "worker/ps_worker";
+constexpr char kWorker[] = "worker/dense_worker";
 constexpr int kInputDim = 16;
 
 struct Job {
@@ -24,7 +24,7 @@ struct Job {
   std::vector<std::string> results;  // each rank's JSON
 };
 
-// Runs `world_size` ps_worker processes to completion.
+// Runs `world_size` dense_worker processes to completion.
 Job RunJob(int world_size, int batch, int steps,
            const std::vector<std::string>& extra) {
   Job job;
@@ -32,8 +32,7 @@ Job RunJob(int world_size, int batch, int steps,
   const std::string rendezvous = TestTempPath("rendezvous");
   std::vector<std::unique_ptr<ChildProcess>> ranks;
   for (int rank = 0; rank < world_size; ++rank) {
-    std::vector<std::string> args = {"--model=mlp",
-                                     absl::StrCat("--rank=", rank),
+    std::vector<std::string> args = {absl::StrCat("--rank=", rank),
                                      absl::StrCat("--world_size=", world_size),
                                      "--rendezvous_dir=" + rendezvous,
                                      absl::StrCat("--input_dim=", kInputDim),
@@ -130,7 +129,7 @@ TEST(DenseTrainingTest, MissingRankTimesOutCleanly) {
   const std::string log = TestTempPath("missing_rank.log");
   absl::StatusOr<std::unique_ptr<ChildProcess>> p =
       ChildProcess::Spawn(kWorker,
-                          {"--model=mlp", "--rank=0", "--world_size=2",
+                          {"--rank=0", "--world_size=2",
                            "--rendezvous_dir=" + TestTempPath("lonely"),
                            "--timeout_s=2", "--steps=10"},
                           "", log);
@@ -145,16 +144,33 @@ TEST(DenseTrainingTest, MissingRankTimesOutCleanly) {
 TEST(DenseTrainingTest, BadFlagsAreRefused) {
   const std::string log = TestTempPath("bad_flags.log");
   for (const std::vector<std::string>& args :
-       std::vector<std::vector<std::string>>{{"--model=resnet"},
+       std::vector<std::vector<std::string>>{{"--batch_size=0"},
                                              {"--world_size=2"},
                                              {"--hidden=64,x"},
                                              {"--optimizer=lamb"},
                                              {"--device=tpu"}}) {
     ASSERT_OK_AND_ASSIGN(auto p, ChildProcess::Spawn(kWorker, args, "", log));
     ASSERT_OK_AND_ASSIGN(int code, p->WaitFor(absl::Seconds(30)));
-    EXPECT_EQ(code, 1) << args[0];
+    EXPECT_EQ(code, 2) << args[0];
     EXPECT_NE(ReadFile(log).find("INVALID_ARGUMENT"), std::string::npos)
         << args[0] << ": " << ReadFile(log);
+  }
+}
+
+// --help lists this command's flags and the shared job flags, not the DLRM
+// job's (ps_worker --help is checked in training_test).
+TEST(DenseTrainingTest, HelpListsTheCommandsOwnFlags) {
+  const std::string out = TestTempPath("help.out");
+  ASSERT_OK_AND_ASSIGN(auto p, ChildProcess::Spawn(kWorker, {"--help"}, out));
+  ASSERT_OK_AND_ASSIGN(int code, p->WaitFor(absl::Seconds(30)));
+  EXPECT_EQ(code, 1);  // absl's --help exits 1
+  const std::string text = ReadFile(out);
+  for (const char* flag :
+       {"--hidden", "--steps", "--rank", "--rendezvous_dir", "--device"}) {
+    EXPECT_NE(text.find(flag), std::string::npos) << flag << "\n" << text;
+  }
+  for (const char* flag : {"--config", "--servers", "--restore"}) {
+    EXPECT_EQ(text.find(flag), std::string::npos) << flag << "\n" << text;
   }
 }
 

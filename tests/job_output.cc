@@ -2,10 +2,10 @@
 
 #include <cmath>
 #include <fstream>
-#include <regex>
 #include <sstream>
 
 #include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
 
 namespace embedps::testing {
 
@@ -17,13 +17,13 @@ std::string ReadFile(const std::string& path) {
 }
 
 double JsonNumber(const std::string& json, const std::string& field) {
-  std::smatch match;
-  if (!std::regex_search(json, match,
-                         std::regex("\"" + field + "\": ([-0-9.e+]+)"))) {
-    ADD_FAILURE() << "no " << field << " in " << json;
+  const nlohmann::json parsed = nlohmann::json::parse(json, nullptr, false);
+  if (parsed.is_discarded() || !parsed.is_object() || !parsed.contains(field) ||
+      !parsed[field].is_number()) {
+    ADD_FAILURE() << "no number " << field << " in " << json;
     return NAN;
   }
-  return std::stod(match[1]);
+  return parsed[field].get<double>();
 }
 
 }  // namespace embedps::testing

@@ -17,12 +17,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_matchers.h"
+#include "common/testing/child_process.h"
+#include "common/testing/server_process.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "proto/embedps.pb.h"
-#include "common/testing/child_process.h"
 #include "tests/job_output.h"
-#include "common/testing/server_process.h"
 #include "tests/shard_digest.h"
 
 namespace embedps::testing {
@@ -80,7 +80,6 @@ class TrainingTest : public ::testing::Test {
     std::vector<std::unique_ptr<ChildProcess>> ranks;
     for (int r = 0; r < workers; ++r) {
       std::vector<std::string> args = {
-          "--model=dlrm",
           std::string("--config=") + kConfig,
           "--servers=" + absl::StrJoin(addresses, ","),
           absl::StrCat("--rank=", r),
@@ -246,9 +245,8 @@ TEST_F(TrainingTest, BadDataIsSkippedOrFatal) {
   const std::string log = TestTempPath("fatal.log");
   auto worker = ChildProcess::Spawn(
       kWorker,
-      {"--model=dlrm", "--config=" + fatal_config,
-       "--servers=" + (*server)->address(), "--train_data=" + bad,
-       "--test_data=" + *data_ + "/test.txt"},
+      {"--config=" + fatal_config, "--servers=" + (*server)->address(),
+       "--train_data=" + bad, "--test_data=" + *data_ + "/test.txt"},
       "", log);
   ASSERT_OK(worker.status());
   ASSERT_OK_AND_ASSIGN(int code, (*worker)->WaitFor(absl::Seconds(120)));
@@ -275,6 +273,31 @@ TEST_F(TrainingTest, DatagenRefusesBadFlags) {
   }
 }
 
+// --help shows the DLRM job's flags and the shared job flags, not the
+// dense job's; a missing --config is refused with what to do.
+TEST_F(TrainingTest, WorkerHelpAndMissingConfig) {
+  const std::string out = TestTempPath("help.out");
+  ASSERT_OK_AND_ASSIGN(auto help,
+                       ChildProcess::Spawn(kWorker, {"--help"}, out));
+  ASSERT_OK_AND_ASSIGN(int code, help->WaitFor(absl::Seconds(30)));
+  EXPECT_EQ(code, 1);  // absl's --help exits 1
+  const std::string text = ReadFile(out);
+  for (const char* flag :
+       {"--config", "--servers", "--restore", "--rank", "--device"}) {
+    EXPECT_NE(text.find(flag), std::string::npos) << flag << "\n" << text;
+  }
+  for (const char* flag : {"--hidden", "--teacher_hidden", "--model"}) {
+    EXPECT_EQ(text.find(flag), std::string::npos) << flag << "\n" << text;
+  }
+  const std::string log = TestTempPath("no_config.log");
+  ASSERT_OK_AND_ASSIGN(
+      auto p, ChildProcess::Spawn(kWorker, {"--servers=x:1"}, "", log));
+  ASSERT_OK_AND_ASSIGN(code, p->WaitFor(absl::Seconds(30)));
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(ReadFile(log).find("--config=FILE is required"), std::string::npos)
+      << ReadFile(log);
+}
+
 // While it trains, a worker serves Prometheus metrics; its summary splits
 // the time between pulls, compute and pushes.
 TEST_F(TrainingTest, WorkerServesMetricsWhileTraining) {
@@ -283,12 +306,12 @@ TEST_F(TrainingTest, WorkerServesMetricsWhileTraining) {
   const std::string port_file = TestTempPath("metrics_port");
   const std::string out = TestTempPath("metrics_out");
   auto worker = ChildProcess::Spawn(
-      kWorker, {"--model=dlrm", std::string("--config=") + kConfig,
-                "--servers=" + (*server)->address(),
-                "--train_data=" + *data_ + "/train.txt",
-                "--test_data=" + *data_ + "/test.txt", "--metrics_port=0",
-                "--metrics_port_file=" + port_file, "--output_dir=" + out,
-                "--log_level=warn"});
+      kWorker,
+      {std::string("--config=") + kConfig, "--servers=" + (*server)->address(),
+       "--train_data=" + *data_ + "/train.txt",
+       "--test_data=" + *data_ + "/test.txt", "--metrics_port=0",
+       "--metrics_port_file=" + port_file, "--output_dir=" + out,
+       "--log_level=warn"});
   ASSERT_OK(worker.status());
   int port = 0;
   for (int i = 0; i < 300 && port == 0; ++i) {
@@ -330,8 +353,7 @@ TEST_F(TrainingTest, LostServerFailsClearlyAfterTheRetryDeadline) {
   const std::string log = TestTempPath("lost.log");
   auto worker = ChildProcess::Spawn(
       kWorker,
-      {"--model=dlrm", std::string("--config=") + kConfig,
-       "--servers=" + (*server)->address(),
+      {std::string("--config=") + kConfig, "--servers=" + (*server)->address(),
        "--train_data=" + *data_ + "/train.txt",
        "--test_data=" + *data_ + "/test.txt", "--retry_deadline_s=3"},
       "", log);
@@ -355,8 +377,7 @@ TEST_F(TrainingTest, RestoreWithoutACheckpointIsRefused) {
   const std::string log = TestTempPath("restore.log");
   auto worker = ChildProcess::Spawn(
       kWorker,
-      {"--model=dlrm", std::string("--config=") + kConfig,
-       "--servers=" + (*server)->address(),
+      {std::string("--config=") + kConfig, "--servers=" + (*server)->address(),
        "--train_data=" + *data_ + "/train.txt", "--restore=" + empty},
       "", log);
   ASSERT_OK(worker.status());
@@ -378,7 +399,7 @@ TEST_F(TrainingTest, DeadWorkerFailsSyncPeersClearly) {
   for (int r = 0; r < 2; ++r) {
     auto worker = ChildProcess::Spawn(
         kWorker,
-        {"--model=dlrm", std::string("--config=") + kConfig,
+        {std::string("--config=") + kConfig,
          "--servers=" + (*server)->address(), absl::StrCat("--rank=", r),
          "--world_size=2", "--mode=sync", "--timeout_s=5", "--step_timeout_s=5",
          "--train_data=" + *data_ + "/train.txt",

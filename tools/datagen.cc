@@ -37,6 +37,7 @@
 #include "common/hash_random.h"
 #include "common/key_hash.h"
 #include "dense/eval_metrics.h"
+#include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, output_dir, "",
           "where train.txt, test.txt and "
@@ -219,14 +220,18 @@ int Run() {
   }
   const int64_t total =
       absl::GetFlag(FLAGS_train_rows) + absl::GetFlag(FLAGS_test_rows);
-  const std::string meta = absl::StrFormat(
-      "{\"train_rows\": %d, \"test_rows\": %d, \"positive_rate\": %.5f, "
-      "\"bayes_test_auc\": %.6f, \"bayes_test_logloss\": %.6f, "
-      "\"seed\": %d}\n",
-      absl::GetFlag(FLAGS_train_rows), absl::GetFlag(FLAGS_test_rows),
-      total > 0 ? static_cast<double>(positives) / total : 0.0,
-      dense::RocAuc(test_probability, test_label),
-      dense::MeanLogLoss(test_logit, test_label), m.seed);
+  const std::string meta =
+      nlohmann::ordered_json{
+          {"train_rows", absl::GetFlag(FLAGS_train_rows)},
+          {"test_rows", absl::GetFlag(FLAGS_test_rows)},
+          {"positive_rate",
+           total > 0 ? static_cast<double>(positives) / total : 0.0},
+          {"bayes_test_auc", dense::RocAuc(test_probability, test_label)},
+          {"bayes_test_logloss", dense::MeanLogLoss(test_logit, test_label)},
+          {"seed", m.seed},
+      }
+          .dump() +
+      "\n";
   std::FILE* file = std::fopen(absl::StrCat(dir, "/meta.json").c_str(), "w");
   if (file == nullptr) return 1;
   std::fputs(meta.c_str(), file);

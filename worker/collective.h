@@ -15,23 +15,28 @@
 
 namespace embedps::worker {
 
-struct CollectiveOptions {
+// A worker's place in its job and how it meets its peers: the part every
+// job's options share.
+struct JobMembership {
   int rank = 0;
   int world_size = 1;
-  // kCpu: Gloo; kCuda: NCCL on `device`.
-  dense::Backend backend = dense::Backend::kCpu;
-  int device = 0;
+  // Where ranks meet (borrowed; must outlive the job). Required.
+  dense::Store* store = nullptr;
+  // Prefix of the job's keys in the store. Required.
+  std::string job_name;
   // Gloo's listening address. Default: loopback.
   std::string gloo_host = "127.0.0.1";
   // Rendezvous and collectives fail after this. Default: 60 s.
   absl::Duration timeout = absl::Seconds(60);
-  // Prefix of the job's keys in the store. Required.
-  std::string job_name;
 };
 
-// `store` must outlive the communicator. Errors name the rank.
+// INVALID_ARGUMENT naming the field if `job` cannot work.
+absl::Status ValidateJobMembership(const JobMembership& job);
+
+// The job's collective for a model on `model`'s backend: Gloo for kCpu,
+// NCCL on model.device for kCuda. Errors name the rank.
 absl::StatusOr<std::unique_ptr<dense::Communicator>> ConnectCollective(
-    const CollectiveOptions& options, dense::Store* store);
+    const JobMembership& job, const dense::ModelOptions& model);
 
 }  // namespace embedps::worker
 

@@ -13,6 +13,7 @@
 #include "common/status_macros.h"
 #include "dense/blas.h"
 #include "dense/data_parallel.h"
+#include "nlohmann/json.hpp"
 #include "worker/collective.h"
 
 namespace embedps::worker {
@@ -21,10 +22,10 @@ namespace {
 // Held-out samples start far beyond any training step's.
 constexpr int64_t kEvalFirstSample = int64_t{1} << 50;
 
-absl::Status Validate(const DenseJobOptions& o) {
-  if (o.store == nullptr) {
-    return absl::InvalidArgumentError("the dense job needs a rendezvous store");
-  }
+}  // namespace
+
+absl::Status ValidateDenseJobOptions(const DenseJobOptions& o) {
+  RETURN_IF_ERROR(ValidateJobMembership(o.job));
   if (o.batch_size <= 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--batch_size must be > 0, got ", o.batch_size));
@@ -39,6 +40,8 @@ absl::Status Validate(const DenseJobOptions& o) {
   }
   return absl::OkStatus();
 }
+
+namespace {
 
 // Mean loss of the model on the held-out samples; also the Bayes loss
 // (the teacher's) when `bayes` is not null.
@@ -70,7 +73,7 @@ absl::StatusOr<double> Evaluate(dense::Model& model, dense::SyntheticTask& task,
 }  // namespace
 
 absl::StatusOr<DenseJobResult> RunDenseJob(const DenseJobOptions& o) {
-  RETURN_IF_ERROR(Validate(o));
+  RETURN_IF_ERROR(ValidateDenseJobOptions(o));
   auto log = Logger("dense_job");
   dense::SetBlasThreads(o.blas_threads);
   ASSIGN_OR_RETURN(std::unique_ptr<dense::SyntheticTask> task,
@@ -82,19 +85,11 @@ absl::StatusOr<DenseJobResult> RunDenseJob(const DenseJobOptions& o) {
   ASSIGN_OR_RETURN(
       std::unique_ptr<dense::DenseOptimizer> optimizer,
       dense::DenseOptimizer::Create(o.optimizer, model->num_parameters()));
-  log->info("rank {}/{}: connecting ({} backend, {} parameters)", o.rank,
-            o.world_size, dense::BackendName(o.model.backend),
+  log->info("rank {}/{}: connecting ({} backend, {} parameters)", o.job.rank,
+            o.job.world_size, dense::BackendName(o.model.backend),
             model->num_parameters());
-  CollectiveOptions collective;
-  collective.rank = o.rank;
-  collective.world_size = o.world_size;
-  collective.backend = o.model.backend;
-  collective.device = o.model.device;
-  collective.gloo_host = o.gloo_host;
-  collective.timeout = o.timeout;
-  collective.job_name = o.job_name;
   ASSIGN_OR_RETURN(std::unique_ptr<dense::Communicator> communicator,
-                   ConnectCollective(collective, o.store));
+                   ConnectCollective(o.job, o.model));
   ASSIGN_OR_RETURN(std::unique_ptr<dense::DataParallelTrainer> trainer,
                    dense::DataParallelTrainer::Create(
                        model.get(), communicator.get(), optimizer.get()));
@@ -104,7 +99,7 @@ absl::StatusOr<DenseJobResult> RunDenseJob(const DenseJobOptions& o) {
       result.initial_eval_loss,
       Evaluate(*model, *task, o.eval_samples, &result.bayes_eval_loss));
   log->info("rank {}: eval loss {:.5f} at step 0 (Bayes-optimal {:.5f})",
-            o.rank, result.initial_eval_loss, result.bayes_eval_loss);
+            o.job.rank, result.initial_eval_loss, result.bayes_eval_loss);
 
   const int dim = task->input_dim();
   std::vector<float> x(static_cast<size_t>(o.batch_size) * dim),
@@ -114,8 +109,8 @@ absl::StatusOr<DenseJobResult> RunDenseJob(const DenseJobOptions& o) {
   int64_t tail_count = 0;
   const absl::Time start = absl::Now();
   for (int64_t step = 0; step < o.steps; ++step) {
-    const int64_t first =
-        step * o.world_size * o.batch_size + int64_t{o.rank} * o.batch_size;
+    const int64_t first = step * o.job.world_size * o.batch_size +
+                          int64_t{o.job.rank} * o.batch_size;
     task->Fill(first, o.batch_size, absl::MakeSpan(x), absl::MakeSpan(y));
     dense::Batch<float> batch;
     batch.size = o.batch_size;
@@ -128,28 +123,30 @@ absl::StatusOr<DenseJobResult> RunDenseJob(const DenseJobOptions& o) {
     }
     if (o.log_every > 0 && (step + 1) % o.log_every == 0) {
       const double seconds = absl::ToDoubleSeconds(absl::Now() - start);
-      log->info("rank {}: step {}/{} loss {:.5f} {:.0f} samples/s", o.rank,
+      log->info("rank {}: step {}/{} loss {:.5f} {:.0f} samples/s", o.job.rank,
                 step + 1, o.steps, loss,
-                (step + 1) * o.world_size * o.batch_size / seconds);
+                (step + 1) * o.job.world_size * o.batch_size / seconds);
     }
     if (o.eval_every > 0 && (step + 1) % o.eval_every == 0 &&
         step + 1 < o.steps) {
       ASSIGN_OR_RETURN(double eval,
                        Evaluate(*model, *task, o.eval_samples, nullptr));
-      log->info("rank {}: eval loss {:.5f} at step {}", o.rank, eval, step + 1);
+      log->info("rank {}: eval loss {:.5f} at step {}", o.job.rank, eval,
+                step + 1);
     }
   }
   result.steps = o.steps;
   result.seconds = absl::ToDoubleSeconds(absl::Now() - start);
   result.samples_per_second =
       result.seconds > 0
-          ? o.steps * o.world_size * o.batch_size / result.seconds
+          ? o.steps * o.job.world_size * o.batch_size / result.seconds
           : 0;
   result.final_train_loss = tail_count > 0 ? tail_sum / tail_count : 0;
   ASSIGN_OR_RETURN(result.final_eval_loss,
                    Evaluate(*model, *task, o.eval_samples, nullptr));
   log->info("rank {}: eval loss {:.5f} at step {} (Bayes-optimal {:.5f})",
-            o.rank, result.final_eval_loss, o.steps, result.bayes_eval_loss);
+            o.job.rank, result.final_eval_loss, o.steps,
+            result.bayes_eval_loss);
 
   if (!o.output_dir.empty()) {
     std::error_code error;
@@ -158,7 +155,7 @@ absl::StatusOr<DenseJobResult> RunDenseJob(const DenseJobOptions& o) {
       return absl::UnavailableError(absl::StrCat(
           "cannot create --output_dir ", o.output_dir, ": ", error.message()));
     }
-    const std::string base = absl::StrCat(o.output_dir, "/rank-", o.rank);
+    const std::string base = absl::StrCat(o.output_dir, "/rank-", o.job.rank);
     RETURN_IF_ERROR(dense::SaveParameters(*model, o.steps, base + ".dense"));
     std::ofstream json(base + ".json", std::ios::trunc);
     json << DenseJobResultJson(o, result) << "\n";
@@ -172,16 +169,22 @@ absl::StatusOr<DenseJobResult> RunDenseJob(const DenseJobOptions& o) {
 
 std::string DenseJobResultJson(const DenseJobOptions& o,
                                const DenseJobResult& r) {
-  return absl::StrFormat(
-      "{\"model\": \"mlp\", \"device\": \"%s\", \"rank\": %d, "
-      "\"world_size\": %d, \"batch_size\": %d, \"hidden\": [%s], "
-      "\"steps\": %d, \"seconds\": %.4f, \"samples_per_second\": %.1f, "
-      "\"final_train_loss\": %.7f, \"initial_eval_loss\": %.7f, "
-      "\"final_eval_loss\": %.7f, \"bayes_eval_loss\": %.7f}",
-      dense::BackendName(o.model.backend), o.rank, o.world_size, o.batch_size,
-      absl::StrJoin(o.hidden, ", "), r.steps, r.seconds, r.samples_per_second,
-      r.final_train_loss, r.initial_eval_loss, r.final_eval_loss,
-      r.bayes_eval_loss);
+  const nlohmann::ordered_json json = {
+      {"model", "mlp"},
+      {"device", dense::BackendName(o.model.backend)},
+      {"rank", o.job.rank},
+      {"world_size", o.job.world_size},
+      {"batch_size", o.batch_size},
+      {"hidden", o.hidden},
+      {"steps", r.steps},
+      {"seconds", r.seconds},
+      {"samples_per_second", r.samples_per_second},
+      {"final_train_loss", r.final_train_loss},
+      {"initial_eval_loss", r.initial_eval_loss},
+      {"final_eval_loss", r.final_eval_loss},
+      {"bayes_eval_loss", r.bayes_eval_loss},
+  };
+  return json.dump();
 }
 
 }  // namespace embedps::worker

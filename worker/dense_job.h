@@ -20,20 +20,13 @@
 #include "dense/dense_optimizer.h"
 #include "dense/model.h"
 #include "dense/synthetic_task.h"
+#include "worker/collective.h"
 
 namespace embedps::worker {
 
 struct DenseJobOptions {
-  int rank = 0;
-  int world_size = 1;
-  // Where ranks meet (borrowed; must outlive the call). Required.
-  dense::Store* store = nullptr;
-  // Prefix of this job's keys in the store. Default: "dense-job".
-  std::string job_name = "dense-job";
-  // Address Gloo listens on for peers. Default: loopback.
-  std::string gloo_host = "127.0.0.1";
-  // Rendezvous and every collective give up after this. Default: 60 s.
-  absl::Duration timeout = absl::Seconds(60);
+  // Rank, world, store, name, collective timeout. Required: store, name.
+  JobMembership job;
   // kCpu trains over BLAS and reduces with Gloo; kCuda over cuBLAS and
   // NCCL on options.model.device.
   dense::ModelOptions model;
@@ -73,6 +66,9 @@ struct DenseJobResult {
 
 // Runs the job on this rank. INVALID_ARGUMENT for bad options; a
 // collective's or the model's error (naming the rank) otherwise.
+// INVALID_ARGUMENT naming the option that cannot work.
+absl::Status ValidateDenseJobOptions(const DenseJobOptions& options);
+
 absl::StatusOr<DenseJobResult> RunDenseJob(const DenseJobOptions& options);
 
 // The result as one JSON object.

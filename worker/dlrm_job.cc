@@ -8,7 +8,6 @@
 #include <fstream>
 #include <future>
 #include <memory>
-#include <regex>
 #include <sstream>
 #include <system_error>
 
@@ -26,6 +25,7 @@
 #include "dense/blas.h"
 #include "dense/data_parallel.h"
 #include "dense/eval_metrics.h"
+#include "nlohmann/json.hpp"
 #include "worker/collective.h"
 #include "worker/criteo_reader.h"
 #include "worker/worker_metrics.h"
@@ -38,85 +38,23 @@ constexpr size_t kAucWindow = 1 << 16;
 // Test batches: large, forward only.
 constexpr int kEvalBatch = 4096;
 
-struct Mode {
-  proto::ConsistencyConfig::Mode mode = proto::ConsistencyConfig::SYNC;
-  uint32_t staleness = 0;
-};
-
-absl::StatusOr<Mode> ParseMode(const std::string& text) {
-  Mode m;
-  if (text.empty() || text == "sync") return m;
-  if (text == "async") {
-    m.mode = proto::ConsistencyConfig::ASYNC;
-    return m;
+// The Bayes-optimal test metrics datagen wrote (its meta.json). They only
+// annotate the results: a file that cannot be read or parsed is reported
+// (the caller logs it) and the metrics stay 0.
+absl::Status ReadBayesMetrics(const std::string& path, DlrmJobResult& result) {
+  std::ifstream in(path);
+  if (!in) {
+    return absl::NotFoundError(
+        absl::StrCat("cannot read bayes_metrics_file '", path, "'"));
   }
-  uint32_t staleness = 0;
-  if (text.rfind("ssp:", 0) == 0 &&
-      absl::SimpleAtoi(text.substr(4), &staleness)) {
-    m.mode = proto::ConsistencyConfig::SSP;
-    m.staleness = staleness;
-    return m;
-  }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "mode '", text, "' is not async, sync or ssp:N (N a staleness >= 0)"));
-}
-
-absl::StatusOr<dense::DenseOptimizerSpec> DenseOptimizerOf(
-    const DenseOptimizerConfig& c, int64_t total_steps) {
-  dense::DenseOptimizerSpec spec;
-  if (c.kind().empty() || c.kind() == "adam") {
-    spec.kind = dense::DenseOptimizerSpec::Kind::kAdam;
-  } else if (c.kind() == "sgd") {
-    spec.kind = dense::DenseOptimizerSpec::Kind::kSgd;
-  } else if (c.kind() == "adamw") {
-    spec.kind = dense::DenseOptimizerSpec::Kind::kAdamW;
-  } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dense_optimizer.kind '", c.kind(), "' is not sgd, adam or adamw"));
-  }
-  if (c.learning_rate() != 0) spec.learning_rate = c.learning_rate();
-  spec.momentum = c.momentum();
-  spec.weight_decay = c.weight_decay();
-  spec.warmup_steps = c.warmup_steps();
-  spec.min_learning_rate = c.min_learning_rate();
-  spec.total_steps = total_steps;
-  if (c.decay().empty() || c.decay() == "constant") {
-    spec.decay = dense::DenseOptimizerSpec::Decay::kConstant;
-  } else if (c.decay() == "linear") {
-    spec.decay = dense::DenseOptimizerSpec::Decay::kLinear;
-  } else if (c.decay() == "cosine") {
-    spec.decay = dense::DenseOptimizerSpec::Decay::kCosine;
-  } else {
+  const nlohmann::json meta = nlohmann::json::parse(in, nullptr, false);
+  if (meta.is_discarded() || !meta.is_object()) {
     return absl::InvalidArgumentError(
-        absl::StrCat("dense_optimizer.decay '", c.decay(),
-                     "' is not constant, linear or cosine"));
+        absl::StrCat("bayes_metrics_file '", path, "' is not a JSON object"));
   }
-  return spec;
-}
-
-dense::ModelSpec ModelSpecOf(const WorkerConfig& c) {
-  dense::ModelSpec spec;
-  spec.num_dense = kCriteoDense;
-  spec.bottom.assign(c.bottom().begin(), c.bottom().end());
-  spec.top.assign(c.top().begin(), c.top().end());
-  spec.embedding_dim = c.embedding_dim();
-  spec.seed = c.seed();
-  for (const SlotConfig& slot : c.slot()) {
-    spec.slots.push_back(slot.pooling() == SlotConfig::MEAN
-                             ? dense::Pooling::kMean
-                             : dense::Pooling::kSum);
-  }
-  return spec;
-}
-
-// A number field of a small JSON object (datagen's meta.json).
-double JsonNumber(const std::string& json, const std::string& field) {
-  std::smatch match;
-  if (!std::regex_search(json, match,
-                         std::regex("\"" + field + "\": *([-0-9.eE+]+)"))) {
-    return 0;
-  }
-  return std::stod(match[1]);
+  result.bayes_test_auc = meta.value("bayes_test_auc", 0.0);
+  result.bayes_test_logloss = meta.value("bayes_test_logloss", 0.0);
+  return absl::OkStatus();
 }
 
 // One step's batch, its unique keys per table, and their rows.
@@ -215,12 +153,12 @@ class DlrmWorker {
 absl::Status DlrmWorker::Setup() {
   RETURN_IF_ERROR(ValidateWorkerConfig(c_));
   ASSIGN_OR_RETURN(mode_, ParseMode(c_.mode()));
-  metrics_.rank = o_.rank;
+  metrics_.rank = o_.job.rank;
   if (o_.metrics_port >= 0) {
     ASSIGN_OR_RETURN(
         endpoint_,
         MetricsEndpoint::Start(&metrics_, o_.metrics_host, o_.metrics_port));
-    log_->info("worker {}: metrics on http://{}:{}/metrics", o_.rank,
+    log_->info("worker {}: metrics on http://{}:{}/metrics", o_.job.rank,
                o_.metrics_host, endpoint_->port());
     if (!o_.metrics_port_file.empty()) {
       const std::string tmp = o_.metrics_port_file + ".tmp";
@@ -262,8 +200,8 @@ absl::Status DlrmWorker::Setup() {
   CriteoReaderOptions reader;
   reader.files.assign(c_.train_files().begin(), c_.train_files().end());
   reader.batch_size = c_.batch_size() > 0 ? c_.batch_size() : 512;
-  reader.worker_index = o_.rank;
-  reader.num_workers = o_.world_size;
+  reader.worker_index = o_.job.rank;
+  reader.num_workers = o_.job.world_size;
   reader.epochs = c_.epochs() > 0 ? c_.epochs() : 1;
   reader.fatal_bad_lines = c_.fatal_bad_lines();
   ASSIGN_OR_RETURN(reader_, CriteoReader::Open(reader));
@@ -277,21 +215,13 @@ absl::Status DlrmWorker::Setup() {
   ASSIGN_OR_RETURN(optimizer_, dense::DenseOptimizer::Create(
                                    optimizer, model_->num_parameters()));
   RETURN_IF_ERROR(RestoreDense());
-  CollectiveOptions collective;
-  collective.rank = o_.rank;
-  collective.world_size = o_.world_size;
-  collective.backend = o_.model.backend;
-  collective.device = o_.model.device;
-  collective.gloo_host = o_.gloo_host;
-  collective.timeout = o_.collective_timeout;
-  collective.job_name = o_.job_name;
   log_->info(
       "worker {}/{}: {} servers, {} tables, {} steps of {} samples, "
       "mode {}, {} dense parameters on {}",
-      o_.rank, o_.world_size, o_.servers.size(), handles_.size(), total_steps_,
-      reader.batch_size, c_.mode().empty() ? "sync" : c_.mode(),
+      o_.job.rank, o_.job.world_size, o_.servers.size(), handles_.size(),
+      total_steps_, reader.batch_size, c_.mode().empty() ? "sync" : c_.mode(),
       model_->num_parameters(), dense::BackendName(o_.model.backend));
-  ASSIGN_OR_RETURN(communicator_, ConnectCollective(collective, o_.store));
+  ASSIGN_OR_RETURN(communicator_, ConnectCollective(o_.job, o_.model));
   ASSIGN_OR_RETURN(trainer_,
                    dense::DataParallelTrainer::Create(
                        model_.get(), communicator_.get(), optimizer_.get()));
@@ -375,7 +305,7 @@ absl::StatusOr<float> DlrmWorker::TrainOn(PreparedStep& step) {
   const int n = step.batch.size;
   if (n == 0) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "step ", step.batch.step, " of worker ", o_.rank,
+        "step ", step.batch.step, " of worker ", o_.job.rank,
         " has no valid line (every line of its batch was malformed); the "
         "data-parallel step cannot run without samples"));
   }
@@ -399,7 +329,7 @@ absl::StatusOr<float> DlrmWorker::TrainOn(PreparedStep& step) {
   // Row gradients summed per unique key. SYNC: the servers sum every
   // worker's push, so each sends 1/W of its mean-loss gradient.
   const float scale = mode_.mode == proto::ConsistencyConfig::SYNC
-                          ? 1.0f / static_cast<float>(o_.world_size)
+                          ? 1.0f / static_cast<float>(o_.job.world_size)
                           : 1.0f;
   for (TableBatch& table : step.tables) {
     table.grads.assign(table.unique.size() * dim_, 0.0f);
@@ -484,7 +414,7 @@ void DlrmWorker::Progress(int64_t step, int64_t total, bool force) {
   const int64_t every = c_.log_every_steps() > 0 ? c_.log_every_steps() : 100;
   if (!force && step % every != 0) return;
   const double seconds = absl::ToDoubleSeconds(absl::Now() - start_);
-  const double rate = seconds > 0 ? samples_ * o_.world_size / seconds : 0;
+  const double rate = seconds > 0 ? samples_ * o_.job.world_size / seconds : 0;
   std::vector<float> scores, labels;
   for (const auto& [logit, label] : window_) {
     scores.push_back(logit);
@@ -497,7 +427,7 @@ void DlrmWorker::Progress(int64_t step, int64_t total, bool force) {
   metrics_.train_loss = loss;
   metrics_.train_auc = auc;
   history_.push_back(absl::StrFormat("%d,%d,%.6f,%.6f,,,%.3f", step,
-                                     samples_ * o_.world_size, loss, auc,
+                                     samples_ * o_.job.world_size, loss, auc,
                                      seconds));
   const std::string line = absl::StrFormat(
       "step %d/%d | %.0f samples/s | loss %.4f | train auc %.4f | eta %.0fs",
@@ -508,7 +438,7 @@ void DlrmWorker::Progress(int64_t step, int64_t total, bool force) {
     std::fprintf(stderr, "\r%s   ", line.c_str());
     if (force) std::fprintf(stderr, "\n");
   } else {
-    log_->info("worker {}: {}", o_.rank, line);
+    log_->info("worker {}: {}", o_.job.rank, line);
   }
 }
 
@@ -516,13 +446,12 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
   RETURN_IF_ERROR(Setup());
   DlrmJobResult result;
   if (!c_.bayes_metrics_file().empty()) {
-    std::ifstream in(c_.bayes_metrics_file());
-    std::stringstream text;
-    text << in.rdbuf();
-    result.bayes_test_auc = JsonNumber(text.str(), "bayes_test_auc");
-    result.bayes_test_logloss = JsonNumber(text.str(), "bayes_test_logloss");
+    if (absl::Status s = ReadBayesMetrics(c_.bayes_metrics_file(), result);
+        !s.ok() && o_.job.rank == 0) {
+      log_->warn("no Bayes-optimal metrics: {}", s.message());
+    }
   }
-  const bool evaluates = o_.rank == 0 && c_.test_files_size() > 0;
+  const bool evaluates = o_.job.rank == 0 && c_.test_files_size() > 0;
   const int64_t tail_from =
       total_steps_ - std::max<int64_t>(1, total_steps_ / 10);
   double tail_sum = 0;
@@ -605,13 +534,14 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
   if (checkpoints && total_steps_ > start_step_) {
     RETURN_IF_ERROR(Checkpoint(total_steps_, pushing.get(), result));
   }
-  if (o_.rank == 0) RETURN_IF_ERROR(AwaitCheckpoint(result));
+  if (o_.job.rank == 0) RETURN_IF_ERROR(AwaitCheckpoint(result));
   result.steps = total_steps_;
   result.samples = samples_;
   result.train_seconds = absl::ToDoubleSeconds(absl::Now() - start_);
   result.samples_per_second =
-      result.train_seconds > 0 ? samples_ * o_.world_size / result.train_seconds
-                               : 0;
+      result.train_seconds > 0
+          ? samples_ * o_.job.world_size / result.train_seconds
+          : 0;
   result.final_train_loss = tail_count > 0 ? tail_sum / tail_count : 0;
   const CriteoReaderStats stats = reader_->stats();
   result.bad_lines = stats.bad_lines;
@@ -635,14 +565,14 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
   // Every worker waits for the others before leaving: a SYNC peer may
   // still need this worker's pushes to finish its last step.
   RETURN_IF_ERROR(communicator_->Barrier());
-  if (o_.rank == 0) RETURN_IF_ERROR(WriteOutputs(result));
+  if (o_.job.rank == 0) RETURN_IF_ERROR(WriteOutputs(result));
   return result;
 }
 
 absl::Status DlrmWorker::RestoreTables() {
   if (o_.restore.empty()) return absl::OkStatus();
-  const std::string key = absl::StrCat(o_.job_name, "/restore_checkpoint");
-  if (o_.rank == 0) {
+  const std::string key = absl::StrCat(o_.job.job_name, "/restore_checkpoint");
+  if (o_.job.rank == 0) {
     ASSIGN_OR_RETURN(restore_dir_, checkpoint::ResolveCheckpoint(o_.restore));
     const absl::Time start = absl::Now();
     absl::StatusOr<proto::LoadResponse> loaded = client_->Load(restore_dir_);
@@ -656,10 +586,10 @@ absl::Status DlrmWorker::RestoreTables() {
     log_->info("restored the tables of '{}' (step {}) in {:.2f} s",
                restore_dir_, loaded->step(),
                absl::ToDoubleSeconds(absl::Now() - start));
-    return o_.store->Set(key, restore_dir_);
+    return o_.job.store->Set(key, restore_dir_);
   }
-  RETURN_IF_ERROR(o_.store->Wait({key}, o_.collective_timeout));
-  ASSIGN_OR_RETURN(restore_dir_, o_.store->Get(key));
+  RETURN_IF_ERROR(o_.job.store->Wait({key}, o_.job.timeout));
+  ASSIGN_OR_RETURN(restore_dir_, o_.job.store->Get(key));
   return absl::OkStatus();
 }
 
@@ -692,7 +622,7 @@ absl::Status DlrmWorker::RestoreDense() {
                      "; the checkpoint is of step ", manifest.step()));
   }
   start_step_ = step;
-  log_->info("worker {}: resuming at step {} from '{}'", o_.rank, step,
+  log_->info("worker {}: resuming at step {} from '{}'", o_.job.rank, step,
              restore_dir_);
   return absl::OkStatus();
 }
@@ -705,7 +635,7 @@ absl::Status DlrmWorker::Checkpoint(int64_t steps_done, PreparedStep* pushing,
   // snapshot: the checkpoint holds exactly `steps_done` steps.
   if (pushing != nullptr) RETURN_IF_ERROR(AwaitPushes(*pushing));
   RETURN_IF_ERROR(communicator_->Barrier());
-  if (o_.rank == 0) {
+  if (o_.job.rank == 0) {
     // The previous checkpoint must be complete: it is this one's parent.
     RETURN_IF_ERROR(AwaitCheckpoint(result));
     client::Client::CheckpointOptions options;
@@ -774,92 +704,50 @@ absl::Status DlrmWorker::WriteOutputs(const DlrmJobResult& result) {
 
 }  // namespace
 
-absl::Status ValidateWorkerConfig(const WorkerConfig& c) {
-  if (c.slot_size() != kCriteoSlots) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "config has ", c.slot_size(), " slots; the Criteo format has ",
-        kCriteoSlots, " categorical columns (one slot each)"));
-  }
-  if (c.table_size() == 0) {
-    return absl::InvalidArgumentError("config has no table");
-  }
-  absl::flat_hash_map<std::string, int> dims;
-  for (const proto::TableConfig& t : c.table()) {
-    if (!dims.emplace(t.name(), t.dim()).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("table '", t.name(), "' is defined twice"));
-    }
-    if (t.dim() != c.embedding_dim()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("table '", t.name(), "' has dim ", t.dim(),
-                       " but embedding_dim is ", c.embedding_dim()));
-    }
-  }
-  for (int s = 0; s < c.slot_size(); ++s) {
-    if (!dims.contains(c.slot(s).table())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("slot ", s, " names table '", c.slot(s).table(),
-                       "', which the config does not define"));
-    }
-  }
-  if (c.train_files_size() == 0) {
-    return absl::InvalidArgumentError("config has no train_files");
-  }
-  if (c.batch_size() < 0 || c.epochs() < 0 || c.max_steps() < 0) {
-    return absl::InvalidArgumentError(
-        "batch_size, epochs and max_steps must not be negative");
-  }
-  if (c.checkpoint_every_steps() < 0) {
-    return absl::InvalidArgumentError(
-        "checkpoint_every_steps must not be negative");
-  }
-  if (absl::Status s = ParseMode(c.mode()).status(); !s.ok()) return s;
-  if (absl::Status s = DenseOptimizerOf(c.dense_optimizer(), 0).status();
-      !s.ok()) {
-    return s;
-  }
-  return dense::ValidateModelSpec(ModelSpecOf(c));
-}
-
 absl::StatusOr<DlrmJobResult> RunDlrmJob(const DlrmJobOptions& options) {
-  if (options.store == nullptr || options.servers.empty()) {
-    return absl::InvalidArgumentError(
-        "the DLRM job needs server addresses and a rendezvous store");
+  RETURN_IF_ERROR(ValidateJobMembership(options.job));
+  if (options.servers.empty()) {
+    return absl::InvalidArgumentError("the DLRM job needs server addresses");
   }
   DlrmWorker worker(options);
   return worker.Run();
 }
 
 std::string DlrmJobResultJson(const DlrmJobOptions& o, const DlrmJobResult& r) {
-  std::vector<std::string> evals;
+  nlohmann::ordered_json evals = nlohmann::ordered_json::array();
   for (const EvalPoint& e : r.evals) {
-    evals.push_back(
-        absl::StrFormat("{\"step\": %d, \"auc\": %.6f, \"logloss\": %.6f}",
-                        e.step, e.auc, e.logloss));
+    evals.push_back({{"step", e.step}, {"auc", e.auc}, {"logloss", e.logloss}});
   }
   const EvalPoint last = r.evals.empty() ? EvalPoint() : r.evals.back();
-  return absl::StrFormat(
-      "{\"model\": \"dlrm\", \"mode\": \"%s\", \"workers\": %d, "
-      "\"servers\": %d, \"device\": \"%s\", \"steps\": %d, "
-      "\"samples\": %d, \"train_seconds\": %.3f, "
-      "\"samples_per_second\": %.1f, \"final_train_loss\": %.6f, "
-      "\"test_auc\": %.6f, \"test_logloss\": %.6f, "
-      "\"bayes_test_auc\": %.6f, \"bayes_test_logloss\": %.6f, "
-      "\"bad_lines\": %d, \"parse_lines_per_second\": %.0f, "
-      "\"pull_wait_seconds\": %.3f, \"compute_seconds\": %.3f, "
-      "\"push_seconds\": %.3f, \"start_step\": %d, \"restored_from\": "
-      "\"%s\", \"checkpoints\": %d, \"checkpoint_pause_max_seconds\": "
-      "%.4f, \"checkpoint_pause_total_seconds\": %.4f, "
-      "\"last_checkpoint\": \"%s\", \"evals\": [%s]}",
-      o.config.mode().empty() ? "sync" : o.config.mode(), o.world_size,
-      static_cast<int>(o.servers.size()), dense::BackendName(o.model.backend),
-      r.steps, r.samples * o.world_size, r.train_seconds, r.samples_per_second,
-      r.final_train_loss, last.auc, last.logloss, r.bayes_test_auc,
-      r.bayes_test_logloss, r.bad_lines, r.parse_lines_per_second,
-      r.pull_wait_seconds, r.compute_seconds, r.push_seconds, r.start_step,
-      r.restored_from, r.checkpoints, r.checkpoint_pause_max_seconds,
-      r.checkpoint_pause_total_seconds, r.last_checkpoint,
-      absl::StrJoin(evals, ", "));
+  const nlohmann::ordered_json json = {
+      {"model", "dlrm"},
+      {"mode", o.config.mode().empty() ? "sync" : o.config.mode()},
+      {"workers", o.job.world_size},
+      {"servers", o.servers.size()},
+      {"device", dense::BackendName(o.model.backend)},
+      {"steps", r.steps},
+      {"samples", r.samples * o.job.world_size},
+      {"train_seconds", r.train_seconds},
+      {"samples_per_second", r.samples_per_second},
+      {"final_train_loss", r.final_train_loss},
+      {"test_auc", last.auc},
+      {"test_logloss", last.logloss},
+      {"bayes_test_auc", r.bayes_test_auc},
+      {"bayes_test_logloss", r.bayes_test_logloss},
+      {"bad_lines", r.bad_lines},
+      {"parse_lines_per_second", r.parse_lines_per_second},
+      {"pull_wait_seconds", r.pull_wait_seconds},
+      {"compute_seconds", r.compute_seconds},
+      {"push_seconds", r.push_seconds},
+      {"start_step", r.start_step},
+      {"restored_from", r.restored_from},
+      {"checkpoints", r.checkpoints},
+      {"checkpoint_pause_max_seconds", r.checkpoint_pause_max_seconds},
+      {"checkpoint_pause_total_seconds", r.checkpoint_pause_total_seconds},
+      {"last_checkpoint", r.last_checkpoint},
+      {"evals", evals},
+  };
+  return json.dump();
 }
 
 }  // namespace embedps::worker

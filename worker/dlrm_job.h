@@ -1,4 +1,4 @@
-// The DLRM training job over parameter servers (`ps_worker --model=dlrm`):
+// The DLRM training job over parameter servers (`ps_worker`):
 // one worker of a data-parallel job whose embedding tables live on the
 // ps_server shards and whose dense model is replicated and allreduced.
 //
@@ -27,21 +27,18 @@
 #include "absl/time/time.h"
 #include "dense/collective/store.h"
 #include "dense/model.h"
+#include "worker/collective.h"
+#include "worker/dlrm_config.h"
 #include "worker/worker_config.pb.h"
 
 namespace embedps::worker {
 
 struct DlrmJobOptions {
   WorkerConfig config;
-  int rank = 0;
-  int world_size = 1;
+  // Rank, world, store, name, collective timeout. Required: store, name.
+  JobMembership job;
   // "host:port" of every ps_server shard, in shard order. Required.
   std::vector<std::string> servers;
-  // Where workers meet for the dense collective (borrowed). Required.
-  dense::Store* store = nullptr;
-  std::string job_name = "dlrm";
-  std::string gloo_host = "127.0.0.1";
-  absl::Duration collective_timeout = absl::Seconds(300);
   // How long client calls keep retrying an unreachable server.
   absl::Duration retry_deadline = absl::Seconds(60);
   dense::ModelOptions model;
@@ -90,10 +87,6 @@ struct DlrmJobResult {
   double checkpoint_pause_total_seconds = 0;
   std::string last_checkpoint;
 };
-
-// Validates the configuration against the Criteo format and itself.
-// INVALID_ARGUMENT naming the field.
-absl::Status ValidateWorkerConfig(const WorkerConfig& config);
 
 // Runs this worker to the end of its data (or max_steps).
 absl::StatusOr<DlrmJobResult> RunDlrmJob(const DlrmJobOptions& options);

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "dense/blas.h"
+#include "dense/log_loss.h"
 
 namespace embedps::dense_internal {
 
@@ -154,13 +155,13 @@ void InteractBackward(const T* features, const T* dout, int batch,
 
 template <typename T>
 T BinaryCrossEntropy(const T* logits, const T* labels, int batch, T* dlogits) {
-  // Per sample max(z, 0) - z·y + log(1 + e^-|z|); derivative σ(z) - y.
+  // Per sample dense::LogLossOfLogit; derivative σ(z) - y.
   T loss = 0;
   for (int r = 0; r < batch; ++r) {
     const T z = logits[r], y = labels[r];
-    const T e = std::exp(-std::abs(z));
-    loss += std::max(z, T{0}) - z * y + std::log1p(e);
+    loss += dense::LogLossOfLogit(z, y);
     if (dlogits != nullptr) {
+      const T e = std::exp(-std::abs(z));
       const T sigmoid = z >= 0 ? T{1} / (T{1} + e) : e / (T{1} + e);
       dlogits[r] = (sigmoid - y) / static_cast<T>(batch);
     }

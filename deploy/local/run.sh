@@ -6,7 +6,7 @@
 #   2. generates a Criteo-format data set from a planted model (datagen),
 #      whose Bayes-optimal test AUC is known;
 #   3. starts the parameter-server shards (ps_server) and the workers
-#      (ps_worker --model=dlrm) on 127.0.0.1, workers meeting through
+#      (ps_worker) on 127.0.0.1, workers meeting through
 #      shard 0's Coordination service and allreducing their dense
 #      gradients with Gloo (CPU) or NCCL (--device=cuda);
 #   4. trains to the end of the data, checkpointing tables and dense model
@@ -114,7 +114,7 @@ echo
 echo "== training: $workers ps_worker processes, mode $mode, device $device"
 worker_pids=()
 for ((r = 0; r < workers; r++)); do
-  args=(--model=dlrm --config="$config" --servers="$addresses" --rank=$r
+  args=(--config="$config" --servers="$addresses" --rank=$r
         --world_size="$workers" --mode="$mode" --device="$device"
         --train_data="$data/train.txt" --test_data="$data/test.txt"
         --bayes_metrics="$data/meta.json" --output_dir="$out"

@@ -68,7 +68,7 @@ for device in cuda cpu; do
     server=$!
     for _ in $(seq 100); do [ -s "$run/port" ] && break; sleep 0.1; done
     port=$(sed -n 1p "$run/port")
-    timeout 300 ps_worker --model=dlrm --config=deploy/local/dlrm_large.txtpb \
+    timeout 300 ps_worker --config=deploy/local/dlrm_large.txtpb \
       --servers="127.0.0.1:$port" --device="$device" --batch_size="$batch" \
       --train_data="$work/data/train.txt" --test_data="$work/data/test.txt" \
       --bayes_metrics="$work/data/meta.json" --output_dir="$run/out" \

@@ -63,7 +63,7 @@ case "$model" in
   large) torch_model=(--dim=64 --bottom=512,256,64 --top=512,256) ;;
   *) echo "--model must be small or large" >&2; exit 2 ;;
 esac
-bazel-bin/worker/ps_worker --model=dlrm --config="deploy/local/dlrm_$model.txtpb" \
+bazel-bin/worker/ps_worker --config="deploy/local/dlrm_$model.txtpb" \
   --servers="127.0.0.1:$(sed -n 1p "$out/port")" --mode=sync \
   --train_data="$data/train.txt" --test_data="$data/test.txt" \
   --bayes_metrics="$data/meta.json" --log_level=warn >"$out/embedps.json"

@@ -16,12 +16,12 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "checkpoint/manifest.h"
 #include "common/logging.h"
 #include "common/malloc_options.h"
+#include "common/program_usage.h"
 #include "common/status_macros.h"
 #include "google/protobuf/text_format.h"
 #include "server/shard.h"
@@ -203,10 +203,11 @@ int Run() {
 }  // namespace embedps::server
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "One shard of the embedps parameter server.\n"
+  embedps::SetProgramUsage(
+      "one shard of the embedps parameter server.\n"
       "  ps_server --port=50051 --shard_index=0 --num_shards=2 "
-      "--tables=tables.txtpb");
+      "--tables=tables.txtpb",
+      {"server/ps_server.cc"});
   absl::ParseCommandLine(argc, argv);
   embedps::ReuseLargeAllocations();
   return embedps::server::Run();

@@ -1,0 +1,124 @@
+#include "worker/dlrm_config.h"
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "dense/model.h"
+#include "worker/criteo_reader.h"
+
+namespace embedps::worker {
+
+absl::StatusOr<Mode> ParseMode(const std::string& text) {
+  Mode m;
+  if (text.empty() || text == "sync") return m;
+  if (text == "async") {
+    m.mode = proto::ConsistencyConfig::ASYNC;
+    return m;
+  }
+  uint32_t staleness = 0;
+  if (text.rfind("ssp:", 0) == 0 &&
+      absl::SimpleAtoi(text.substr(4), &staleness)) {
+    m.mode = proto::ConsistencyConfig::SSP;
+    m.staleness = staleness;
+    return m;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "mode '", text, "' is not async, sync or ssp:N (N a staleness >= 0)"));
+}
+
+absl::StatusOr<dense::DenseOptimizerSpec> DenseOptimizerOf(
+    const DenseOptimizerConfig& c, int64_t total_steps) {
+  dense::DenseOptimizerSpec spec;
+  if (c.kind().empty() || c.kind() == "adam") {
+    spec.kind = dense::DenseOptimizerSpec::Kind::kAdam;
+  } else if (c.kind() == "sgd") {
+    spec.kind = dense::DenseOptimizerSpec::Kind::kSgd;
+  } else if (c.kind() == "adamw") {
+    spec.kind = dense::DenseOptimizerSpec::Kind::kAdamW;
+  } else {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dense_optimizer.kind '", c.kind(), "' is not sgd, adam or adamw"));
+  }
+  if (c.learning_rate() != 0) spec.learning_rate = c.learning_rate();
+  spec.momentum = c.momentum();
+  spec.weight_decay = c.weight_decay();
+  spec.warmup_steps = c.warmup_steps();
+  spec.min_learning_rate = c.min_learning_rate();
+  spec.total_steps = total_steps;
+  if (c.decay().empty() || c.decay() == "constant") {
+    spec.decay = dense::DenseOptimizerSpec::Decay::kConstant;
+  } else if (c.decay() == "linear") {
+    spec.decay = dense::DenseOptimizerSpec::Decay::kLinear;
+  } else if (c.decay() == "cosine") {
+    spec.decay = dense::DenseOptimizerSpec::Decay::kCosine;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("dense_optimizer.decay '", c.decay(),
+                     "' is not constant, linear or cosine"));
+  }
+  return spec;
+}
+
+dense::ModelSpec ModelSpecOf(const WorkerConfig& c) {
+  dense::ModelSpec spec;
+  spec.num_dense = kCriteoDense;
+  spec.bottom.assign(c.bottom().begin(), c.bottom().end());
+  spec.top.assign(c.top().begin(), c.top().end());
+  spec.embedding_dim = c.embedding_dim();
+  spec.seed = c.seed();
+  for (const SlotConfig& slot : c.slot()) {
+    spec.slots.push_back(slot.pooling() == SlotConfig::MEAN
+                             ? dense::Pooling::kMean
+                             : dense::Pooling::kSum);
+  }
+  return spec;
+}
+
+absl::Status ValidateWorkerConfig(const WorkerConfig& c) {
+  if (c.slot_size() != kCriteoSlots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "config has ", c.slot_size(), " slots; the Criteo format has ",
+        kCriteoSlots, " categorical columns (one slot each)"));
+  }
+  if (c.table_size() == 0) {
+    return absl::InvalidArgumentError("config has no table");
+  }
+  absl::flat_hash_map<std::string, int> dims;
+  for (const proto::TableConfig& t : c.table()) {
+    if (!dims.emplace(t.name(), t.dim()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", t.name(), "' is defined twice"));
+    }
+    if (t.dim() != c.embedding_dim()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", t.name(), "' has dim ", t.dim(),
+                       " but embedding_dim is ", c.embedding_dim()));
+    }
+  }
+  for (int s = 0; s < c.slot_size(); ++s) {
+    if (!dims.contains(c.slot(s).table())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("slot ", s, " names table '", c.slot(s).table(),
+                       "', which the config does not define"));
+    }
+  }
+  if (c.train_files_size() == 0) {
+    return absl::InvalidArgumentError("config has no train_files");
+  }
+  if (c.batch_size() < 0 || c.epochs() < 0 || c.max_steps() < 0) {
+    return absl::InvalidArgumentError(
+        "batch_size, epochs and max_steps must not be negative");
+  }
+  if (c.checkpoint_every_steps() < 0) {
+    return absl::InvalidArgumentError(
+        "checkpoint_every_steps must not be negative");
+  }
+  if (absl::Status s = ParseMode(c.mode()).status(); !s.ok()) return s;
+  if (absl::Status s = DenseOptimizerOf(c.dense_optimizer(), 0).status();
+      !s.ok()) {
+    return s;
+  }
+  return dense::ValidateModelSpec(ModelSpecOf(c));
+}
+
+}  // namespace embedps::worker

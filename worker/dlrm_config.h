@@ -1,0 +1,43 @@
+// The DLRM job's configuration (worker/worker_config.proto): its checks
+// against the Criteo format and itself, and its translation into the specs
+// of the parts (consistency mode, dense optimizer, model).
+//
+// Thread safety: pure functions.
+#ifndef EMBEDPS_WORKER_DLRM_CONFIG_H_
+#define EMBEDPS_WORKER_DLRM_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "dense/dense_optimizer.h"
+#include "dense/model_spec.h"
+#include "proto/embedps.pb.h"
+#include "worker/worker_config.pb.h"
+
+namespace embedps::worker {
+
+// A consistency mode as WorkerConfig.mode spells it: async, sync, ssp:N.
+struct Mode {
+  proto::ConsistencyConfig::Mode mode = proto::ConsistencyConfig::SYNC;
+  uint32_t staleness = 0;
+};
+// INVALID_ARGUMENT for another spelling; empty is sync.
+absl::StatusOr<Mode> ParseMode(const std::string& text);
+
+// The dense optimizer of `config` over `total_steps` (for the decay).
+absl::StatusOr<dense::DenseOptimizerSpec> DenseOptimizerOf(
+    const DenseOptimizerConfig& config, int64_t total_steps);
+
+// The dense model of `config` (13 dense features, one pooled slot per
+// Criteo categorical column).
+dense::ModelSpec ModelSpecOf(const WorkerConfig& config);
+
+// Validates the configuration against the Criteo format and itself.
+// INVALID_ARGUMENT naming the field.
+absl::Status ValidateWorkerConfig(const WorkerConfig& config);
+
+}  // namespace embedps::worker
+
+#endif  // EMBEDPS_WORKER_DLRM_CONFIG_H_

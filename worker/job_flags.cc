@@ -1,0 +1,110 @@
+#include "worker/job_flags.h"
+
+#include <cstdio>
+#include <string>
+#include <utility>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/malloc_options.h"
+#include "dense/collective/file_store.h"
+#include "dense/collective/in_memory_store.h"
+#include "worker/coordination_store.h"
+
+ABSL_FLAG(int32_t, rank, 0, "this worker's rank, in [0, world_size)");
+ABSL_FLAG(int32_t, world_size, 1, "number of workers in the job");
+ABSL_FLAG(std::string, rendezvous_dir, "",
+          "a directory all workers can reach, fresh for each job, where they "
+          "meet (instead of a ps_server's Coordination service)");
+ABSL_FLAG(std::string, coordinator, "",
+          "host:port of a ps_server whose Coordination service the workers "
+          "meet through");
+ABSL_FLAG(std::string, job_name, "",
+          "prefix of this job's rendezvous keys (default: the command's)");
+ABSL_FLAG(std::string, gloo_host, "127.0.0.1",
+          "address this worker listens on for its peers' Gloo connections");
+ABSL_FLAG(int32_t, timeout_s, 60,
+          "seconds before a rendezvous or collective that a peer never "
+          "joins fails (instead of hanging)");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu (BLAS, Gloo) or cuda (cuBLAS, NCCL)");
+ABSL_FLAG(int32_t, cuda_device, 0, "--device=cuda: the device ordinal");
+ABSL_FLAG(bool, allow_tf32, false,
+          "--device=cuda: allow TF32 tensor-core GEMMs (faster, less exact)");
+ABSL_FLAG(std::string, output_dir, "",
+          "where the job writes its results (see the command's help)");
+ABSL_FLAG(std::string, log_level, "info",
+          "trace, debug, info, warn, error or off");
+
+namespace embedps::worker {
+
+absl::StatusOr<JobFromFlags> ReadJobFlags(
+    const std::string& default_job_name,
+    const std::string& fallback_coordinator) {
+  JobFromFlags out;
+  JobMembership& job = out.job;
+  job.rank = absl::GetFlag(FLAGS_rank);
+  job.world_size = absl::GetFlag(FLAGS_world_size);
+  if (job.world_size < 1 || job.rank < 0 || job.rank >= job.world_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rank=", job.rank,
+                     " must be in [0, --world_size=", job.world_size, ")"));
+  }
+  job.job_name = absl::GetFlag(FLAGS_job_name).empty()
+                     ? default_job_name
+                     : absl::GetFlag(FLAGS_job_name);
+  job.gloo_host = absl::GetFlag(FLAGS_gloo_host);
+  if (absl::GetFlag(FLAGS_timeout_s) <= 0) {
+    return absl::InvalidArgumentError("--timeout_s must be > 0");
+  }
+  job.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
+  const std::string dir = absl::GetFlag(FLAGS_rendezvous_dir);
+  std::string coordinator = absl::GetFlag(FLAGS_coordinator);
+  if (!dir.empty() && !coordinator.empty()) {
+    return absl::InvalidArgumentError(
+        "give one of --rendezvous_dir and --coordinator, not both");
+  }
+  if (!dir.empty()) {
+    absl::StatusOr<std::unique_ptr<dense::Store>> store =
+        dense::CreateFileStore(dir);
+    if (!store.ok()) return store.status();
+    out.store = *std::move(store);
+  } else if (job.world_size == 1) {
+    // One rank meets only itself.
+    out.store = std::make_unique<dense::InMemoryStore>();
+  } else {
+    if (coordinator.empty()) coordinator = fallback_coordinator;
+    if (coordinator.empty()) {
+      return absl::InvalidArgumentError(
+          "--world_size > 1 needs --rendezvous_dir or --coordinator");
+    }
+    out.store = std::make_unique<CoordinationStore>(coordinator);
+  }
+  job.store = out.store.get();
+  return out;
+}
+
+absl::StatusOr<dense::ModelOptions> ReadModelFlags() {
+  dense::ModelOptions model;
+  absl::StatusOr<dense::Backend> backend =
+      dense::ParseBackend(absl::GetFlag(FLAGS_device));
+  if (!backend.ok()) return backend.status();
+  model.backend = *backend;
+  model.device = absl::GetFlag(FLAGS_cuda_device);
+  model.allow_tf32 = absl::GetFlag(FLAGS_allow_tf32);
+  return model;
+}
+
+int ParseJobCommandLine(int argc, char** argv) {
+  absl::ParseCommandLine(argc, argv);
+  ReuseLargeAllocations();
+  if (absl::Status s = SetLogLevel(absl::GetFlag(FLAGS_log_level)); !s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  return -1;
+}
+
+}  // namespace embedps::worker
