@@ -110,7 +110,12 @@ absl::Status StepSynchronizer::Push(uint64_t client_id, uint64_t step,
     return absl::FailedPreconditionError(absl::StrCat(
         "push for step ", step, " of table '", table_->spec().name,
         "' arrived after that step was applied (the table is at step ",
-        next_step_, ")"));
+        next_step_,
+        step == 0 ? "): the servers hold the tables of an earlier job; to "
+                    "start a new job restart the servers (or give each job "
+                    "its own tables), to continue that job pass --restore "
+                    "with its checkpoint"
+                  : ")"));
   }
   // Refuse NaN/Inf before buffering, so that a bad part cannot poison the
   // step's sum (the table would refuse the whole sum later).

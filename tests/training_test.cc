@@ -298,6 +298,46 @@ TEST_F(TrainingTest, WorkerHelpAndMissingConfig) {
       << ReadFile(log);
 }
 
+// A second job started against servers that a finished SYNC job used is
+// refused with what to do (the servers' steps belong to the first job);
+// and a test set smaller than a batch is evaluated whole.
+TEST_F(TrainingTest, SecondJobOnUsedServersAndASmallTestSet) {
+  const std::string small_test = TestTempPath("small_test.txt");
+  {
+    std::ifstream in(*data_ + "/test.txt");
+    std::ofstream out(small_test);
+    std::string line;
+    for (int i = 0; i < 200 && std::getline(in, line); ++i) out << line << "\n";
+  }
+  auto server = ServerProcess::Start(kServer, {});
+  ASSERT_OK(server.status());
+  const std::string first_out = TestTempPath("first");
+  const auto job = [&](const std::string& name, const std::string& out) {
+    const std::string log = TestTempPath(name + ".log");
+    auto worker = ChildProcess::Spawn(
+        kWorker,
+        {std::string("--config=") + kConfig,
+         "--servers=" + (*server)->address(),
+         "--train_data=" + *data_ + "/train.txt", "--test_data=" + small_test,
+         "--max_steps=12", "--batch_size=512",
+         "--output_dir=" + out, "--log_level=warn"},
+        "", log);
+    EXPECT_OK(worker.status());
+    absl::StatusOr<int> code = (*worker)->WaitFor(absl::Seconds(120));
+    EXPECT_OK(code.status());
+    return std::make_pair(code.ok() ? *code : -1, ReadFile(log));
+  };
+  const auto [first_code, first_log] = job("first", first_out);
+  ASSERT_EQ(first_code, 0) << first_log;
+  const std::string summary = ReadFile(first_out + "/summary.json");
+  EXPECT_GT(JsonNumber(summary, "test_auc"), 0.6) << summary;
+  const auto [second_code, second_log] = job("second", TestTempPath("second"));
+  EXPECT_EQ(second_code, 1);
+  EXPECT_NE(second_log.find("restart the servers"), std::string::npos)
+      << second_log;
+  EXPECT_NE(second_log.find("--restore"), std::string::npos) << second_log;
+}
+
 // While it trains, a worker serves Prometheus metrics; its summary splits
 // the time between pulls, compute and pushes.
 TEST_F(TrainingTest, WorkerServesMetricsWhileTraining) {

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -17,6 +18,19 @@ namespace {
 
 constexpr int kFields = 1 + kCriteoDense + kCriteoSlots;
 constexpr size_t kChunk = size_t{1} << 20;
+
+// A field as a message shows it: in quotes, with control characters (a
+// stray '\r', a NUL) escaped so that they are visible.
+std::string Quoted(absl::string_view field) {
+  return absl::StrCat("'", absl::CEscape(field), "'");
+}
+
+// A damaged data file, as the reader reports it when bad data is fatal.
+absl::Status MalformedFile(const absl::Status& status) {
+  if (status.code() != absl::StatusCode::kDataLoss) return status;
+  return absl::InvalidArgumentError(
+      absl::StrCat("malformed file ", status.message()));
+}
 
 // Lines of a plain or gzip file (zlib reads both), without their '\n'.
 class LineReader {
@@ -51,6 +65,16 @@ class LineReader {
               absl::StrCat("reading ", path_, ": ", gzerror(file_, &code)));
         }
         if (got == 0) {
+          // zlib reports a gzip stream that ends before its trailer (a
+          // truncated file) only here, as Z_BUF_ERROR at the end.
+          int code = Z_OK;
+          gzerror(file_, &code);
+          if (code == Z_BUF_ERROR) {
+            return absl::DataLossError(absl::StrCat(
+                path_,
+                ": the gzip stream ends early (a truncated or corrupt "
+                "file)"));
+          }
           eof_ = true;
           break;
         }
@@ -105,7 +129,11 @@ class LineReader {
   std::string carry_;
 };
 
-absl::StatusOr<int64_t> CountLines(const std::string& path) {
+// The lines of `path`. A file whose data ends early (a truncated gzip
+// stream) counts the lines before the damage and sets `*damaged`, unless
+// `fatal`.
+absl::StatusOr<int64_t> CountLines(const std::string& path, bool fatal,
+                                   bool* damaged) {
   absl::StatusOr<std::unique_ptr<LineReader>> reader =
       LineReader::Open(path, /*max_line_bytes=*/0);
   if (!reader.ok()) return reader.status();
@@ -114,7 +142,15 @@ absl::StatusOr<int64_t> CountLines(const std::string& path) {
   bool too_long = false;
   while (true) {
     absl::StatusOr<bool> more = (*reader)->Next(&line, &too_long);
-    if (!more.ok()) return more.status();
+    if (!more.ok()) {
+      if (more.status().code() == absl::StatusCode::kDataLoss && !fatal) {
+        *damaged = true;
+        Logger("reader")->warn("{}: reading its first {} lines only",
+                               more.status().message(), lines);
+        return lines;
+      }
+      return MalformedFile(more.status());
+    }
     if (!*more) return lines;
     ++lines;
   }
@@ -141,6 +177,8 @@ uint64_t MissingFeatureKey(int slot) {
 
 absl::Status ParseCriteoLine(const char* line, size_t size, CriteoBatch* batch,
                              int i) {
+  // Windows line endings: the '\r' before the '\n' is not part of the line.
+  if (size > 0 && line[size - 1] == '\r') --size;
   absl::string_view fields[kFields];
   int count = 0;
   size_t start = 0;
@@ -161,7 +199,7 @@ absl::Status ParseCriteoLine(const char* line, size_t size, CriteoBatch* batch,
   }
   if (fields[0] != "0" && fields[0] != "1") {
     return absl::InvalidArgumentError(
-        absl::StrCat("label '", fields[0], "' is not 0 or 1"));
+        absl::StrCat("label ", Quoted(fields[0]), " is not 0 or 1"));
   }
   batch->labels[i] = fields[0] == "1" ? 1.0f : 0.0f;
   float* dense = batch->dense.data() + static_cast<size_t>(i) * kCriteoDense;
@@ -170,7 +208,7 @@ absl::Status ParseCriteoLine(const char* line, size_t size, CriteoBatch* batch,
     int64_t x = 0;
     if (!f.empty() && !absl::SimpleAtoi(f, &x)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "integer feature I", j + 1, " is '", f, "', not an integer"));
+          "integer feature I", j + 1, " is ", Quoted(f), ", not an integer"));
     }
     dense[j] =
         static_cast<float>(std::log1p(static_cast<double>(x > 0 ? x : 0)));
@@ -192,7 +230,7 @@ absl::Status ParseCriteoLine(const char* line, size_t size, CriteoBatch* batch,
       const int d = HexDigit(c);
       if (d < 0) {
         return absl::InvalidArgumentError(absl::StrCat(
-            "categorical feature C", s + 1, " '", f, "' is not hex"));
+            "categorical feature C", s + 1, " ", Quoted(f), " is not hex"));
       }
       value = value << 4 | static_cast<uint64_t>(d);
     }
@@ -215,30 +253,41 @@ absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(
         options.worker_index, " of ", options.num_workers, ", epochs ",
         options.epochs, options.include_tail ? ", include_tail" : ""));
   }
-  int64_t lines = 0;
+  int64_t lines = 0, damaged_files = 0;
   for (const std::string& file : options.files) {
-    absl::StatusOr<int64_t> n = CountLines(file);
+    bool damaged = false;
+    absl::StatusOr<int64_t> n =
+        CountLines(file, options.fatal_bad_lines, &damaged);
     if (!n.ok()) return n.status();
     lines += *n;
+    damaged_files += damaged;
   }
+  // With the tail, a single partial step is a step (an evaluation of a
+  // small test set); without, training needs one whole step per worker.
   const int64_t per_step =
-      static_cast<int64_t>(options.batch_size) * options.num_workers;
+      options.include_tail
+          ? 1
+          : static_cast<int64_t>(options.batch_size) * options.num_workers;
   if (lines < per_step) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the ", options.name, " files hold ", lines, " lines, fewer than one ",
         "step needs (", options.num_workers, " workers × batch ",
         options.batch_size, ")"));
   }
-  return std::unique_ptr<CriteoReader>(new CriteoReader(options, lines));
+  return std::unique_ptr<CriteoReader>(
+      new CriteoReader(options, lines, damaged_files));
 }
 
 CriteoReader::CriteoReader(const CriteoReaderOptions& options,
-                           int64_t total_lines)
+                           int64_t total_lines, int64_t damaged_files)
     : options_(options),
       total_lines_(total_lines),
       steps_per_epoch_(
           (total_lines + (options.include_tail ? options.batch_size - 1 : 0)) /
           (static_cast<int64_t>(options.batch_size) * options.num_workers)) {
+  // The damaged end of each file counts as one bad line (once, however
+  // many epochs read it).
+  bad_lines_ = damaged_files;
   thread_ = std::thread([this] { ReadLoop(); });
 }
 
@@ -302,8 +351,13 @@ void CriteoReader::ReadLoop() {
       bool too_long = false;
       while (line_index < steps_per_epoch_ * per_step) {
         absl::StatusOr<bool> more = (*reader)->Next(&line, &too_long);
+        if (!more.ok() && more.status().code() == absl::StatusCode::kDataLoss &&
+            !options_.fatal_bad_lines) {
+          // Its damaged end was counted when the reader opened.
+          break;
+        }
         if (!more.ok()) {
-          error = more.status();
+          error = MalformedFile(more.status());
           break;
         }
         if (!*more) break;

@@ -70,8 +70,9 @@ struct CriteoReaderOptions {
   bool fatal_bad_lines = false;
   // Parsed batches kept ready ahead of the trainer. Default: 8.
   int prefetch_batches = 8;
-  // Also deliver the last, partial step of each epoch (for evaluation).
-  // Only with num_workers == 1. Default: no.
+  // Also deliver the last, partial step of each epoch (for evaluation; a
+  // file shorter than one batch is then one partial step). Only with
+  // num_workers == 1. Default: no.
   bool include_tail = false;
   // Name used in log lines. Default: "train".
   std::string name = "train";
@@ -104,7 +105,8 @@ class CriteoReader {
   CriteoReaderStats stats() const;
 
  private:
-  CriteoReader(const CriteoReaderOptions& options, int64_t total_lines);
+  CriteoReader(const CriteoReaderOptions& options, int64_t total_lines,
+               int64_t damaged_files);
   void ReadLoop();
   // Queues a finished batch or an error; false once the reader is closed.
   bool Deliver(absl::StatusOr<CriteoBatch> item);

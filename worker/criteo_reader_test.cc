@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@ namespace embedps::worker {
 namespace {
 
 using ::embedps::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 // A valid line whose label is `label` and whose I1 is `i1`.
@@ -104,6 +106,34 @@ TEST(ParseCriteoLineTest, MalformedLinesSayWhy) {
   EXPECT_THAT(parse(bad_hex), StatusIs(absl::StatusCode::kInvalidArgument,
                                        HasSubstr("C4 'zz' is not hex")));
   EXPECT_THAT(parse(""), StatusIs(absl::StatusCode::kInvalidArgument));
+  // Control characters in a quoted field are shown, not swallowed.
+  std::string hidden = Line(0, 1);
+  hidden.replace(hidden.find("a0b3"), 4, std::string("a0\x01", 3) + "b");
+  EXPECT_THAT(parse(hidden), StatusIs(absl::StatusCode::kInvalidArgument,
+                                      HasSubstr("C4 'a0\\001b' is not hex")));
+}
+
+// A file written on Windows: every line ends in "\r\n". The '\r' is not
+// part of the last field.
+TEST(ParseCriteoLineTest, WindowsLineEndingsAreAccepted) {
+  CriteoBatch a, b;
+  for (CriteoBatch* batch : {&a, &b}) {
+    batch->labels.resize(1);
+    batch->dense.resize(13);
+    batch->keys.resize(26);
+  }
+  const std::string unix_line = Line(1, 7);
+  const std::string windows_line = unix_line + "\r";
+  ASSERT_OK(ParseCriteoLine(unix_line.data(), unix_line.size(), &a, 0));
+  ASSERT_OK(ParseCriteoLine(windows_line.data(), windows_line.size(), &b, 0));
+  EXPECT_EQ(a.keys, b.keys);
+  EXPECT_EQ(a.dense, b.dense);
+  // A '\r' anywhere else is still refused, and the message shows it.
+  std::string inner = Line(1, 7);
+  inner.replace(inner.find("a0b3"), 4, "a0b3\r");
+  EXPECT_THAT(ParseCriteoLine(inner.data(), inner.size(), &a, 0),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("C4 'a0b3\\r' is not hex")));
 }
 
 TEST(CriteoReaderTest, WorkersSplitEveryStepAndDropTheTail) {
@@ -198,6 +228,74 @@ TEST(CriteoReaderTest, BadLinesAreSkippedOrFatal) {
   EXPECT_THAT(next, StatusIs(absl::StatusCode::kInvalidArgument,
                              HasSubstr(path + ":3")));
   EXPECT_THAT(fatal->Next(), StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// Evaluation reads what a small test set holds, even less than a batch.
+TEST(CriteoReaderTest, IncludeTailReadsAFileShorterThanABatch) {
+  std::vector<std::string> lines;
+  for (int i = 0; i < 5; ++i) lines.push_back(Line(i % 2, i));
+  CriteoReaderOptions options;
+  options.files = {WriteFile("small_test.txt", lines)};
+  options.batch_size = 4096;
+  options.include_tail = true;
+  ASSERT_OK_AND_ASSIGN(auto reader, CriteoReader::Open(options));
+  EXPECT_EQ(reader->total_steps(), 1);
+  const std::vector<CriteoBatch> batches = ReadAll(*reader);
+  ASSERT_EQ(batches.size(), 1u);
+  EXPECT_EQ(batches[0].size, 5);
+  // An empty file still has nothing to evaluate.
+  options.files = {WriteFile("empty_test.txt", {})};
+  EXPECT_THAT(
+      CriteoReader::Open(options),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("hold 0 lines")));
+}
+
+TEST(CriteoReaderTest, WindowsFilesReadLikeUnixFiles) {
+  std::vector<std::string> lines, windows;
+  for (int i = 0; i < 8; ++i) {
+    lines.push_back(Line(i % 2, i));
+    windows.push_back(Line(i % 2, i) + "\r");
+  }
+  CriteoReaderOptions options;
+  options.batch_size = 4;
+  options.files = {WriteFile("unix.txt", lines)};
+  ASSERT_OK_AND_ASSIGN(auto unix_reader, CriteoReader::Open(options));
+  options.files = {WriteGzip("windows.txt.gz", windows)};
+  ASSERT_OK_AND_ASSIGN(auto windows_reader, CriteoReader::Open(options));
+  const std::vector<CriteoBatch> a = ReadAll(*unix_reader);
+  const std::vector<CriteoBatch> b = ReadAll(*windows_reader);
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].keys, b[i].keys);
+  EXPECT_EQ(windows_reader->stats().bad_lines, 0);
+}
+
+// A gzip file cut short (a copy that did not finish) is not trained on
+// silently: its damaged end counts as a bad line, or is fatal.
+TEST(CriteoReaderTest, TruncatedGzipIsABadLineOrFatal) {
+  std::vector<std::string> lines;
+  for (int i = 0; i < 5000; ++i) lines.push_back(Line(i % 2, i));
+  const std::string whole = WriteGzip("whole.txt.gz", lines);
+  std::ifstream in(whole, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)),
+                          std::istreambuf_iterator<char>());
+  ASSERT_GT(bytes.size(), 10000u);
+  const std::string cut = ::testing::TempDir() + "/cut.txt.gz";
+  std::ofstream(cut, std::ios::binary) << bytes.substr(0, 10000);
+
+  CriteoReaderOptions options;
+  options.files = {cut};
+  options.batch_size = 16;
+  ASSERT_OK_AND_ASSIGN(auto reader, CriteoReader::Open(options));
+  EXPECT_GT(reader->total_lines(), 0);
+  EXPECT_LT(reader->total_lines(), 5000);
+  ReadAll(*reader);
+  EXPECT_EQ(reader->stats().bad_lines, 1);
+
+  options.fatal_bad_lines = true;
+  EXPECT_THAT(CriteoReader::Open(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("malformed file " + cut),
+                             HasSubstr("ends early"))));
 }
 
 TEST(CriteoReaderTest, BadOptionsAndMissingFiles) {
