@@ -69,10 +69,15 @@ void BulkFanOut::Completed(Call* call, grpc::Status status) {
           call->schedule.BackoffAfter(status, absl::Now())) {
     // The next attempt starts from the alarm's callback, on a gRPC thread.
     call->backoff = std::make_unique<grpc::Alarm>();
-    call->backoff->Set(absl::ToChronoTime(absl::Now() + *backoff),
-                       [self = shared_from_this(), call](bool /*fired*/) {
-                         self->Attempt(call);
-                       });
+    // The alarm keeps its callback until it is destroyed, and the call
+    // owns the alarm: the callback gives up its reference to the fan-out
+    // when it runs, or the two would keep each other alive.
+    call->backoff->Set(
+        absl::ToChronoTime(absl::Now() + *backoff),
+        [self = shared_from_this(), call](bool /*fired*/) mutable {
+          const std::shared_ptr<BulkFanOut> keep = std::move(self);
+          keep->Attempt(call);
+        });
     return;
   }
   Finished(CallFailed(method_, call->shard, call->server,
