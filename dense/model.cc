@@ -102,8 +102,8 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(
   return std::unique_ptr<Model>(new CpuBackendModel(std::move(*cpu)));
 }
 
-absl::Status SaveParameters(Model& model, int64_t step, const std::string& path,
-                            const DenseOptimizer* optimizer) {
+absl::StatusOr<std::string> SerializeParameters(
+    Model& model, int64_t step, const DenseOptimizer* optimizer) {
   std::vector<float> values(model.num_parameters());
   if (absl::Status s = model.GetParameters(absl::MakeSpan(values)); !s.ok()) {
     return s;
@@ -123,11 +123,18 @@ absl::Status SaveParameters(Model& model, int64_t step, const std::string& path,
     file.set_optimizer_state(optimizer->SaveState());
     file.set_optimizer_state_crc32(Crc32(file.optimizer_state()));
   }
+  return file.SerializeAsString();
+}
 
+absl::Status SaveParameters(Model& model, int64_t step, const std::string& path,
+                            const DenseOptimizer* optimizer) {
+  absl::StatusOr<std::string> bytes =
+      SerializeParameters(model, step, optimizer);
+  if (!bytes.ok()) return bytes.status();
   const std::string temporary = path + ".tmp";
   {
     std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    if (!out || !file.SerializeToOstream(&out) || !out.flush()) {
+    if (!out || !out.write(bytes->data(), bytes->size()) || !out.flush()) {
       return absl::UnavailableError(
           absl::StrCat("cannot write dense parameters to ", temporary, ": ",
                        std::strerror(errno)));
@@ -149,8 +156,15 @@ absl::StatusOr<int64_t> LoadParameters(const std::string& path, Model& model,
   }
   std::stringstream contents;
   contents << in.rdbuf();
+  return LoadParametersFromBytes(contents.str(), path, model, optimizer);
+}
+
+absl::StatusOr<int64_t> LoadParametersFromBytes(absl::string_view bytes,
+                                                const std::string& path,
+                                                Model& model,
+                                                DenseOptimizer* optimizer) {
   DenseParametersFile file;
-  if (!file.ParseFromString(contents.str())) {
+  if (!file.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return absl::DataLossError(absl::StrCat("dense parameters file ", path,
                                             " is truncated or not one"));
   }

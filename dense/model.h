@@ -103,6 +103,15 @@ absl::Status SaveParameters(Model& model, int64_t step, const std::string& path,
 absl::StatusOr<int64_t> LoadParameters(const std::string& path, Model& model,
                                        DenseOptimizer* optimizer = nullptr);
 
+// The bytes SaveParameters writes (to send them rather than store them).
+absl::StatusOr<std::string> SerializeParameters(
+    Model& model, int64_t step, const DenseOptimizer* optimizer = nullptr);
+
+// LoadParameters of the bytes of such a file; `path` names them in errors.
+absl::StatusOr<int64_t> LoadParametersFromBytes(
+    absl::string_view bytes, const std::string& path, Model& model,
+    DenseOptimizer* optimizer = nullptr);
+
 }  // namespace embedps::dense
 
 #endif  // EMBEDPS_DENSE_MODEL_H_

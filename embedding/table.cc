@@ -315,6 +315,25 @@ class MemoryTable final : public Table {
     return core_.StripeIndex(KeyHash(key));
   }
 
+  void EnableChangeLog() override {
+    core_.change_log.store(true, std::memory_order_relaxed);
+  }
+
+  std::vector<uint64_t> TakeChangedKeys() override {
+    std::vector<uint64_t> keys;
+    for (auto& stripe_ptr : core_.stripes) {
+      Stripe& stripe = *stripe_ptr;
+      MutexLock lock(&stripe.mu);
+      std::vector<uint64_t>& changes = stripe.changes();
+      keys.insert(keys.end(), changes.begin(), changes.end());
+      changes.clear();
+      if (changes.capacity() > 4096) changes.shrink_to_fit();
+    }
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    return keys;
+  }
+
   bool spills() const override { return core_.spill != nullptr; }
 
  private:

@@ -301,6 +301,20 @@ class Table {
   // True if the table has a spill tier.
   virtual bool spills() const = 0;
 
+  // Starts logging the keys whose rows change — updated by a Push,
+  // created, removed (Erase, TTL) or restored — for TakeChangedKeys. For a
+  // training shard that publishes its changes to serving replicas.
+  // Idempotent; the log cannot be turned off. Costs one atomic load per
+  // changed row while off, a vector append per changed row while on.
+  virtual void EnableChangeLog() = 0;
+
+  // The distinct keys whose rows changed since the previous call (or since
+  // EnableChangeLog), in increasing order; the log starts over. Every
+  // change made before the call returns is in this result or an earlier
+  // one, so values read after it are at least as new as the changes it
+  // names. Empty while the log is off.
+  virtual std::vector<uint64_t> TakeChangedKeys() = 0;
+
   // Checkpoint restore: merges saved admission states (one per stripe, as
   // TableSnapshot::admission_states) into the filters by saturating
   // addition, so states of several old shards combine into one.

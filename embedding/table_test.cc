@@ -288,6 +288,27 @@ TEST_P(TableContractTest, LookupCanAnswerMissesWithInitialValues) {
   EXPECT_EQ(table->Stats().rows, before.rows) << "two sightings, not three";
 }
 
+TEST_P(TableContractTest, ChangeLogNamesEveryChangedRowOnce) {
+  const TableSpec spec = SgdSpec();
+  ASSERT_OK_AND_ASSIGN(auto table, MakeTable(spec));
+  PullOne(*table, 1);  // before the log: not logged
+  EXPECT_TRUE(table->TakeChangedKeys().empty());
+  table->EnableChangeLog();
+  PullOne(*table, 1);  // read only: no change
+  EXPECT_TRUE(table->TakeChangedKeys().empty());
+  PullOne(*table, 7);  // created
+  const std::vector<float> grad(2 * kDim, 0.5f);
+  ASSERT_OK(table->Push({{1, 1}}, grad));  // updated (twice in one batch)
+  ASSERT_OK(table->Push({{99}}, absl::MakeConstSpan(grad).subspan(0, kDim)));
+  // Key 99 has no row: the push is dropped, nothing changes.
+  EXPECT_EQ(table->TakeChangedKeys(), (std::vector<uint64_t>{1, 7}));
+  EXPECT_TRUE(table->TakeChangedKeys().empty()) << "the log starts over";
+  ASSERT_OK_AND_ASSIGN(uint64_t erased, table->Erase({{7}}));
+  EXPECT_EQ(erased, 1u);
+  ASSERT_OK(table->Push({{1}}, absl::MakeConstSpan(grad).subspan(0, kDim)));
+  EXPECT_EQ(table->TakeChangedKeys(), (std::vector<uint64_t>{1, 7}));
+}
+
 TEST_P(TableContractTest, EraseRemovesRowsAndFreedRowsAreReused) {
   const TableSpec spec = SgdSpec();
   ASSERT_OK_AND_ASSIGN(auto table, MakeTable(spec));

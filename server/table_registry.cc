@@ -36,6 +36,7 @@ absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
   RETURN_IF_ERROR(ValidateConsistency(config.consistency()));
   proto::TableConfig canonical = ConfigFromSpec(spec);
   *canonical.mutable_consistency() = config.consistency();
+  *canonical.mutable_serving() = config.serving();
   if (canonical.consistency().timeout_ms() == 0) {
     canonical.mutable_consistency()->set_timeout_ms(kDefaultStepTimeoutMs);
   }

@@ -37,7 +37,8 @@ uint64_t Stripe::ResidentBytes() const {
                 spill_.newcomers.capacity() * sizeof(RowId);
   return row_bytes + index_bytes + free_rows_.capacity() * sizeof(RowId) +
          spill_copy_metadata_.capacity() * sizeof(uint64_t) +
-         admission_->bytes() + frequency_bytes;
+         admission_->bytes() + frequency_bytes +
+         changes_.capacity() * sizeof(uint64_t);
 }
 
 }  // namespace embedps::embedding_internal

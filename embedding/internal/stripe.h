@@ -189,6 +189,11 @@ class Stripe {
   const SpillState& spill() const ABSL_SHARED_LOCKS_REQUIRED(mu) {
     return spill_;
   }
+  // With the table's change log on: keys whose rows changed since the log
+  // was last taken (TableCore::LogChange), with repeats.
+  std::vector<uint64_t>& changes() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return changes_;
+  }
   // Row ids handed out so far (live or free): ids are in [0, used_rows()).
   RowId used_rows() const ABSL_SHARED_LOCKS_REQUIRED(mu) { return used_rows_; }
 
@@ -253,6 +258,7 @@ class Stripe {
   std::unique_ptr<AdmissionFilter> admission_ ABSL_GUARDED_BY(mu);
   StripeCounters counters_ ABSL_GUARDED_BY(mu);
   SpillState spill_ ABSL_GUARDED_BY(mu);
+  std::vector<uint64_t> changes_ ABSL_GUARDED_BY(mu);
 };
 
 // The index reads keys from rows; called under the stripe's lock.

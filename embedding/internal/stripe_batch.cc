@@ -94,6 +94,7 @@ absl::StatusOr<RowId> CreateRow(const TableCore& core, Stripe& stripe,
   stripe.MutableHeader(id).access_word = kDirtyBit | kReferencedBit;
   stripe.IndexRow(id);
   ++stripe.counters().admitted;
+  core.LogChange(stripe, key);
   SpillState& spill = stripe.spill();
   if (!spill.removed_keys.empty()) spill.removed_keys.erase(key);
   if (spill.frequency != nullptr) spill.newcomers.push_back(id);
@@ -133,6 +134,7 @@ void ApplyToRow(const TableCore& core, Stripe& stripe, RowId id,
   RowHeader& header = stripe.MutableHeader(id);
   header.last_touch = touch;
   header.access_word |= kDirtyBit | kReferencedBit;
+  core.LogChange(stripe, header.key);
 }
 
 }  // namespace

@@ -101,6 +101,9 @@ struct TableCore {
   std::atomic<uint32_t> rotation{0};
   // Largest AccessContext::step seen (TTL in steps).
   std::atomic<uint64_t> latest_step{0};
+  // Set once by Table::EnableChangeLog: from then on every change of a
+  // row's values (update, creation, removal, restore) is logged.
+  std::atomic<bool> change_log{false};
 
   uint32_t StripeIndex(uint64_t hash) const {
     return StripeIndexOfHash(hash, stripe_mask);
@@ -131,11 +134,20 @@ struct TableCore {
   }
 
   // `key` lost its row: remembered for the next incremental snapshot once
-  // snapshots are taken.
-  void NoteRemoved(Stripe& stripe, uint64_t key)
+  // snapshots are taken, and logged.
+  void NoteRemoved(Stripe& stripe, uint64_t key) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
     if (tracking_changes.load(std::memory_order_relaxed)) {
       stripe.spill().removed_keys.insert(key);
+    }
+    LogChange(stripe, key);
+  }
+
+  // With the change log on: `key`'s row changed, appeared or went.
+  void LogChange(Stripe& stripe, uint64_t key) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    if (change_log.load(std::memory_order_relaxed)) {
+      stripe.changes().push_back(key);
     }
   }
 };

@@ -55,6 +55,11 @@ absl::Status PlaceRowsOfSpillTier(
       // The spill tier holds this very record.
       stripe.NoteCurrentSpillCopy(id, AccessMetadata(header));
     }
+    if (core.change_log.load(std::memory_order_relaxed)) {
+      for (uint32_t j = begin; j < end; ++j) {
+        core.LogChange(stripe, keys[scratch.order[j]]);
+      }
+    }
     const uint64_t held =
         rows_per_stripe.empty() ? end - begin : rows_per_stripe[s];
     spill.spilled_rows += held - std::min(placed, held);
@@ -161,6 +166,7 @@ absl::Status RestoreRows(TableCore& core, absl::Span<const uint64_t> keys,
       const char* record =
           records.data() + static_cast<size_t>(pos) * record_bytes;
       if (!spill.removed_keys.empty()) spill.removed_keys.erase(key);
+      core.LogChange(stripe, key);
       RowId id = stripe.Find(KeyProbe{key, scratch.hashes[j]});
       if (id == kNoRow) {
         if (stripe.index().size() >= core.max_resident_per_stripe) {

@@ -1,0 +1,174 @@
+#include "server/publisher.h"
+
+#include <random>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+
+namespace embedps::server {
+namespace {
+
+uint64_t RandomId() {
+  std::random_device device;
+  const uint64_t id = (uint64_t{device()} << 32) ^ device() ^
+                      static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
+  return id == 0 ? 1 : id;
+}
+
+std::string Bytes(const void* data, size_t size) {
+  return std::string(static_cast<const char*>(data), size);
+}
+
+}  // namespace
+
+Publisher::Publisher(PublisherOptions options, TableRegistry* registry)
+    : options_(options), registry_(registry), id_(RandomId()) {}
+
+Publisher::~Publisher() { Close(); }
+
+void Publisher::Close() {
+  MutexLock lock(&mu_);
+  closed_ = true;
+  published_.SignalAll();
+}
+
+uint64_t Publisher::last_sequence() const {
+  MutexLock lock(&mu_);
+  return next_sequence_ - 1;
+}
+
+absl::StatusOr<std::vector<proto::Publication>> Publisher::Collect(
+    const proto::PublishRequest& request) {
+  std::vector<proto::Publication> parts(1);
+  uint64_t part_bytes = request.dense_parameters().size();
+  for (const TableRegistry::Entry& entry : registry_->List()) {
+    embedding::Table& table = *entry.table;
+    table.EnableChangeLog();
+    if (entry.synchronizer != nullptr) {
+      // Step `request.step` applied (SYNC), or every worker past what the
+      // staleness allows (SSP).
+      RETURN_IF_ERROR(entry.synchronizer->AwaitPullable(request.step + 1));
+    }
+    const std::vector<uint64_t> keys = table.TakeChangedKeys();
+    const size_t dim = table.spec().dim;
+    std::vector<float> values(keys.size() * dim);
+    std::unique_ptr<bool[]> found(new bool[keys.size()]);
+    RETURN_IF_ERROR(table
+                        .Lookup(keys, absl::MakeSpan(values),
+                                absl::MakeSpan(found.get(), keys.size()),
+                                embedding::Table::MissingRows::kZeros)
+                        .status());
+    // Split the table's rows over messages of at most max_message_bytes.
+    const uint64_t row_bytes = sizeof(uint64_t) + dim * sizeof(float);
+    const size_t rows_per_message = std::max<uint64_t>(
+        1, options_.max_message_bytes / std::max<uint64_t>(row_bytes, 1));
+    size_t begin = 0;
+    do {
+      if (part_bytes > 0 && part_bytes + row_bytes > options_.max_message_bytes) {
+        parts.emplace_back();
+        part_bytes = 0;
+      }
+      const size_t end = std::min(keys.size(), begin + rows_per_message);
+      proto::PublishedTable* out = parts.back().add_table();
+      *out->mutable_config() = *entry.config;
+      std::vector<uint64_t> changed, removed;
+      std::vector<float> changed_values;
+      for (size_t i = begin; i < end; ++i) {
+        if (found[i]) {
+          changed.push_back(keys[i]);
+          changed_values.insert(changed_values.end(),
+                                values.begin() + i * dim,
+                                values.begin() + (i + 1) * dim);
+        } else {
+          removed.push_back(keys[i]);
+        }
+      }
+      out->set_keys(Bytes(changed.data(), changed.size() * sizeof(uint64_t)));
+      out->set_values(
+          Bytes(changed_values.data(), changed_values.size() * sizeof(float)));
+      out->set_removed(Bytes(removed.data(), removed.size() * sizeof(uint64_t)));
+      part_bytes += (end - begin) * row_bytes;
+      begin = end;
+    } while (begin < keys.size());
+  }
+  return parts;
+}
+
+absl::StatusOr<proto::PublishResponse> Publisher::Publish(
+    const proto::PublishRequest& request) {
+  MutexLock publish_lock(&publish_mu_);
+  ASSIGN_OR_RETURN(std::vector<proto::Publication> parts, Collect(request));
+  const int64_t now = absl::ToUnixMicros(absl::Now());
+  MutexLock lock(&mu_);
+  const uint64_t sequence = next_sequence_++;
+  Held held{sequence, 0, {}};
+  uint64_t rows = 0;
+  for (size_t p = 0; p < parts.size(); ++p) {
+    proto::Publication& part = parts[p];
+    part.set_publisher_id(id_);
+    part.set_shard_index(options_.shard_index);
+    part.set_num_shards(options_.num_shards);
+    part.set_sequence(sequence);
+    part.set_step(request.step);
+    part.set_published_unix_micros(now);
+    part.set_part(static_cast<uint32_t>(p));
+    part.set_parts(static_cast<uint32_t>(parts.size()));
+    if (p == 0) *part.mutable_dense_parameters() = request.dense_parameters();
+    for (const proto::PublishedTable& table : part.table()) {
+      rows += table.keys().size() / sizeof(uint64_t) +
+              table.removed().size() / sizeof(uint64_t);
+    }
+    held.bytes += part.ByteSizeLong();
+    held.parts.push_back(
+        std::make_shared<const proto::Publication>(std::move(part)));
+  }
+  history_bytes_ += held.bytes;
+  history_.push_back(std::move(held));
+  // The newest publication stays whatever its size.
+  while (history_.size() > 1 && history_bytes_ > options_.history_bytes) {
+    history_bytes_ -= history_.front().bytes;
+    history_.pop_front();
+  }
+  published_.SignalAll();
+  proto::PublishResponse response;
+  response.set_publisher_id(id_);
+  response.set_sequence(sequence);
+  response.set_rows(rows);
+  return response;
+}
+
+absl::StatusOr<std::vector<std::shared_ptr<const proto::Publication>>>
+Publisher::After(uint64_t publisher_id, uint64_t after_sequence,
+                 absl::Time deadline) {
+  if (publisher_id != 0 && publisher_id != id_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "publisher ", publisher_id,
+        " is gone (this shard restarted as publisher ", id_,
+        "): catch up from a checkpoint, then subscribe afresh"));
+  }
+  MutexLock lock(&mu_);
+  published_.WaitUntil(&mu_, deadline, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return closed_ || next_sequence_ - 1 > after_sequence;
+  });
+  if (closed_) return absl::CancelledError("the publisher is shutting down");
+  std::vector<std::shared_ptr<const proto::Publication>> out;
+  if (next_sequence_ - 1 <= after_sequence) return out;
+  const uint64_t oldest =
+      history_.empty() ? next_sequence_ : history_.front().sequence;
+  if (publisher_id != 0 && after_sequence + 1 < oldest) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "publications after ", after_sequence, " are gone (the history holds ",
+        oldest, " to ", next_sequence_ - 1,
+        "): catch up from a newer checkpoint, then subscribe afresh"));
+  }
+  for (const Held& held : history_) {
+    if (held.sequence <= after_sequence) continue;
+    out.insert(out.end(), held.parts.begin(), held.parts.end());
+  }
+  return out;
+}
+
+}  // namespace embedps::server

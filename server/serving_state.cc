@@ -1,0 +1,147 @@
+#include "server/serving_state.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "common/status_macros.h"
+
+namespace embedps::server {
+
+ServingTable::ServingTable(std::shared_ptr<TableRegistry> registry,
+                           embedding::Table* table, proto::TableConfig config,
+                           std::vector<std::shared_ptr<const Overlay>> overlays)
+    : registry_(std::move(registry)),
+      table_(table),
+      config_(std::move(config)),
+      overlays_(std::move(overlays)) {}
+
+absl::Status ServingTable::Read(absl::Span<const uint64_t> keys,
+                                absl::Span<float> values) const {
+  const size_t dim = config_.dim();
+  const bool zeros =
+      config_.serving().unknown_keys() == proto::ServingConfig::ZEROS;
+  // Keys no overlay answers go to the base in one batch.
+  std::vector<uint64_t> base_keys;
+  std::vector<uint32_t> base_positions;
+  std::vector<uint32_t> removed_positions;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    float* out = values.data() + i * dim;
+    bool answered = false;
+    for (const std::shared_ptr<const Overlay>& overlay : overlays_) {
+      auto it = overlay->rows.find(keys[i]);
+      if (it == overlay->rows.end()) continue;
+      if (it->second == Overlay::kRemoved) {
+        removed_positions.push_back(static_cast<uint32_t>(i));
+      } else {
+        std::memcpy(out, overlay->values.data() + size_t{it->second} * dim,
+                    dim * sizeof(float));
+      }
+      answered = true;
+      break;
+    }
+    if (!answered) {
+      base_keys.push_back(keys[i]);
+      base_positions.push_back(static_cast<uint32_t>(i));
+    }
+  }
+  const auto missing = zeros ? embedding::Table::MissingRows::kZeros
+                             : embedding::Table::MissingRows::kInitialValues;
+  if (!base_keys.empty()) {
+    std::vector<float> rows(base_keys.size() * dim);
+    std::unique_ptr<bool[]> found(new bool[base_keys.size()]);
+    RETURN_IF_ERROR(table_
+                        ->Lookup(base_keys, absl::MakeSpan(rows),
+                                 absl::MakeSpan(found.get(), base_keys.size()),
+                                 missing)
+                        .status());
+    for (size_t j = 0; j < base_keys.size(); ++j) {
+      std::memcpy(values.data() + size_t{base_positions[j]} * dim,
+                  rows.data() + j * dim, dim * sizeof(float));
+    }
+  }
+  if (!removed_positions.empty()) {
+    // A row that training removed reads as a key without a row.
+    std::vector<uint64_t> removed(removed_positions.size());
+    for (size_t j = 0; j < removed.size(); ++j) {
+      removed[j] = keys[removed_positions[j]];
+    }
+    std::vector<float> rows(removed.size() * dim);
+    std::unique_ptr<bool[]> found(new bool[removed.size()]);
+    // Lookup of keys the base may still hold: only the defaults are used.
+    if (zeros) {
+      std::fill(rows.begin(), rows.end(), 0.0f);
+    } else {
+      for (size_t j = 0; j < removed.size(); ++j) {
+        embedding::InitialRow(table_->spec().initializer, table_->spec().seed,
+                              removed[j],
+                              absl::MakeSpan(rows).subspan(j * dim, dim));
+      }
+    }
+    for (size_t j = 0; j < removed.size(); ++j) {
+      std::memcpy(values.data() + size_t{removed_positions[j]} * dim,
+                  rows.data() + j * dim, dim * sizeof(float));
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::shared_ptr<const Overlay> Compact(
+    absl::Span<const std::shared_ptr<const Overlay>> overlays, int32_t dim) {
+  auto merged = std::make_shared<Overlay>();
+  if (!overlays.empty()) merged->step = overlays.front()->step;
+  // Newest first: the first row seen of a key wins.
+  for (const std::shared_ptr<const Overlay>& overlay : overlays) {
+    for (const auto& [key, row] : overlay->rows) {
+      auto [it, inserted] = merged->rows.try_emplace(key, Overlay::kRemoved);
+      if (!inserted || row == Overlay::kRemoved) continue;
+      it->second = static_cast<uint32_t>(merged->values.size() / dim);
+      merged->values.insert(
+          merged->values.end(), overlay->values.begin() + size_t{row} * dim,
+          overlay->values.begin() + (size_t{row} + 1) * dim);
+    }
+  }
+  return merged;
+}
+
+std::shared_ptr<const ServingTable> ServingTable::With(
+    std::shared_ptr<const Overlay> overlay) const {
+  std::vector<std::shared_ptr<const Overlay>> chain;
+  chain.reserve(overlays_.size() + 1);
+  chain.push_back(std::move(overlay));
+  chain.insert(chain.end(), overlays_.begin(), overlays_.end());
+  if (chain.size() > kMaxOverlays) {
+    // Keep the newest whole (the publication just applied) and compact the
+    // rest, so that compaction work follows publication work.
+    std::shared_ptr<const Overlay> rest =
+        Compact(absl::MakeConstSpan(chain).subspan(1), config_.dim());
+    chain.resize(1);
+    chain.push_back(std::move(rest));
+  }
+  return std::make_shared<const ServingTable>(registry_, table_, config_,
+                                              std::move(chain));
+}
+
+bool ServingVersion::consistent() const {
+  if (dense_parameters == nullptr || dense_step != step) return false;
+  for (uint64_t s : source_steps) {
+    if (s != step) return false;
+  }
+  return true;
+}
+
+std::shared_ptr<const ServingVersion> BaseVersion(
+    std::shared_ptr<TableRegistry> registry, uint64_t step,
+    int32_t training_shards) {
+  auto version = std::make_shared<ServingVersion>();
+  version->step = step;
+  version->source_steps.assign(std::max(training_shards, 1), step);
+  for (const TableRegistry::Entry& entry : registry->List()) {
+    version->tables[entry.config->name()] = std::make_shared<const ServingTable>(
+        registry, entry.table, *entry.config,
+        std::vector<std::shared_ptr<const Overlay>>());
+  }
+  return version;
+}
+
+}  // namespace embedps::server
