@@ -27,6 +27,9 @@ namespace embedps::checkpoint {
 inline constexpr uint32_t kFormatVersion = 2;
 inline constexpr char kManifestFileName[] = "MANIFEST";
 inline constexpr char kTemporarySuffix[] = ".tmp";
+// The dense model's parameters of a training job's checkpoint (an extra
+// file of the manifest, written by the job's rank 0).
+inline constexpr char kDenseParametersFile[] = "dense.params";
 
 // "ckpt-" and the step in 12 digits, so that names sort by step.
 std::string CheckpointName(uint64_t step);

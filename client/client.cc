@@ -616,6 +616,29 @@ absl::StatusOr<proto::LoadResponse> Client::Load(const std::string& path) {
   return responses[0];
 }
 
+absl::StatusOr<uint64_t> Client::Publish(uint64_t step,
+                                         const std::string& dense_parameters) {
+  std::vector<uint64_t> rows(num_shards(), 0);
+  RETURN_IF_ERROR(RunParts(num_shards(), [&](size_t shard) {
+    proto::PublishRequest request;
+    request.set_step(step);
+    if (shard == 0) request.set_dense_parameters(dense_parameters);
+    proto::PublishResponse response;
+    // A SYNC shard holds the call until the step is applied.
+    RETURN_IF_ERROR(impl_->Call(
+        static_cast<int32_t>(shard), "Publish",
+        [&](grpc::ClientContext* c) {
+          return impl_->Stub(shard)->Publish(c, request, &response);
+        },
+        absl::Minutes(5)));
+    rows[shard] = response.rows();
+    return absl::OkStatus();
+  }));
+  uint64_t total = 0;
+  for (uint64_t r : rows) total += r;
+  return total;
+}
+
 absl::StatusOr<std::vector<proto::StatsResponse>> Client::Stats() {
   std::vector<proto::StatsResponse> responses(num_shards());
   const absl::Status status = RunParts(num_shards(), [&](size_t shard) {

@@ -134,6 +134,15 @@ class Client {
                                       uint64_t step = 0,
                                       Keys keys_are = Keys::kAny);
 
+  // Publishes every shard's rows changed since its last publication, at
+  // training step `step`, to the serving replicas that follow it; the
+  // dense model of the same step (a serialized dense model, may be empty)
+  // goes with shard 0's. SYNC/SSP shards publish once `step` is applied on
+  // them. The first call starts the shards' change logs: a job calls it at
+  // its start. Returns the rows published, all shards.
+  absl::StatusOr<uint64_t> Publish(uint64_t step,
+                                   const std::string& dense_parameters);
+
   // Stats of every shard, in shard order.
   absl::StatusOr<std::vector<proto::StatsResponse>> Stats();
 

@@ -300,8 +300,8 @@ TEST_P(TableContractTest, ChangeLogNamesEveryChangedRowOnce) {
   const std::vector<float> grad(2 * kDim, 0.5f);
   ASSERT_OK(table->Push({{1, 1}}, grad));  // updated (twice in one batch)
   ASSERT_OK(table->Push({{99}}, absl::MakeConstSpan(grad).subspan(0, kDim)));
-  // Key 99 has no row: the push is dropped, nothing changes.
-  EXPECT_EQ(table->TakeChangedKeys(), (std::vector<uint64_t>{1, 7}));
+  // Key 99 had no row: admission kAlways creates it on the push.
+  EXPECT_EQ(table->TakeChangedKeys(), (std::vector<uint64_t>{1, 7, 99}));
   EXPECT_TRUE(table->TakeChangedKeys().empty()) << "the log starts over";
   ASSERT_OK_AND_ASSIGN(uint64_t erased, table->Erase({{7}}));
   EXPECT_EQ(erased, 1u);

@@ -53,11 +53,27 @@ const char* RejectionName(Rejection reason) {
 EmbeddingServiceImpl::EmbeddingServiceImpl(ServiceOptions options,
                                            TableRegistry* registry,
                                            ShardCheckpointer* checkpointer,
-                                           RpcMetrics* metrics)
+                                           RpcMetrics* metrics,
+                                           Publisher* publisher)
     : options_(options),
       registry_(registry),
       checkpointer_(checkpointer),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      publisher_(publisher) {}
+
+namespace {
+
+// What a serving replica says to a call that would change something.
+grpc::Status ReadOnlyReplica(absl::string_view method) {
+  return grpc::Status(
+      grpc::StatusCode::FAILED_PRECONDITION,
+      absl::StrCat(method,
+                   " refused: this is a serving replica (read-only; it "
+                   "follows training's checkpoints and publications). Send "
+                   "training calls to the training shards."));
+}
+
+}  // namespace
 
 grpc::Status EmbeddingServiceImpl::Reject(Rejection reason,
                                           const absl::Status& status) {
@@ -112,6 +128,7 @@ absl::StatusOr<std::vector<uint64_t>> CheckedKeys(const wire::BulkBytes& bytes,
 grpc::Status EmbeddingServiceImpl::CreateTableImpl(
     grpc::ServerContext*, const proto::CreateTableRequest* request,
     proto::CreateTableResponse* response) {
+  if (options_.serving_replica) return ReadOnlyReplica("CreateTable");
   absl::StatusOr<TableRegistry::CreateResult> result =
       registry_->Create(request->config());
   if (!result.ok()) {
@@ -139,6 +156,9 @@ grpc::Status EmbeddingServiceImpl::ListTablesImpl(
 
 grpc::Status EmbeddingServiceImpl::ParsePull(const grpc::ByteBuffer& request,
                                              PullCall* call) {
+  if (options_.serving_replica) {
+    return ReadOnlyReplica("Pull (use ServingService.Lookup)");
+  }
   absl::StatusOr<wire::PullRequestView> view = wire::ParsePullRequest(request);
   if (!view.ok()) return Reject(Rejection::kMalformedRequest, view.status());
   call->header = std::move(view->header);
@@ -194,6 +214,7 @@ grpc::Status EmbeddingServiceImpl::ServePull(const PullCall& call,
 
 grpc::Status EmbeddingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
                                             grpc::ByteBuffer* response) {
+  if (options_.serving_replica) return ReadOnlyReplica("Push");
   absl::StatusOr<wire::PushRequestView> view = wire::ParsePushRequest(bytes);
   if (!view.ok()) return Reject(Rejection::kMalformedRequest, view.status());
   const proto::PushRequest& request = view->header;
@@ -277,12 +298,7 @@ grpc::Status EmbeddingServiceImpl::StatsImpl(grpc::ServerContext*,
     proto::TableStatsProto* out = response->add_table();
     out->set_table_id(entry.table_id);
     out->set_name(entry.table->spec().name);
-#define EMBEDPS_COPY_TABLE_STAT(field, type, metric, help) \
-  out->set_##field(s.field);
-    EMBEDPS_TABLE_STATS_FIELDS(EMBEDPS_COPY_TABLE_STAT)
-#undef EMBEDPS_COPY_TABLE_STAT
-    out->set_over_budget(s.over_budget);
-    out->set_spill_multiget_seconds(s.spill_multiget_micros * 1e-6);
+    TableStatsToProto(s, out);
     if (request->content_digest()) {
       absl::StatusOr<embedding::TableDigest> digest =
           embedding::DigestTable(*entry.table);
@@ -290,6 +306,7 @@ grpc::Status EmbeddingServiceImpl::StatsImpl(grpc::ServerContext*,
       out->set_content_digest(digest->digest);
     }
   }
+  if (stats_source_) stats_source_(response);
   response->set_duplicate_pushes(deduplicator_.duplicates());
   metrics_->Fill(response);
   for (size_t r = 0; r < rejected_.size(); ++r) {
@@ -399,6 +416,7 @@ grpc::Status EmbeddingServiceImpl::Save(grpc::ServerContext*,
                                         const proto::SaveRequest* request,
                                         proto::SaveResponse* response) {
   return metrics_->Measure(RpcMethod::kSave, [&] {
+    if (options_.serving_replica) return ReadOnlyReplica("Save");
     absl::StatusOr<double> pause = checkpointer_->Save(*request);
     if (!pause.ok()) return wire::ToGrpcStatus(pause.status());
     response->set_pause_seconds(*pause);
@@ -422,11 +440,55 @@ grpc::Status EmbeddingServiceImpl::Load(grpc::ServerContext*,
                                         const proto::LoadRequest* request,
                                         proto::LoadResponse* response) {
   return metrics_->Measure(RpcMethod::kLoad, [&] {
+    if (options_.serving_replica) return ReadOnlyReplica("Load");
     absl::StatusOr<proto::LoadResponse> loaded =
         checkpointer_->Restore(request->path());
     if (!loaded.ok()) return wire::ToGrpcStatus(loaded.status());
     *response = *std::move(loaded);
     return grpc::Status::OK;
+  });
+}
+
+grpc::Status EmbeddingServiceImpl::Publish(grpc::ServerContext*,
+                                           const proto::PublishRequest* request,
+                                           proto::PublishResponse* response) {
+  return metrics_->Measure(RpcMethod::kPublish, [&] {
+    if (options_.serving_replica) return ReadOnlyReplica("Publish");
+    if (publisher_ == nullptr) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "this shard does not publish to serving replicas");
+    }
+    absl::StatusOr<proto::PublishResponse> published =
+        publisher_->Publish(*request);
+    if (!published.ok()) return wire::ToGrpcStatus(published.status());
+    *response = *std::move(published);
+    return grpc::Status::OK;
+  });
+}
+
+grpc::Status EmbeddingServiceImpl::Subscribe(
+    grpc::ServerContext* context, const proto::SubscribeRequest* request,
+    grpc::ServerWriter<proto::Publication>* writer) {
+  return metrics_->Measure(RpcMethod::kSubscribe, [&] {
+    if (publisher_ == nullptr) {
+      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                          "this shard does not publish to serving replicas");
+    }
+    uint64_t publisher_id = request->publisher_id();
+    uint64_t after = request->after_sequence();
+    while (!context->IsCancelled()) {
+      // Short waits, so that a shutdown or a gone subscriber is noticed.
+      absl::StatusOr<std::vector<std::shared_ptr<const proto::Publication>>>
+          parts = publisher_->After(publisher_id, after,
+                                    absl::Now() + absl::Milliseconds(500));
+      if (!parts.ok()) return wire::ToGrpcStatus(parts.status());
+      for (const std::shared_ptr<const proto::Publication>& part : *parts) {
+        if (!writer->Write(*part)) return grpc::Status::OK;  // subscriber gone
+        publisher_id = part->publisher_id();
+        after = part->sequence();
+      }
+    }
+    return grpc::Status(grpc::StatusCode::CANCELLED, "subscription ended");
   });
 }
 

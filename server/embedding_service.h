@@ -12,12 +12,14 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
 #include "common/mutex.h"
 #include "proto/embedps.grpc.pb.h"
 #include "server/checkpointer.h"
+#include "server/publisher.h"
 #include "server/push_deduplicator.h"
 #include "server/rpc_metrics.h"
 #include "server/table_registry.h"
@@ -25,6 +27,10 @@
 namespace embedps::server {
 
 struct ServiceOptions {
+  // A serving replica: every call that would change something (Pull, Push,
+  // CreateTable, Save, Load, Publish) is refused with FAILED_PRECONDITION.
+  // Default: false.
+  bool serving_replica = false;
   // This server's shard and the number of shards; a key is this shard's
   // iff ShardOfKey(key, num_shards) == shard_index. Default: 0 of 1.
   int32_t shard_index = 0;
@@ -69,8 +75,10 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
  public:
   // `registry`, `checkpointer` and `metrics` must outlive the service;
   // every call is recorded in `metrics`, and Stats reports them.
+  // `publisher`: null on a shard that does not publish to serving replicas.
   EmbeddingServiceImpl(ServiceOptions options, TableRegistry* registry,
-                       ShardCheckpointer* checkpointer, RpcMetrics* metrics);
+                       ShardCheckpointer* checkpointer, RpcMetrics* metrics,
+                       Publisher* publisher = nullptr);
   // Waits for Pulls still waiting on their own threads (see Pull).
   ~EmbeddingServiceImpl() override;
 
@@ -101,6 +109,19 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
   grpc::Status Load(grpc::ServerContext* context,
                     const proto::LoadRequest* request,
                     proto::LoadResponse* response) override;
+  grpc::Status Publish(grpc::ServerContext* context,
+                       const proto::PublishRequest* request,
+                       proto::PublishResponse* response) override;
+  // Streams publications until the subscriber goes, the server shuts down,
+  // or the publisher cannot continue the subscriber's sequence.
+  grpc::Status Subscribe(
+      grpc::ServerContext* context, const proto::SubscribeRequest* request,
+      grpc::ServerWriter<proto::Publication>* writer) override;
+
+  // Stats of a serving replica come from its follower: set before serving.
+  void set_stats_source(std::function<void(proto::StatsResponse*)> source) {
+    stats_source_ = std::move(source);
+  }
 
   // What Stats answers for every table, without counting as an RPC (for
   // the metrics page).
@@ -134,6 +155,8 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
   TableRegistry* const registry_;
   ShardCheckpointer* const checkpointer_;
   RpcMetrics* const metrics_;
+  Publisher* const publisher_;
+  std::function<void(proto::StatsResponse*)> stats_source_;
   PushDeduplicator deduplicator_;
   std::array<std::atomic<uint64_t>, static_cast<size_t>(Rejection::kCount)>
       rejected_{};

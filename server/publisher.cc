@@ -50,7 +50,7 @@ absl::StatusOr<std::vector<proto::Publication>> Publisher::Collect(
     if (entry.synchronizer != nullptr) {
       // Step `request.step` applied (SYNC), or every worker past what the
       // staleness allows (SSP).
-      RETURN_IF_ERROR(entry.synchronizer->AwaitPullable(request.step + 1));
+      RETURN_IF_ERROR(entry.synchronizer->AwaitPullable(request.step() + 1));
     }
     const std::vector<uint64_t> keys = table.TakeChangedKeys();
     const size_t dim = table.spec().dim;
@@ -67,7 +67,8 @@ absl::StatusOr<std::vector<proto::Publication>> Publisher::Collect(
         1, options_.max_message_bytes / std::max<uint64_t>(row_bytes, 1));
     size_t begin = 0;
     do {
-      if (part_bytes > 0 && part_bytes + row_bytes > options_.max_message_bytes) {
+      if (part_bytes > 0 &&
+          part_bytes + row_bytes > options_.max_message_bytes) {
         parts.emplace_back();
         part_bytes = 0;
       }
@@ -79,8 +80,7 @@ absl::StatusOr<std::vector<proto::Publication>> Publisher::Collect(
       for (size_t i = begin; i < end; ++i) {
         if (found[i]) {
           changed.push_back(keys[i]);
-          changed_values.insert(changed_values.end(),
-                                values.begin() + i * dim,
+          changed_values.insert(changed_values.end(), values.begin() + i * dim,
                                 values.begin() + (i + 1) * dim);
         } else {
           removed.push_back(keys[i]);
@@ -89,7 +89,8 @@ absl::StatusOr<std::vector<proto::Publication>> Publisher::Collect(
       out->set_keys(Bytes(changed.data(), changed.size() * sizeof(uint64_t)));
       out->set_values(
           Bytes(changed_values.data(), changed_values.size() * sizeof(float)));
-      out->set_removed(Bytes(removed.data(), removed.size() * sizeof(uint64_t)));
+      out->set_removed(
+          Bytes(removed.data(), removed.size() * sizeof(uint64_t)));
       part_bytes += (end - begin) * row_bytes;
       begin = end;
     } while (begin < keys.size());
@@ -104,6 +105,9 @@ absl::StatusOr<proto::PublishResponse> Publisher::Publish(
   const int64_t now = absl::ToUnixMicros(absl::Now());
   MutexLock lock(&mu_);
   const uint64_t sequence = next_sequence_++;
+  const uint64_t previous_step =
+      last_step_ == UINT64_MAX ? request.step() : last_step_;
+  last_step_ = request.step();
   Held held{sequence, 0, {}};
   uint64_t rows = 0;
   for (size_t p = 0; p < parts.size(); ++p) {
@@ -112,7 +116,8 @@ absl::StatusOr<proto::PublishResponse> Publisher::Publish(
     part.set_shard_index(options_.shard_index);
     part.set_num_shards(options_.num_shards);
     part.set_sequence(sequence);
-    part.set_step(request.step);
+    part.set_step(request.step());
+    part.set_previous_step(previous_step);
     part.set_published_unix_micros(now);
     part.set_part(static_cast<uint32_t>(p));
     part.set_parts(static_cast<uint32_t>(parts.size()));
@@ -144,10 +149,10 @@ absl::StatusOr<std::vector<std::shared_ptr<const proto::Publication>>>
 Publisher::After(uint64_t publisher_id, uint64_t after_sequence,
                  absl::Time deadline) {
   if (publisher_id != 0 && publisher_id != id_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "publisher ", publisher_id,
-        " is gone (this shard restarted as publisher ", id_,
-        "): catch up from a checkpoint, then subscribe afresh"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("publisher ", publisher_id,
+                     " is gone (this shard restarted as publisher ", id_,
+                     "): catch up from a checkpoint, then subscribe afresh"));
   }
   MutexLock lock(&mu_);
   published_.WaitUntil(&mu_, deadline, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {

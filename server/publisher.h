@@ -98,6 +98,8 @@ class Publisher {
   std::deque<Held> history_ ABSL_GUARDED_BY(mu_);
   uint64_t history_bytes_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
+  // The step of the last publication (none yet: -1 as all ones).
+  uint64_t last_step_ ABSL_GUARDED_BY(mu_) = UINT64_MAX;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 

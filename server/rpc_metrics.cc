@@ -4,9 +4,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "embedding/table.h"
 
 namespace embedps::server {
+
+void TableStatsToProto(const embedding::TableStats& s,
+                       proto::TableStatsProto* out) {
+#define EMBEDPS_COPY_TABLE_STAT(field, type, metric, help) \
+  out->set_##field(s.field);
+  EMBEDPS_TABLE_STATS_FIELDS(EMBEDPS_COPY_TABLE_STAT)
+#undef EMBEDPS_COPY_TABLE_STAT
+  out->set_over_budget(s.over_budget);
+  out->set_spill_multiget_seconds(s.spill_multiget_micros * 1e-6);
+}
 
 const char* RpcMethodName(RpcMethod method) {
   switch (method) {
@@ -34,6 +45,14 @@ const char* RpcMethodName(RpcMethod method) {
       return "Coordination.Wait";
     case RpcMethod::kCoordinationBarrier:
       return "Coordination.Barrier";
+    case RpcMethod::kPublish:
+      return "Publish";
+    case RpcMethod::kSubscribe:
+      return "Subscribe";
+    case RpcMethod::kServingLookup:
+      return "Serving.Lookup";
+    case RpcMethod::kServingVersion:
+      return "Serving.Version";
     case RpcMethod::kCount:
       break;
   }
@@ -159,6 +178,45 @@ std::string RenderPrometheus(const proto::StatsResponse& stats) {
   for (const auto& [reason, count] : stats.rejected_requests()) {
     absl::StrAppend(&out, "embedps_rejected_requests_total",
                     Label("reason", reason), " ", count, "\n");
+  }
+  if (stats.serving_replica()) {
+    const proto::ServingVersionResponse& v = stats.serving();
+    const double age =
+        v.published_unix_micros() == 0
+            ? 0.0
+            : (absl::ToUnixMicros(absl::Now()) - v.published_unix_micros()) *
+                  1e-6;
+    const struct {
+      const char* name;
+      const char* type;
+      const char* help;
+      double value;
+    } serving[] = {
+        {"embedps_serving_version_step", "gauge",
+         "Training step of the version this replica serves.",
+         static_cast<double>(v.step())},
+        {"embedps_serving_version_age_seconds", "gauge",
+         "Seconds since training published the version served (0: a "
+         "checkpoint alone).",
+         age},
+        {"embedps_serving_base_step", "gauge",
+         "Step of the checkpoint the replica's base was restored from.",
+         static_cast<double>(v.base_step())},
+        {"embedps_serving_publications_applied_total", "counter",
+         "Publications of training applied.",
+         static_cast<double>(v.publications_applied())},
+        {"embedps_serving_checkpoints_loaded_total", "counter",
+         "Checkpoints restored as the base.",
+         static_cast<double>(v.checkpoints_loaded())},
+        {"embedps_serving_following", "gauge",
+         "1 while the replica follows training without error (0: it waits "
+         "for a checkpoint, or one failed to load; see Version).",
+         v.last_error().empty() ? 1.0 : 0.0},
+    };
+    for (const auto& m : serving) {
+      Metric(out, m.name, m.type, m.help);
+      absl::StrAppend(&out, m.name, " ", m.value, "\n");
+    }
   }
   Metric(out, "embedps_duplicate_pushes_total", "counter",
          "Retried pushes acknowledged without applying them again.");

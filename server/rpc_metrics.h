@@ -13,6 +13,7 @@
 
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "embedding/table.h"
 #include "proto/embedps.pb.h"
 
 namespace embedps::server {
@@ -30,9 +31,17 @@ enum class RpcMethod {
   kCoordinationGet,
   kCoordinationWait,
   kCoordinationBarrier,
+  kPublish,
+  kSubscribe,
+  kServingLookup,
+  kServingVersion,
   kCount,  // number of methods
 };
 const char* RpcMethodName(RpcMethod method);
+
+// Copies every statistic of `stats` into `out` (all but id and name).
+void TableStatsToProto(const embedding::TableStats& stats,
+                       proto::TableStatsProto* out);
 
 class RpcMetrics {
  public:

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "common/status_macros.h"
+#include "embedding/initializer.h"
 
 namespace embedps::server {
 
@@ -67,8 +68,6 @@ absl::Status ServingTable::Read(absl::Span<const uint64_t> keys,
       removed[j] = keys[removed_positions[j]];
     }
     std::vector<float> rows(removed.size() * dim);
-    std::unique_ptr<bool[]> found(new bool[removed.size()]);
-    // Lookup of keys the base may still hold: only the defaults are used.
     if (zeros) {
       std::fill(rows.begin(), rows.end(), 0.0f);
     } else {
@@ -96,9 +95,9 @@ std::shared_ptr<const Overlay> Compact(
       auto [it, inserted] = merged->rows.try_emplace(key, Overlay::kRemoved);
       if (!inserted || row == Overlay::kRemoved) continue;
       it->second = static_cast<uint32_t>(merged->values.size() / dim);
-      merged->values.insert(
-          merged->values.end(), overlay->values.begin() + size_t{row} * dim,
-          overlay->values.begin() + (size_t{row} + 1) * dim);
+      merged->values.insert(merged->values.end(),
+                            overlay->values.begin() + size_t{row} * dim,
+                            overlay->values.begin() + (size_t{row} + 1) * dim);
     }
   }
   return merged;
@@ -134,12 +133,14 @@ std::shared_ptr<const ServingVersion> BaseVersion(
     std::shared_ptr<TableRegistry> registry, uint64_t step,
     int32_t training_shards) {
   auto version = std::make_shared<ServingVersion>();
+  version->registry = registry;
   version->step = step;
   version->source_steps.assign(std::max(training_shards, 1), step);
   for (const TableRegistry::Entry& entry : registry->List()) {
-    version->tables[entry.config->name()] = std::make_shared<const ServingTable>(
-        registry, entry.table, *entry.config,
-        std::vector<std::shared_ptr<const Overlay>>());
+    version->tables[entry.config->name()] =
+        std::make_shared<const ServingTable>(
+            registry, entry.table, *entry.config,
+            std::vector<std::shared_ptr<const Overlay>>());
   }
   return version;
 }

@@ -47,8 +47,8 @@ class ServingTable {
  public:
   // `registry` owns `table` and must live as long as this (the version
   // holds both). `overlays`: newest first.
-  ServingTable(std::shared_ptr<TableRegistry> registry,
-               embedding::Table* table, proto::TableConfig config,
+  ServingTable(std::shared_ptr<TableRegistry> registry, embedding::Table* table,
+               proto::TableConfig config,
                std::vector<std::shared_ptr<const Overlay>> overlays);
 
   const proto::TableConfig& config() const { return config_; }
@@ -75,6 +75,8 @@ class ServingTable {
 };
 
 struct ServingVersion {
+  // The base's tables (shared by the versions made from it).
+  std::shared_ptr<TableRegistry> registry;
   // The training step the version holds: the checkpoint's, then that of
   // the publications applied (the least over training shards).
   uint64_t step = 0;
@@ -82,8 +84,7 @@ struct ServingVersion {
   int64_t published_unix_micros = 0;
   // Each training shard's last applied publication step (by shard index).
   std::vector<uint64_t> source_steps;
-  absl::flat_hash_map<std::string, std::shared_ptr<const ServingTable>>
-      tables;
+  absl::flat_hash_map<std::string, std::shared_ptr<const ServingTable>> tables;
   // The dense model (a serialized dense.DenseModel) of step `dense_step`;
   // null if none came with the checkpoint or a publication.
   std::shared_ptr<const std::string> dense_parameters;

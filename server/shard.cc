@@ -12,6 +12,7 @@
 #include "server/checkpointer.h"
 #include "server/coordination_service.h"
 #include "server/rpc_metrics.h"
+#include "server/serving_service.h"
 #include "server/table_registry.h"
 
 namespace embedps::server {
@@ -24,14 +25,32 @@ struct Shard::Parts {
         registry(o.num_workers, o.spill_root, o.spill_block_cache_bytes,
                  o.spill_read_around),
         checkpointer(o.service.shard_index, o.service.num_shards, &registry),
-        service(o.service, &registry, &checkpointer, &metrics),
+        publisher(PublisherFor(o), &registry),
+        service(ServiceFor(o), &registry, &checkpointer, &metrics,
+                o.serving ? nullptr : &publisher),
         coordination(&metrics) {}
+
+  static PublisherOptions PublisherFor(const ShardOptions& o) {
+    PublisherOptions p = o.publisher;
+    p.shard_index = o.service.shard_index;
+    p.num_shards = o.service.num_shards;
+    return p;
+  }
+  static ServiceOptions ServiceFor(const ShardOptions& o) {
+    ServiceOptions s = o.service;
+    s.serving_replica = o.serving;
+    return s;
+  }
 
   const ShardOptions options;
   TableRegistry registry;
   ShardCheckpointer checkpointer;
   RpcMetrics metrics;
+  Publisher publisher;
   EmbeddingServiceImpl service;
+  // A serving replica's.
+  std::unique_ptr<Follower> follower;
+  std::unique_ptr<ServingServiceImpl> serving;
   // Every shard answers Coordination; by convention workers use shard 0's.
   CoordinationServiceImpl coordination;
   proto::LoadResponse restored;
@@ -92,6 +111,28 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
     ASSIGN_OR_RETURN(parts->restored,
                      parts->checkpointer.Restore(options.restore));
   }
+  if (options.serving) {
+    ASSIGN_OR_RETURN(parts->follower, Follower::Start(options.follow));
+    ServingServiceOptions serving;
+    serving.shard_index = options.follow.shard_index;
+    serving.num_shards = options.follow.num_shards;
+    serving.max_keys_per_request = options.max_lookup_keys;
+    parts->serving = std::make_unique<ServingServiceImpl>(
+        serving, parts->follower.get(), &parts->metrics);
+    Follower* follower = parts->follower.get();
+    parts->service.set_stats_source([follower](proto::StatsResponse* stats) {
+      stats->set_serving_replica(true);
+      *stats->mutable_serving() = follower->Describe();
+      // The tables are the served base's.
+      const std::shared_ptr<const ServingVersion> version = follower->Current();
+      for (const TableRegistry::Entry& entry : version->registry->List()) {
+        proto::TableStatsProto* out = stats->add_table();
+        out->set_table_id(entry.table_id);
+        out->set_name(entry.config->name());
+        TableStatsToProto(entry.table->Stats(), out);
+      }
+    });
+  }
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -103,6 +144,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
   builder.SetMaxSendMessageSize(options.max_message_bytes);
   builder.RegisterService(&parts->service);
   builder.RegisterService(&parts->coordination);
+  if (parts->serving != nullptr) builder.RegisterService(parts->serving.get());
   parts->server = builder.BuildAndStart();
   if (parts->server == nullptr || parts->port == 0) {
     return absl::UnavailableError(
@@ -158,6 +200,8 @@ void Shard::Shutdown(absl::Duration grace) {
     if (parts_->shut_down) return;
     parts_->shut_down = true;
   }
+  // Subscribers' streams end at once rather than at the grace's end.
+  parts_->publisher.Close();
   parts_->server->Shutdown(std::chrono::system_clock::now() +
                            absl::ToChronoMilliseconds(grace));
   if (parts_->metrics_port >= 0) parts_->metrics_http.stop();

@@ -19,6 +19,8 @@
 #include "absl/time/time.h"
 #include "proto/embedps.pb.h"
 #include "server/embedding_service.h"
+#include "server/follower.h"
+#include "server/publisher.h"
 
 namespace embedps::server {
 
@@ -48,6 +50,17 @@ struct ShardOptions {
   // Port of the Prometheus page on `host`: 0 picks one, -1 none.
   // Default: -1.
   int metrics_port = -1;
+  // A training shard's publications to serving replicas (publisher.h).
+  PublisherOptions publisher;
+  // A serving replica instead of a training shard: it follows training
+  // (follower.h: follow.checkpoint_root is required; follow's shard is
+  // this replica's serving shard) and serves ServingService; its
+  // EmbeddingService refuses every call that would change something.
+  // `service`'s shard fields are ignored. Default: a training shard.
+  bool serving = false;
+  FollowerOptions follow;
+  // Keys one serving Lookup may carry. Default: 1 Mi.
+  uint64_t max_lookup_keys = uint64_t{1} << 20;
 };
 
 class Shard {

@@ -59,7 +59,7 @@ absl::Status ReadBayesMetrics(const std::string& path, DlrmJobResult& result) {
 
 // One step's batch, its unique keys per table, and their rows.
 // The dense parameters' file in a checkpoint.
-constexpr char kDenseFile[] = "dense.params";
+constexpr const char* kDenseFile = checkpoint::kDenseParametersFile;
 
 struct TableBatch {
   std::vector<uint64_t> unique;

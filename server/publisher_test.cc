@@ -1,0 +1,156 @@
+#include "server/publisher.h"
+
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace embedps::server {
+namespace {
+
+using ::embedps::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr int kDim = 4;
+
+proto::TableConfig SgdTable(const std::string& name) {
+  proto::TableConfig config;
+  config.set_name(name);
+  config.set_dim(kDim);
+  config.mutable_initializer()->set_kind(proto::InitializerConfig::ZEROS);
+  config.mutable_optimizer()->set_kind(proto::OptimizerConfig::SGD);
+  config.mutable_optimizer()->set_learning_rate(1.0f);
+  return config;
+}
+
+std::vector<uint64_t> Keys(const std::string& bytes) {
+  std::vector<uint64_t> keys(bytes.size() / 8);
+  std::memcpy(keys.data(), bytes.data(), bytes.size());
+  return keys;
+}
+
+std::vector<float> Floats(const std::string& bytes) {
+  std::vector<float> values(bytes.size() / 4);
+  std::memcpy(values.data(), bytes.data(), bytes.size());
+  return values;
+}
+
+TEST(PublisherTest, PublishesTheRowsChangedSinceTheLastPublication) {
+  TableRegistry registry;
+  ASSERT_OK_AND_ASSIGN(auto created, registry.Create(SgdTable("t")));
+  ASSERT_OK_AND_ASSIGN(TableRegistry::Entry entry,
+                       registry.Find(created.table_id));
+  Publisher publisher({}, &registry);
+
+  // The first publication turns the change log on: what came before is the
+  // checkpoint's business.
+  const std::vector<float> grad(kDim, 1.0f);
+  ASSERT_OK(entry.table->Push({{5}}, grad));  // creates the row: not logged
+  std::vector<float> row(kDim);
+  proto::PublishRequest request;
+  request.set_step(0);
+  ASSERT_OK_AND_ASSIGN(proto::PublishResponse first,
+                       publisher.Publish(request));
+  EXPECT_EQ(first.sequence(), 1u);
+  EXPECT_EQ(first.rows(), 0u);
+
+  ASSERT_OK(entry.table->Push({{5}}, grad));
+  ASSERT_OK(entry.table->Pull({{9}}, absl::MakeSpan(row)));  // created
+  ASSERT_OK_AND_ASSIGN(uint64_t erased, entry.table->Erase({{9}}));
+  ASSERT_EQ(erased, 1u);
+  request.set_step(3);
+  request.set_dense_parameters("dense bytes");
+  ASSERT_OK_AND_ASSIGN(proto::PublishResponse second,
+                       publisher.Publish(request));
+  EXPECT_EQ(second.sequence(), 2u);
+  EXPECT_EQ(second.rows(), 2u);
+
+  ASSERT_OK_AND_ASSIGN(auto after_first,
+                       publisher.After(publisher.id(), 1, absl::Now()));
+  ASSERT_EQ(after_first.size(), 1u);
+  const proto::Publication& p = *after_first[0];
+  EXPECT_EQ(p.sequence(), 2u);
+  EXPECT_EQ(p.step(), 3u);
+  EXPECT_EQ(p.dense_parameters(), "dense bytes");
+  ASSERT_EQ(p.table_size(), 1);
+  EXPECT_EQ(p.table(0).config().name(), "t");
+  EXPECT_THAT(Keys(p.table(0).keys()), ElementsAre(5));
+  EXPECT_THAT(Floats(p.table(0).values()), ElementsAre(-2, -2, -2, -2));
+  EXPECT_THAT(Keys(p.table(0).removed()), ElementsAre(9));
+
+  // A fresh subscriber gets everything held; nothing new: an empty answer
+  // at the deadline.
+  ASSERT_OK_AND_ASSIGN(auto all, publisher.After(0, 0, absl::Now()));
+  EXPECT_EQ(all.size(), 2u);
+  ASSERT_OK_AND_ASSIGN(
+      auto none,
+      publisher.After(publisher.id(), 2, absl::Now() + absl::Milliseconds(20)));
+  EXPECT_TRUE(none.empty());
+}
+
+TEST(PublisherTest, AWaitingSubscriberWakesForANewPublication) {
+  TableRegistry registry;
+  ASSERT_OK(registry.Create(SgdTable("t")).status());
+  Publisher publisher({}, &registry);
+  std::thread later([&] {
+    absl::SleepFor(absl::Milliseconds(50));
+    ASSERT_OK(publisher.Publish(proto::PublishRequest()).status());
+  });
+  ASSERT_OK_AND_ASSIGN(auto got,
+                       publisher.After(0, 0, absl::Now() + absl::Seconds(30)));
+  later.join();
+  EXPECT_EQ(got.size(), 1u);
+  publisher.Close();
+  EXPECT_THAT(publisher.After(publisher.id(), 1, absl::InfiniteFuture()),
+              StatusIs(absl::StatusCode::kCancelled));
+}
+
+TEST(PublisherTest, LargePublicationsAreSplitAndOldOnesLeaveTheHistory) {
+  TableRegistry registry;
+  ASSERT_OK_AND_ASSIGN(auto created, registry.Create(SgdTable("t")));
+  ASSERT_OK_AND_ASSIGN(TableRegistry::Entry entry,
+                       registry.Find(created.table_id));
+  PublisherOptions options;
+  options.max_message_bytes = 1000;  // ~40 rows of 24 bytes a message
+  options.history_bytes = 5000;
+  Publisher publisher(options, &registry);
+  ASSERT_OK(publisher.Publish(proto::PublishRequest()).status());
+  std::vector<uint64_t> keys(200);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = i + 1;
+  std::vector<float> rows(keys.size() * kDim);
+  ASSERT_OK(entry.table->Pull(keys, absl::MakeSpan(rows)));
+  ASSERT_OK(publisher.Publish(proto::PublishRequest()).status());
+  ASSERT_OK_AND_ASSIGN(auto parts,
+                       publisher.After(publisher.id(), 1, absl::Now()));
+  ASSERT_GT(parts.size(), 1u);
+  size_t keys_seen = 0;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    EXPECT_EQ(parts[i]->part(), i);
+    EXPECT_EQ(parts[i]->parts(), parts.size());
+    EXPECT_LE(parts[i]->ByteSizeLong(), 1200u);
+    for (const auto& table : parts[i]->table()) {
+      keys_seen += table.keys().size() / 8;
+    }
+  }
+  EXPECT_EQ(keys_seen, keys.size());
+  // More publications than the history holds: the first ones are gone.
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK(entry.table->Pull(keys, absl::MakeSpan(rows)));
+    const std::vector<float> grads(rows.size(), 0.5f);
+    ASSERT_OK(entry.table->Push(keys, grads));
+    ASSERT_OK(publisher.Publish(proto::PublishRequest()).status());
+  }
+  EXPECT_THAT(
+      publisher.After(publisher.id(), 1, absl::Now()),
+      StatusIs(absl::StatusCode::kFailedPrecondition, HasSubstr("are gone")));
+  EXPECT_THAT(publisher.After(publisher.id() + 1, 0, absl::Now()),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("catch up from a checkpoint")));
+}
+
+}  // namespace
+}  // namespace embedps::server

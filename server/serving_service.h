@@ -1,0 +1,64 @@
+// ServingService: the read path of a serving replica. Lookup answers a
+// batch of slots — keys, bag offsets, pooling — from one version of the
+// replica's tables (the latest, or an exact training step), changing
+// nothing; Version says which version is served.
+//
+// Every request is checked before any table is read (table names, whole
+// keys of this serving shard, offsets that start at 0, never decrease and
+// end at the number of keys, a known pooling and value type, the key
+// limit), and refused with INVALID_ARGUMENT, NOT_FOUND,
+// FAILED_PRECONDITION or RESOURCE_EXHAUSTED naming what is wrong.
+//
+// Thread safety: thread-safe (the follower's versions are immutable).
+#ifndef EMBEDPS_SERVER_SERVING_SERVICE_H_
+#define EMBEDPS_SERVER_SERVING_SERVICE_H_
+
+#include <cstdint>
+
+#include "proto/embedps.grpc.pb.h"
+#include "server/follower.h"
+#include "server/rpc_metrics.h"
+
+namespace embedps::server {
+
+struct ServingServiceOptions {
+  // This replica's serving shard (keys of other shards are refused).
+  int32_t shard_index = 0;
+  int32_t num_shards = 1;
+  // Keys one Lookup may carry, all slots together. Default: 1 Mi.
+  uint64_t max_keys_per_request = uint64_t{1} << 20;
+  // How long a Lookup of an exact version waits for it to arrive.
+  // Default: 2 s.
+  absl::Duration version_wait = absl::Seconds(2);
+};
+
+class ServingServiceImpl final : public proto::ServingService::Service {
+ public:
+  // `follower` and `metrics` must outlive the service.
+  ServingServiceImpl(ServingServiceOptions options, Follower* follower,
+                     RpcMetrics* metrics);
+
+  grpc::Status Lookup(grpc::ServerContext* context,
+                      const proto::LookupRequest* request,
+                      proto::LookupResponse* response) override;
+  grpc::Status Version(grpc::ServerContext* context,
+                       const proto::ServingVersionRequest* request,
+                       proto::ServingVersionResponse* response) override;
+  // Predict runs in the predictor (worker/predictor), which reads every
+  // serving shard: a replica refuses it with UNIMPLEMENTED naming it.
+  grpc::Status Predict(grpc::ServerContext* context,
+                       const proto::PredictRequest* request,
+                       proto::PredictResponse* response) override;
+
+ private:
+  grpc::Status LookupImpl(const proto::LookupRequest& request,
+                          proto::LookupResponse* response);
+
+  const ServingServiceOptions options_;
+  Follower* const follower_;
+  RpcMetrics* const metrics_;
+};
+
+}  // namespace embedps::server
+
+#endif  // EMBEDPS_SERVER_SERVING_SERVICE_H_

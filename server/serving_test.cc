@@ -1,0 +1,452 @@
+// Serving replicas against a training shard, in this process: a replica
+// starts from the latest checkpoint, follows training's publications,
+// answers pooled lookups from one version, refuses writes and bad
+// requests, keeps serving through a corrupt checkpoint, and waits for a
+// checkpoint when its stream has a gap.
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "checkpoint/manifest.h"
+#include "client/client.h"
+#include "common/key_hash.h"
+#include "common/status_matchers.h"
+#include "embedding/initializer.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/embedps.grpc.pb.h"
+#include "server/shard.h"
+#include "server/table_config.h"
+
+namespace embedps::server {
+namespace {
+
+using ::embedps::testing::StatusIs;
+using ::testing::HasSubstr;
+
+constexpr int kDim = 4;
+
+proto::TableConfig Table(const std::string& name,
+                         proto::ServingConfig::UnknownKeys unknown =
+                             proto::ServingConfig::INITIAL_VECTOR) {
+  proto::TableConfig config;
+  config.set_name(name);
+  config.set_dim(kDim);
+  config.set_seed(3);
+  config.mutable_initializer()->set_kind(proto::InitializerConfig::UNIFORM);
+  config.mutable_optimizer()->set_kind(proto::OptimizerConfig::SGD);
+  config.mutable_optimizer()->set_learning_rate(1.0f);
+  config.mutable_serving()->set_unknown_keys(unknown);
+  return config;
+}
+
+std::string Pack(const std::vector<uint64_t>& keys) {
+  return std::string(reinterpret_cast<const char*>(keys.data()),
+                     keys.size() * sizeof(uint64_t));
+}
+
+std::string PackOffsets(const std::vector<int32_t>& offsets) {
+  return std::string(reinterpret_cast<const char*>(offsets.data()),
+                     offsets.size() * sizeof(int32_t));
+}
+
+std::vector<float> Floats(const std::string& bytes) {
+  std::vector<float> out(bytes.size() / sizeof(float));
+  std::memcpy(out.data(), bytes.data(), bytes.size());
+  return out;
+}
+
+class ServingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    root_ = ::testing::TempDir() + "/serving_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(root_);
+    std::filesystem::create_directories(root_);
+    ShardOptions training;
+    training.publisher.history_bytes = history_bytes_;
+    ASSERT_OK_AND_ASSIGN(training_, Shard::Start(training));
+    client::ClientOptions options;
+    options.servers = {training_->address()};
+    ASSERT_OK_AND_ASSIGN(client_, client::Client::Connect(options));
+    ASSERT_OK_AND_ASSIGN(table_, client_->CreateTable(Table("emb")));
+    ASSERT_OK_AND_ASSIGN(zeros_, client_->CreateTable(Table(
+                                     "zeros", proto::ServingConfig::ZEROS)));
+    // The job's first publication turns the change logs on.
+    ASSERT_OK(client_->Publish(0, "").status());
+  }
+
+  void Push(const std::vector<uint64_t>& keys, float g) {
+    std::vector<float> grads(keys.size() * kDim, g);
+    ASSERT_OK(client_->Push(table_, keys, grads));
+  }
+
+  std::vector<float> Pull(const std::vector<uint64_t>& keys) {
+    std::vector<float> values(keys.size() * kDim);
+    EXPECT_OK(client_->Lookup(table_, keys, absl::MakeSpan(values)));
+    return values;
+  }
+
+  void Checkpoint(uint64_t step) {
+    client::Client::CheckpointOptions options;
+    options.root = root_;
+    options.step = step;
+    ASSERT_OK(client_->Checkpoint(options).status());
+  }
+
+  absl::StatusOr<std::unique_ptr<Shard>> StartReplica(int index = 0,
+                                                      int count = 1,
+                                                      uint64_t pinned = 0) {
+    ShardOptions serving;
+    serving.serving = true;
+    serving.follow.checkpoint_root = root_;
+    serving.follow.training_servers = {training_->address()};
+    serving.follow.shard_index = index;
+    serving.follow.num_shards = count;
+    serving.follow.checkpoint_poll = absl::Milliseconds(50);
+    serving.follow.pinned_step = pinned;
+    return Shard::Start(serving);
+  }
+
+  static std::unique_ptr<proto::ServingService::Stub> Stub(
+      const Shard& replica) {
+    return proto::ServingService::NewStub(grpc::CreateChannel(
+        replica.address(), grpc::InsecureChannelCredentials()));
+  }
+
+  static proto::ServingVersionResponse Version(const Shard& replica) {
+    proto::ServingVersionResponse response;
+    grpc::ClientContext context;
+    EXPECT_TRUE(
+        Stub(replica)
+            ->Version(&context, proto::ServingVersionRequest(), &response)
+            .ok());
+    return response;
+  }
+
+  // Waits (without asserting on time) until the replica serves `step`.
+  static void AwaitStep(const Shard& replica, uint64_t step) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (Version(replica).step() < step && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+    ASSERT_GE(Version(replica).step(), step)
+        << Version(replica).ShortDebugString();
+  }
+
+  static grpc::Status Lookup(const Shard& replica,
+                             const proto::LookupRequest& request,
+                             proto::LookupResponse* response) {
+    grpc::ClientContext context;
+    return Stub(replica)->Lookup(&context, request, response);
+  }
+
+  // One slot of `keys`, one key a bag, no pooling.
+  static std::vector<float> Rows(const Shard& replica,
+                                 const std::vector<uint64_t>& keys,
+                                 const std::string& table = "emb") {
+    proto::LookupRequest request;
+    proto::LookupSlot* slot = request.add_slot();
+    slot->set_table(table);
+    slot->set_keys(Pack(keys));
+    proto::LookupResponse response;
+    const grpc::Status status = Lookup(replica, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return status.ok() ? Floats(response.values(0)) : std::vector<float>();
+  }
+
+  uint64_t history_bytes_ = uint64_t{64} << 20;
+  std::string root_;
+  std::unique_ptr<Shard> training_;
+  std::unique_ptr<client::Client> client_;
+  client::TableHandle table_, zeros_;
+};
+
+TEST_F(ServingTest, FollowsCheckpointsThenPublications) {
+  const std::vector<uint64_t> keys = {1, 2, 3};
+  Push(keys, 1.0f);
+  Checkpoint(10);
+  ASSERT_OK_AND_ASSIGN(auto replica, StartReplica());
+  EXPECT_EQ(Version(*replica).step(), 10u);
+  EXPECT_EQ(Version(*replica).base_step(), 10u);
+  EXPECT_EQ(Rows(*replica, keys), Pull(keys));
+
+  // A hot update: pushed, published, served — by version, not by time.
+  Push({2}, 0.5f);
+  ASSERT_OK(client_->Publish(11, "").status());
+  AwaitStep(*replica, 11);
+  EXPECT_EQ(Rows(*replica, keys), Pull(keys));
+  EXPECT_GE(Version(*replica).publications_applied(), 1u);
+
+  // A newer checkpoint alone (no publication) is loaded as the new base.
+  Push({3}, 2.0f);
+  Checkpoint(20);
+  AwaitStep(*replica, 20);
+  EXPECT_EQ(Version(*replica).base_step(), 20u);
+  EXPECT_EQ(Rows(*replica, keys), Pull(keys));
+}
+
+TEST_F(ServingTest, PooledLookupsAndUnknownKeysChangeNothing) {
+  Push({1, 2}, 1.0f);
+  Checkpoint(5);
+  ASSERT_OK_AND_ASSIGN(auto replica, StartReplica());
+  const std::vector<float> r1 = Pull({1}), r2 = Pull({2});
+  // Key 99 has no row anywhere: its initial vector (emb) or zeros.
+  std::vector<float> initial(kDim);
+  ASSERT_OK_AND_ASSIGN(embedding::TableSpec spec, SpecFromConfig(Table("emb")));
+  embedding::InitialRow(spec.initializer, spec.seed, 99,
+                        absl::MakeSpan(initial));
+  proto::LookupRequest request;
+  for (proto::Pooling pooling :
+       {proto::POOLING_NONE, proto::POOLING_SUM, proto::POOLING_MEAN}) {
+    proto::LookupSlot* slot = request.add_slot();
+    slot->set_table("emb");
+    slot->set_keys(Pack({1, 2, 99, 2}));
+    slot->set_offsets(PackOffsets({0, 2, 2, 4}));  // bags {1,2}, {}, {99,2}
+    slot->set_pooling(pooling);
+  }
+  proto::LookupSlot* zeros = request.add_slot();
+  zeros->set_table("zeros");
+  zeros->set_keys(Pack({99}));
+  request.set_value_type(proto::FLOAT32);
+  proto::LookupResponse response;
+  const grpc::Status status = Lookup(*replica, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.values_size(), 4);
+  EXPECT_EQ(response.version(), 5u);
+  const std::vector<float> none = Floats(response.values(0));
+  ASSERT_EQ(none.size(), 4u * kDim);
+  EXPECT_EQ(
+      std::vector<float>(none.begin() + 2 * kDim, none.begin() + 3 * kDim),
+      initial);
+  const std::vector<float> sum = Floats(response.values(1));
+  const std::vector<float> mean = Floats(response.values(2));
+  ASSERT_EQ(sum.size(), 3u * kDim);
+  for (int d = 0; d < kDim; ++d) {
+    EXPECT_FLOAT_EQ(sum[d], r1[d] + r2[d]);
+    EXPECT_EQ(sum[kDim + d], 0.0f);  // the empty bag
+    EXPECT_FLOAT_EQ(sum[2 * kDim + d], initial[d] + r2[d]);
+    EXPECT_FLOAT_EQ(mean[d], (r1[d] + r2[d]) / 2);
+    EXPECT_EQ(mean[kDim + d], 0.0f);
+  }
+  EXPECT_EQ(Floats(response.values(3)), std::vector<float>(kDim, 0.0f));
+  // float16 on the way out.
+  request.set_value_type(proto::FLOAT16);
+  ASSERT_TRUE(Lookup(*replica, request, &response).ok());
+  EXPECT_EQ(response.values(0).size(), 4u * kDim * 2);
+  // Nothing was created, on the replica or on training.
+  proto::StatsRequest stats_request;
+  proto::StatsResponse stats;
+  grpc::ClientContext context;
+  ASSERT_TRUE(proto::EmbeddingService::NewStub(
+                  grpc::CreateChannel(replica->address(),
+                                      grpc::InsecureChannelCredentials()))
+                  ->Stats(&context, stats_request, &stats)
+                  .ok());
+  EXPECT_TRUE(stats.serving_replica());
+  EXPECT_EQ(stats.serving().step(), 5u);
+  for (const auto& table : stats.table()) {
+    if (table.name() == "emb") EXPECT_EQ(table.rows(), 2u);
+    if (table.name() == "zeros") EXPECT_EQ(table.rows(), 0u);
+  }
+}
+
+TEST_F(ServingTest, AReplicaRefusesWritesAndBadRequests) {
+  Push({1, 2, 3, 4, 5, 6, 7, 8}, 1.0f);
+  Checkpoint(3);
+  ASSERT_OK_AND_ASSIGN(auto replica, StartReplica(0, 2));
+  const std::vector<float> before = Pull({1});
+  // Writes of every kind.
+  client::ClientOptions options;
+  options.servers = {replica->address()};
+  options.retry.retry_deadline = absl::Seconds(1);
+  ASSERT_OK_AND_ASSIGN(auto writer, client::Client::Connect(options));
+  EXPECT_THAT(writer->CreateTable(Table("new")),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("serving replica")));
+  client::TableHandle handle = table_;
+  handle.shard_table_ids = {1};
+  const std::vector<float> grads(kDim, 1.0f);
+  EXPECT_THAT(writer->Push(handle, {{1}}, grads),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("Push refused")));
+  client::Client::CheckpointOptions save;
+  save.root = root_ + "/never";
+  EXPECT_THAT(writer->Checkpoint(save).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(writer->Load(root_).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("Load refused")));
+  EXPECT_THAT(writer->Publish(4, "").status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition));
+  // Bad lookups.
+  uint64_t mine = 0, other = 0;
+  for (uint64_t k = 1; mine == 0 || other == 0; ++k) {
+    (ShardOfKey(k, 2) == 0 ? mine : other) = k;
+  }
+  struct Case {
+    std::string name;
+    proto::LookupRequest request;
+    grpc::StatusCode code;
+    std::string message;
+  };
+  std::vector<Case> cases;
+  const auto slot_of = [&](std::vector<uint64_t> keys,
+                           std::vector<int32_t> offsets,
+                           int pooling = proto::POOLING_SUM) {
+    proto::LookupRequest request;
+    proto::LookupSlot* slot = request.add_slot();
+    slot->set_table("emb");
+    slot->set_keys(Pack(keys));
+    if (!offsets.empty()) slot->set_offsets(PackOffsets(offsets));
+    slot->set_pooling(static_cast<proto::Pooling>(pooling));
+    return request;
+  };
+  cases.push_back({"decreasing offsets", slot_of({mine, mine}, {0, 2, 1}),
+                   grpc::StatusCode::INVALID_ARGUMENT, "decrease at bag 1"});
+  cases.push_back({"offsets past the keys", slot_of({mine}, {0, 3}),
+                   grpc::StatusCode::INVALID_ARGUMENT,
+                   "end at 3 but the slot has 1 keys"});
+  cases.push_back({"offsets not from 0", slot_of({mine}, {1, 1}),
+                   grpc::StatusCode::INVALID_ARGUMENT, "must start at 0"});
+  cases.push_back({"unknown pooling", slot_of({mine}, {}, 9),
+                   grpc::StatusCode::INVALID_ARGUMENT, "unknown pooling 9"});
+  cases.push_back({"key of another shard", slot_of({mine, other}, {}),
+                   grpc::StatusCode::FAILED_PRECONDITION,
+                   "belongs to serving shard 1"});
+  {
+    Case c{"unknown table", slot_of({mine}, {}), grpc::StatusCode::NOT_FOUND,
+           "no table 'nope'"};
+    c.request.mutable_slot(0)->set_table("nope");
+    cases.push_back(c);
+  }
+  {
+    Case c{"keys not whole", slot_of({mine}, {}),
+           grpc::StatusCode::INVALID_ARGUMENT, "packed little-endian uint64"};
+    c.request.mutable_slot(0)->set_keys("abc");
+    cases.push_back(c);
+  }
+  {
+    Case c{"a version no longer held", slot_of({mine}, {}),
+           grpc::StatusCode::FAILED_PRECONDITION, "version 1 is no longer"};
+    c.request.set_version(1);
+    cases.push_back(c);
+  }
+  {
+    Case c{"unknown value type", slot_of({mine}, {}),
+           grpc::StatusCode::INVALID_ARGUMENT, "unknown value_type"};
+    c.request.set_value_type(static_cast<proto::ValueType>(5));
+    cases.push_back(c);
+  }
+  for (const Case& c : cases) {
+    proto::LookupResponse response;
+    const grpc::Status status = Lookup(*replica, c.request, &response);
+    EXPECT_EQ(status.error_code(), c.code)
+        << c.name << ": " << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(c.message)) << c.name;
+  }
+  // Still serving the same values.
+  const std::vector<uint64_t> keys = {mine};
+  EXPECT_EQ(Rows(*replica, keys), Pull(keys));
+  EXPECT_EQ(Pull({1}), before);
+}
+
+TEST_F(ServingTest, ACorruptCheckpointLeavesTheVersionServedAndSaysWhy) {
+  Push({1, 2}, 1.0f);
+  Checkpoint(4);
+  ASSERT_OK_AND_ASSIGN(auto replica, StartReplica());
+  // A newer checkpoint, written aside, corrupted, then moved under the root
+  // whole (as a copy from elsewhere would arrive).
+  Push({1}, 1.0f);
+  const std::string staging = root_ + "_staging";
+  std::filesystem::create_directories(staging);
+  client::Client::CheckpointOptions options;
+  options.root = staging;
+  options.step = 8;
+  ASSERT_OK(client_->Checkpoint(options).status());
+  const std::string name = ::embedps::checkpoint::CheckpointName(8);
+  int corrupted = 0;
+  for (const auto& entry :
+       std::filesystem::recursive_directory_iterator(staging + "/" + name)) {
+    if (entry.path().extension() != ".sst") continue;
+    std::fstream f(entry.path(),
+                   std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f << "garbage garbage garbage";
+    ++corrupted;
+  }
+  ASSERT_GT(corrupted, 0);
+  std::filesystem::rename(staging + "/" + name, root_ + "/" + name);
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  proto::ServingVersionResponse version = Version(*replica);
+  while (version.last_error().empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+    version = Version(*replica);
+  }
+  EXPECT_EQ(version.step(), 4u);
+  EXPECT_THAT(version.last_error(), HasSubstr("cannot be loaded"));
+  EXPECT_THAT(version.last_error(), HasSubstr(name));
+  // Still the step-4 values.
+  std::vector<float> row = Rows(*replica, {2});
+  EXPECT_EQ(row, Pull({2}));
+}
+
+TEST_F(ServingTest, NoCheckpointMeansNoReplica) {
+  EXPECT_THAT(StartReplica().status(), StatusIs(absl::StatusCode::kNotFound));
+}
+
+TEST_F(ServingTest, APinnedReplicaServesItsStepOnly) {
+  Push({1}, 1.0f);
+  Checkpoint(2);
+  const std::vector<float> at_two = Pull({1});
+  Push({1}, 1.0f);
+  Checkpoint(6);
+  ASSERT_OK(client_->Publish(7, "").status());
+  ASSERT_OK_AND_ASSIGN(auto replica, StartReplica(0, 1, /*pinned=*/2));
+  absl::SleepFor(absl::Milliseconds(200));  // time for a poll to ignore
+  EXPECT_EQ(Version(*replica).step(), 2u);
+  EXPECT_TRUE(Version(*replica).pinned());
+  EXPECT_EQ(Rows(*replica, {1}), at_two);
+}
+
+class ServingGapTest : public ServingTest {
+ protected:
+  ServingGapTest() { history_bytes_ = 1; }  // only the newest publication
+};
+
+// A replica whose checkpoint is older than every publication the training
+// shard still holds cannot follow the stream without missing rows: it says
+// so, keeps serving, and catches up once a new enough checkpoint exists.
+TEST_F(ServingGapTest, AGapWaitsForANewerCheckpoint) {
+  Push({1}, 1.0f);
+  Checkpoint(1);
+  Push({2}, 1.0f);
+  ASSERT_OK(client_->Publish(2, "").status());
+  Push({3}, 1.0f);
+  ASSERT_OK(client_->Publish(3, "").status());  // the history keeps only 3
+  // A replica from checkpoint 1: publication 3 starts after step 2's
+  // publication, which is gone.
+  ASSERT_OK_AND_ASSIGN(auto replica, StartReplica());
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (Version(*replica).last_error().empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_THAT(Version(*replica).last_error(), HasSubstr("are gone"));
+  EXPECT_EQ(Version(*replica).step(), 1u);
+  Checkpoint(3);
+  AwaitStep(*replica, 3);
+  Push({1}, 1.0f);
+  ASSERT_OK(client_->Publish(4, "").status());
+  AwaitStep(*replica, 4);
+  const std::vector<uint64_t> keys = {1, 2, 3};
+  EXPECT_EQ(Rows(*replica, keys), Pull(keys));
+}
+
+}  // namespace
+}  // namespace embedps::server
