@@ -17,6 +17,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "checkpoint/manifest.h"
 #include "common/logging.h"
@@ -70,6 +71,25 @@ ABSL_FLAG(int32_t, max_message_bytes, 1 << 30,
           "largest gRPC message accepted or sent, in bytes");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
           "on SIGTERM, how long in-flight calls may take to finish");
+ABSL_FLAG(std::string, role, "training",
+          "training: a shard of the training cluster; serving: a read-only "
+          "replica of serving shard --shard_index of --num_shards that "
+          "follows training (--follow_checkpoints, --training_servers) and "
+          "answers ServingService.Lookup");
+ABSL_FLAG(std::string, follow_checkpoints, "",
+          "serving: the training job's checkpoint root; the replica starts "
+          "from its latest complete checkpoint and loads newer ones");
+ABSL_FLAG(std::string, training_servers, "",
+          "serving: host:port of every training shard, in order; the replica "
+          "applies their publications (empty: checkpoints only)");
+ABSL_FLAG(uint64_t, serve_step, 0,
+          "serving: serve the checkpoint of exactly this training step and "
+          "nothing newer (a rollback); 0: follow training");
+ABSL_FLAG(absl::Duration, checkpoint_poll, absl::Seconds(5),
+          "serving: how often the checkpoint root is checked");
+ABSL_FLAG(int64_t, publish_history_mb, 512,
+          "training: MiB of publications kept for serving replicas that "
+          "fall behind or reconnect");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off");
 
@@ -135,6 +155,39 @@ absl::StatusOr<ShardOptions> OptionsFromFlags() {
   options.restore = absl::GetFlag(FLAGS_restore);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  if (absl::GetFlag(FLAGS_publish_history_mb) < 1) {
+    return absl::InvalidArgumentError("--publish_history_mb must be >= 1");
+  }
+  options.publisher.history_bytes =
+      static_cast<uint64_t>(absl::GetFlag(FLAGS_publish_history_mb)) << 20;
+  const std::string role = absl::GetFlag(FLAGS_role);
+  if (role == "serving") {
+    options.serving = true;
+    options.follow.checkpoint_root = absl::GetFlag(FLAGS_follow_checkpoints);
+    if (options.follow.checkpoint_root.empty()) {
+      return absl::InvalidArgumentError(
+          "--role=serving needs --follow_checkpoints=ROOT (the training "
+          "job's checkpoint directory)");
+    }
+    for (absl::string_view server : absl::StrSplit(
+             absl::GetFlag(FLAGS_training_servers), ',', absl::SkipEmpty())) {
+      options.follow.training_servers.emplace_back(server);
+    }
+    options.follow.shard_index = options.service.shard_index;
+    options.follow.num_shards = options.service.num_shards;
+    options.follow.pinned_step = absl::GetFlag(FLAGS_serve_step);
+    options.follow.checkpoint_poll = absl::GetFlag(FLAGS_checkpoint_poll);
+    options.follow.spill_root = options.spill_root;
+    options.follow.max_message_bytes = options.max_message_bytes;
+    if (!options.tables.table().empty() || !options.restore.empty()) {
+      return absl::InvalidArgumentError(
+          "--role=serving takes its tables from the checkpoints it follows: "
+          "--tables and --restore do not apply");
+    }
+  } else if (role != "training") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--role must be training or serving, not '", role, "'"));
+  }
   return options;
 }
 
@@ -171,9 +224,10 @@ int Run() {
   }
   const int port = (*shard)->port();
   const int metrics_port = (*shard)->metrics_port();
-  log->info("shard {} of {} listening on {}:{} with {} table(s)",
+  log->info("{} shard {} of {} listening on {}:{}",
+            options->serving ? "serving" : "training",
             options->service.shard_index, options->service.num_shards,
-            options->host, port, (*shard)->num_tables());
+            options->host, port);
   if (metrics_port >= 0) {
     log->info("metrics on http://{}:{}/metrics", options->host, metrics_port);
   }

@@ -48,9 +48,9 @@ absl::StatusOr<std::vector<proto::Publication>> Publisher::Collect(
     embedding::Table& table = *entry.table;
     table.EnableChangeLog();
     if (entry.synchronizer != nullptr) {
-      // Step `request.step` applied (SYNC), or every worker past what the
-      // staleness allows (SSP).
-      RETURN_IF_ERROR(entry.synchronizer->AwaitPullable(request.step() + 1));
+      // The steps before `request.step` applied (SYNC), or every worker
+      // as far as the staleness allows (SSP).
+      RETURN_IF_ERROR(entry.synchronizer->AwaitPullable(request.step()));
     }
     const std::vector<uint64_t> keys = table.TakeChangedKeys();
     const size_t dim = table.spec().dim;

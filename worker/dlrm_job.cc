@@ -110,6 +110,8 @@ class DlrmWorker {
                           DlrmJobResult& result);
   // Rank 0: waits for the checkpoint being finished, if any.
   absl::Status AwaitCheckpoint(DlrmJobResult& result);
+  // Publishes the tables and the dense model after `steps` steps.
+  absl::Status Publish(int64_t steps);
 
   const DlrmJobOptions& o_;
   const WorkerConfig& c_;
@@ -467,6 +469,12 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
     if (!batch.has_value()) break;
   }
   const bool checkpoints = !c_.checkpoint_dir().empty();
+  // Rank 0 publishes to serving replicas: at the start (which starts the
+  // shards' change logs), every publish_every_seconds, and at the end.
+  const bool publishes = o_.job.rank == 0 && c_.publish_every_seconds() > 0;
+  absl::Time next_publish =
+      absl::Now() + absl::Seconds(c_.publish_every_seconds());
+  if (publishes) RETURN_IF_ERROR(Publish(start_step_));
   std::unique_ptr<PreparedStep> current, pushing;
   if (start_step_ < total_steps_) {
     ASSIGN_OR_RETURN(std::optional<CriteoBatch> first, reader_->Next());
@@ -519,6 +527,12 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
         step + 1 < total_steps_) {
       RETURN_IF_ERROR(Checkpoint(step + 1, pushing.get(), result));
     }
+    if (publishes && absl::Now() >= next_publish && step + 1 < total_steps_) {
+      // This step's pushes first: the shards publish once it is applied.
+      RETURN_IF_ERROR(AwaitPushes(*pushing));
+      RETURN_IF_ERROR(Publish(step + 1));
+      next_publish = absl::Now() + absl::Seconds(c_.publish_every_seconds());
+    }
     if (evaluates && c_.eval_every_steps() > 0 &&
         (step + 1) % c_.eval_every_steps() == 0 && step + 1 < total_steps_) {
       RETURN_IF_ERROR(AwaitPushes(*pushing));
@@ -531,6 +545,9 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
     }
   }
   if (pushing != nullptr) RETURN_IF_ERROR(AwaitPushes(*pushing));
+  if (publishes && total_steps_ > start_step_) {
+    RETURN_IF_ERROR(Publish(total_steps_));
+  }
   if (checkpoints && total_steps_ > start_step_) {
     RETURN_IF_ERROR(Checkpoint(total_steps_, pushing.get(), result));
   }
@@ -675,6 +692,16 @@ absl::Status DlrmWorker::AwaitCheckpoint(DlrmJobResult& result) {
       (std::filesystem::path(c_.checkpoint_dir()) / manifest->name()).string();
   log_->info("checkpoint '{}' complete (step {})", result.last_checkpoint,
              manifest->step());
+  return absl::OkStatus();
+}
+
+absl::Status DlrmWorker::Publish(int64_t steps) {
+  ASSIGN_OR_RETURN(const std::string dense,
+                   dense::SerializeParameters(*model_, steps));
+  ASSIGN_OR_RETURN(const uint64_t rows,
+                   client_->Publish(static_cast<uint64_t>(steps), dense));
+  ++metrics_.publications;
+  log_->debug("published step {}: {} rows", steps, rows);
   return absl::OkStatus();
 }
 

@@ -27,6 +27,8 @@ struct WorkerMetrics {
   std::atomic<int64_t> total_steps{0};
   std::atomic<int64_t> samples{0};
   std::atomic<int64_t> bad_lines{0};
+  // Publications to serving replicas (rank 0).
+  std::atomic<int64_t> publications{0};
   // Seconds this worker spent waiting for Pulls, computing (forward,
   // backward, dense allreduce and optimizer), and pushing.
   std::atomic<double> pull_wait_seconds{0};
