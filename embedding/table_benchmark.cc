@@ -1,4 +1,4 @@
-// Throughput of Table::Pull and Table::Push next to a bare hash-indexed row
+// Throughput of Table::Pull, Lookup and Push next to a bare hash-indexed row
 // store, measured in the same run (docs/benchmarks.md has the figures).
 //
 //   bazel run -c opt //embedding:table_benchmark -- --rows=10000000
@@ -184,12 +184,14 @@ int Run() {
     for (float& g : grads[t]) g = normal(rng);
   }
 
-  std::printf("\n%-12s %7s %16s %16s %16s %10s %10s\n", "keys", "threads",
-              "bare gather/s", "Pull rows/s", "Push rows/s", "Pull/bare",
-              "Push/bare");
+  std::vector<std::unique_ptr<bool[]>> found;
+  for (int t = 0; t < max_threads; ++t) found.emplace_back(new bool[batch]);
+  std::printf("\n%-12s %7s %16s %16s %16s %16s %10s %10s %10s\n", "keys",
+              "threads", "bare gather/s", "Pull rows/s", "Lookup rows/s",
+              "Push rows/s", "Pull/bare", "Lookup/bare", "Push/bare");
   for (const Distribution& d : distributions) {
     for (int threads = 1; threads <= max_threads; ++threads) {
-      std::vector<double> bare_rate, pull_rate, push_rate;
+      std::vector<double> bare_rate, pull_rate, lookup_rate, push_rate;
       for (int round = 0; round < rounds; ++round) {
         bare_rate.push_back(
             RowsPerSecond(threads, d.per_thread,
@@ -202,6 +204,16 @@ int Run() {
                             if (!table->Pull(keys, absl::MakeSpan(out[t])).ok())
                               std::abort();
                           }));
+        lookup_rate.push_back(RowsPerSecond(
+            threads, d.per_thread,
+            [&](int t, const std::vector<uint64_t>& keys) {
+              if (!table
+                       ->Lookup(keys, absl::MakeSpan(out[t]),
+                                absl::MakeSpan(found[t].get(), keys.size()),
+                                Table::MissingRows::kZeros)
+                       .ok())
+                std::abort();
+            }));
         push_rate.push_back(
             RowsPerSecond(threads, d.per_thread,
                           [&](int t, const std::vector<uint64_t>& keys) {
@@ -209,10 +221,12 @@ int Run() {
                           }));
       }
       const double b = Median(bare_rate), pl = Median(pull_rate),
-                   ps = Median(push_rate);
-      std::printf("%-12s %7d %14.2f M %14.2f M %14.2f M %9.2fx %9.2fx\n",
-                  d.name.c_str(), threads, b / 1e6, pl / 1e6, ps / 1e6, pl / b,
-                  ps / b);
+                   lk = Median(lookup_rate), ps = Median(push_rate);
+      std::printf(
+          "%-12s %7d %14.2f M %14.2f M %14.2f M %14.2f M %9.2fx %10.2fx "
+          "%9.2fx\n",
+          d.name.c_str(), threads, b / 1e6, pl / 1e6, lk / 1e6, ps / 1e6,
+          pl / b, lk / b, ps / b);
     }
   }
 

@@ -48,17 +48,17 @@ RowId FindByFingerprint(const TableCore& core, const Stripe& stripe,
 }
 
 // Finds the row of each grouped position in [begin, end) into scratch.rows
-// (kNoRow when absent), prefetching index slots and whole rows.
+// (kNoRow when absent), prefetching index slots and the rows' `part`.
 void FindRows(const TableCore& core, const Stripe& stripe,
               absl::Span<const uint64_t> keys, BatchScratch& scratch,
-              uint32_t begin, uint32_t end, bool for_write)
+              uint32_t begin, uint32_t end, RowPart part, bool for_write)
     ABSL_SHARED_LOCKS_REQUIRED(stripe.mu) {
   const RowIndex& index = stripe.index();
   const auto key_at = [&](uint32_t j) { return keys[scratch.order[j]]; };
   const auto find_by_fingerprint =
       [&](uint32_t j) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-        scratch.rows[j] = FindByFingerprint(core, stripe, scratch.hashes[j],
-                                            RowPart::kWhole, for_write);
+        scratch.rows[j] =
+            FindByFingerprint(core, stripe, scratch.hashes[j], part, for_write);
       };
   for (uint32_t j = begin; j < std::min(end, begin + kIndexPrefetchDistance);
        ++j) {
@@ -239,7 +239,8 @@ absl::Status PushGroup(const TableCore& core, Stripe& stripe,
                        uint32_t begin, uint32_t end, uint32_t touch,
                        const MissPolicy& policy) {
   const int32_t dim = core.dim;
-  FindRows(core, stripe, keys, scratch, begin, end, /*for_write=*/true);
+  FindRows(core, stripe, keys, scratch, begin, end, RowPart::kWhole,
+           /*for_write=*/true);
   const bool create_missing =
       core.spec.admission.kind == embedding::AdmissionSpec::Kind::kAlways;
   for (uint32_t j = begin; j < end; ++j) {
@@ -315,13 +316,15 @@ absl::Status PushGroup(const TableCore& core, Stripe& stripe,
 
 uint64_t LookupGroup(const TableCore& core, const Stripe& stripe,
                      absl::Span<const uint64_t> keys, absl::Span<float> values,
-                     absl::Span<bool> found, const BatchScratch& scratch,
+                     absl::Span<bool> found, BatchScratch& scratch,
                      uint32_t begin, uint32_t end, const MissPolicy& policy) {
+  FindRows(core, stripe, keys, scratch, begin, end, RowPart::kValues,
+           /*for_write=*/false);
   uint64_t hits = 0;
   for (uint32_t j = begin; j < end; ++j) {
     const uint32_t pos = scratch.order[j];
     float* out = values.data() + static_cast<size_t>(pos) * core.dim;
-    const RowId id = stripe.Find(KeyProbe{keys[pos], scratch.hashes[j]});
+    const RowId id = scratch.rows[j];
     found[pos] = id != kNoRow;
     if (found[pos]) {
       std::memcpy(out, stripe.Row(id) + kHeaderFloats,

@@ -92,7 +92,7 @@ absl::Status PushGroup(const TableCore& core, Stripe& stripe,
 // the keys found.
 uint64_t LookupGroup(const TableCore& core, const Stripe& stripe,
                      absl::Span<const uint64_t> keys, absl::Span<float> values,
-                     absl::Span<bool> found, const BatchScratch& scratch,
+                     absl::Span<bool> found, BatchScratch& scratch,
                      uint32_t begin, uint32_t end, const MissPolicy& policy)
     ABSL_SHARED_LOCKS_REQUIRED(stripe.mu);
 
