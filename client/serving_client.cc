@@ -3,15 +3,16 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
-#include <list>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "client/row_cache.h"
 #include "common/key_hash.h"
 #include "common/mutex.h"
+#include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/embedps.grpc.pb.h"
 #include "wire/float16.h"
@@ -19,82 +20,6 @@
 
 namespace embedps::client {
 namespace {
-
-constexpr int kCacheShards = 16;
-
-// A table's key: the table's name hashed with the key.
-struct RowKey {
-  uint64_t table;
-  uint64_t key;
-  bool operator==(const RowKey& o) const {
-    return table == o.table && key == o.key;
-  }
-  template <typename H>
-  friend H AbslHashValue(H h, const RowKey& k) {
-    return H::combine(std::move(h), k.table, k.key);
-  }
-};
-
-// LRU with a TTL, in shards with a lock each.
-class RowCache {
- public:
-  RowCache(size_t rows, absl::Duration ttl)
-      : per_shard_(std::max<size_t>(1, rows / kCacheShards)), ttl_(ttl) {}
-
-  // Copies the row of `key` into `out` (dim floats) if held and fresh.
-  bool Get(const RowKey& key, float* out, size_t dim, absl::Time now) {
-    Shard& shard = ShardOf(key);
-    MutexLock lock(&shard.mu);
-    auto it = shard.index.find(key);
-    if (it == shard.index.end()) return false;
-    if (now - it->second->inserted > ttl_ || it->second->row.size() != dim) {
-      shard.lru.erase(it->second);
-      shard.index.erase(it);
-      return false;
-    }
-    shard.lru.splice(shard.lru.begin(), shard.lru, it->second);
-    std::memcpy(out, it->second->row.data(), dim * sizeof(float));
-    return true;
-  }
-
-  void Put(const RowKey& key, const float* row, size_t dim, absl::Time now) {
-    Shard& shard = ShardOf(key);
-    MutexLock lock(&shard.mu);
-    auto it = shard.index.find(key);
-    if (it != shard.index.end()) {
-      it->second->row.assign(row, row + dim);
-      it->second->inserted = now;
-      shard.lru.splice(shard.lru.begin(), shard.lru, it->second);
-      return;
-    }
-    shard.lru.push_front(Entry{key, std::vector<float>(row, row + dim), now});
-    shard.index[key] = shard.lru.begin();
-    while (shard.lru.size() > per_shard_) {
-      shard.index.erase(shard.lru.back().key);
-      shard.lru.pop_back();
-    }
-  }
-
- private:
-  struct Entry {
-    RowKey key;
-    std::vector<float> row;
-    absl::Time inserted;
-  };
-  struct Shard {
-    Mutex mu;
-    std::list<Entry> lru ABSL_GUARDED_BY(mu);
-    absl::flat_hash_map<RowKey, std::list<Entry>::iterator> index
-        ABSL_GUARDED_BY(mu);
-  };
-  Shard& ShardOf(const RowKey& key) {
-    return shards_[Mix64(key.key ^ key.table) % kCacheShards];
-  }
-
-  const size_t per_shard_;
-  const absl::Duration ttl_;
-  Shard shards_[kCacheShards];
-};
 
 struct Replica {
   std::string address;
@@ -121,9 +46,9 @@ struct ServingClient::Impl {
 
   // One serving shard's part of a Lookup, retried on other replicas.
   struct Call {
-    Impl* impl;
-    int32_t shard;
-    bool exact_version;
+    Impl* impl = nullptr;
+    int32_t shard = 0;
+    bool exact_version = false;
     absl::Time deadline;
     proto::LookupRequest request;
     proto::LookupResponse response;
@@ -131,36 +56,33 @@ struct ServingClient::Impl {
     size_t replica = 0;  // the one tried last
     size_t attempts = 0;
     grpc::Status status;
-    // Signalled when the call is finished.
-    Mutex* mu;
-    CondVar* done;
-    size_t* unfinished;
+    // Async runs: signalled when every call of the Lookup is finished.
+    Mutex* mu = nullptr;
+    CondVar* done = nullptr;
+    size_t* unfinished = nullptr;
 
-    void Attempt() {
+    // Picks the replica of the next attempt (the next in turn that is not
+    // marked down; all down: the next one anyway) and a fresh context.
+    void Prepare() {
       const auto& replicas = impl->shards[shard];
       const int64_t now = absl::ToUnixMicros(absl::Now());
-      // The next replica in turn that is not marked down (all down: the
-      // next one anyway).
-      size_t pick = replica;
       for (size_t i = 0; i < replicas.size(); ++i) {
         const size_t r = (replica + i) % replicas.size();
         if (replicas[r]->down_until_micros.load() <= now) {
-          pick = r;
+          replica = r;
           break;
         }
       }
-      replica = pick;
       ++attempts;
       context = std::make_unique<grpc::ClientContext>();
       context->set_deadline(absl::ToChronoTime(
           std::min(deadline, absl::Now() + impl->options.attempt_timeout)));
       response.Clear();
-      replicas[replica]->stub->async()->Lookup(
-          context.get(), &request, &response,
-          [this](grpc::Status s) { Completed(std::move(s)); });
     }
 
-    void Completed(grpc::Status s) {
+    // After an attempt: true if another replica should be tried (this one
+    // is marked down); otherwise `status` is set.
+    bool Retry(grpc::Status s) {
       const auto& replicas = impl->shards[shard];
       if (!s.ok() && Retryable(s.error_code(), exact_version) &&
           absl::Now() < deadline && attempts < 2 * replicas.size() + 1) {
@@ -168,8 +90,7 @@ struct ServingClient::Impl {
             absl::ToUnixMicros(absl::Now() + impl->options.down_for));
         replica = (replica + 1) % replicas.size();
         impl->failovers.fetch_add(1, std::memory_order_relaxed);
-        Attempt();
-        return;
+        return true;
       }
       if (!s.ok()) {
         s = grpc::Status(
@@ -178,11 +99,114 @@ struct ServingClient::Impl {
                          replicas[replica]->address, ", ", attempts,
                          " attempt(s)): ", s.error_message()));
       }
-      MutexLock lock(mu);
       status = std::move(s);
-      if (--*unfinished == 0) done->SignalAll();
+      return false;
+    }
+
+    // Runs the call to its end on this thread.
+    void RunHere() {
+      do {
+        Prepare();
+      } while (Retry(impl->shards[shard][replica]->stub->Lookup(
+          context.get(), request, &response)));
+    }
+
+    // Starts the call; its attempts go on on gRPC's threads.
+    void Start() {
+      Prepare();
+      impl->shards[shard][replica]->stub->async()->Lookup(
+          context.get(), &request, &response, [this](grpc::Status s) {
+            if (Retry(std::move(s))) {
+              Start();
+              return;
+            }
+            MutexLock lock(mu);
+            if (--*unfinished == 0) done->SignalAll();
+          });
     }
   };
+
+  // A Call for each of `shards` (null: nothing to ask that shard).
+  using Calls = std::vector<std::unique_ptr<Call>>;
+
+  std::unique_ptr<Call> NewCall(int32_t shard, uint64_t version,
+                                absl::Time start) {
+    auto call = std::make_unique<Call>();
+    call->impl = this;
+    call->shard = shard;
+    call->exact_version = version != 0;
+    call->deadline = start + options.deadline;
+    call->replica =
+        next.fetch_add(1, std::memory_order_relaxed) % shards[shard].size();
+    call->request.set_value_type(options.wire_type);
+    call->request.set_version(version);
+    return call;
+  }
+
+  // Runs the calls (one alone on this thread; several at once) and returns
+  // the first failure, or OK; *least_version: the least version answered.
+  absl::Status Run(Calls& calls, uint64_t* least_version) {
+    std::vector<Call*> live;
+    for (auto& call : calls) {
+      if (call != nullptr) live.push_back(call.get());
+    }
+    if (live.size() == 1) {
+      live[0]->RunHere();
+    } else if (!live.empty()) {
+      Mutex mu;
+      CondVar done;
+      size_t unfinished = live.size();
+      for (Call* call : live) {
+        call->mu = &mu;
+        call->done = &done;
+        call->unfinished = &unfinished;
+      }
+      for (Call* call : live) call->Start();
+      MutexLock lock(&mu);
+      done.Wait(&mu, [&] { return unfinished == 0; });
+    }
+    *least_version = UINT64_MAX;
+    for (Call* call : live) {
+      if (!call->status.ok()) {
+        failed.fetch_add(1, std::memory_order_relaxed);
+        return wire::FromGrpcStatus(call->status);
+      }
+      *least_version = std::min(*least_version, call->response.version());
+    }
+    return absl::OkStatus();
+  }
+
+  // Decodes slot `index` of a call's answer, `floats` of them, into `out`.
+  absl::Status Decode(const Call& call, int index, size_t floats,
+                      float* out) const {
+    if (index >= call.response.values_size()) {
+      return absl::InternalError(absl::StrCat("serving shard ", call.shard,
+                                              " answered too few slots"));
+    }
+    const std::string& bytes = call.response.values(index);
+    const bool half = options.wire_type == proto::FLOAT16;
+    if (bytes.size() != floats * (half ? 2 : 4)) {
+      return absl::InternalError(absl::StrCat(
+          "serving shard ", call.shard, " answered ", bytes.size(),
+          " bytes for slot ", index, " where ", floats, " values were due"));
+    }
+    if (half) {
+      std::vector<uint16_t> halves(floats);
+      if (floats > 0) std::memcpy(halves.data(), bytes.data(), bytes.size());
+      wire::HalvesToFloats(halves, out);
+    } else if (floats > 0) {
+      std::memcpy(out, bytes.data(), bytes.size());
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status LookupPooledByReplicas(absl::Span<const ServingSlot> slots,
+                                      std::vector<std::vector<float>>* out,
+                                      uint64_t version, absl::Time start,
+                                      uint64_t* served_version);
+  absl::Status LookupThroughCache(absl::Span<const ServingSlot> slots,
+                                  std::vector<std::vector<float>>* out,
+                                  absl::Time start, uint64_t* served_version);
 };
 
 ServingClient::ServingClient(std::unique_ptr<Impl> impl)
@@ -233,24 +257,21 @@ int32_t ServingClient::ShardOf(uint64_t key) const {
   return ShardOfKey(key, static_cast<int32_t>(impl_->shards.size()));
 }
 
-absl::Status ServingClient::Lookup(absl::Span<const ServingSlot> slots,
-                                   std::vector<std::vector<float>>* out,
-                                   uint64_t version, uint64_t* served_version) {
-  Impl& impl = *impl_;
-  impl.lookups.fetch_add(1, std::memory_order_relaxed);
-  const absl::Time start = absl::Now();
-  const int32_t shards = static_cast<int32_t>(impl.shards.size());
-  // Checks, then the distinct (table, key) rows the slots need.
-  struct Row {
-    size_t table;  // into `tables`
-    uint64_t key;
-  };
-  std::vector<std::string> tables;
-  std::vector<int32_t> dims;
-  absl::flat_hash_map<std::string, size_t> table_index;
-  absl::flat_hash_map<RowKey, uint32_t> row_index;
-  std::vector<Row> rows;
-  std::vector<std::vector<uint32_t>> slot_rows(slots.size());
+namespace {
+
+size_t BagsOf(const ServingSlot& slot) {
+  return slot.offsets.empty() ? slot.keys.size() : slot.offsets.size() - 1;
+}
+
+// Floats of a slot's answer.
+size_t FloatsOf(const ServingSlot& slot) {
+  return (slot.pooling == proto::POOLING_NONE ? slot.keys.size()
+                                              : BagsOf(slot)) *
+         static_cast<size_t>(slot.dim);
+}
+
+absl::Status CheckSlots(absl::Span<const ServingSlot> slots) {
+  absl::flat_hash_map<absl::string_view, int32_t> dims;
   for (size_t s = 0; s < slots.size(); ++s) {
     const ServingSlot& slot = slots[s];
     if (slot.dim <= 0) {
@@ -258,163 +279,281 @@ absl::Status ServingClient::Lookup(absl::Span<const ServingSlot> slots,
                                                      slot.table, "'): dim ",
                                                      slot.dim, " must be > 0"));
     }
-    if (!slot.offsets.empty()) {
-      if (slot.offsets.front() != 0 ||
-          static_cast<size_t>(slot.offsets.back()) != slot.keys.size() ||
-          !std::is_sorted(slot.offsets.begin(), slot.offsets.end())) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("slot ", s, " (table '", slot.table,
-                         "'): offsets must go from 0 "
-                         "to ",
-                         slot.keys.size(), " without decreasing"));
-      }
+    if (!slot.offsets.empty() &&
+        (slot.offsets.front() != 0 ||
+         static_cast<size_t>(slot.offsets.back()) != slot.keys.size() ||
+         !std::is_sorted(slot.offsets.begin(), slot.offsets.end()))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "slot ", s, " (table '", slot.table, "'): offsets must go from 0 to ",
+          slot.keys.size(), " without decreasing"));
     }
     if (!proto::Pooling_IsValid(slot.pooling)) {
       return absl::InvalidArgumentError(
           absl::StrCat("slot ", s, ": unknown pooling ", slot.pooling));
     }
-    auto [t, new_table] = table_index.try_emplace(slot.table, tables.size());
-    if (new_table) {
-      tables.push_back(slot.table);
-      dims.push_back(slot.dim);
-    } else if (dims[t->second] != slot.dim) {
+    auto [d, added] = dims.try_emplace(slot.table, slot.dim);
+    if (!added && d->second != slot.dim) {
       return absl::InvalidArgumentError(
-          absl::StrCat("table '", slot.table, "' named with dims ",
-                       dims[t->second], " and ", slot.dim));
+          absl::StrCat("table '", slot.table, "' named with dims ", d->second,
+                       " and ", slot.dim));
     }
-    const uint64_t table_hash = absl::HashOf(slot.table);
-    slot_rows[s].reserve(slot.keys.size());
-    for (uint64_t key : slot.keys) {
-      auto [r, inserted] = row_index.try_emplace(
-          RowKey{table_hash, key}, static_cast<uint32_t>(rows.size()));
-      if (inserted) rows.push_back(Row{t->second, key});
+  }
+  return absl::OkStatus();
+}
+
+void SetKeys(absl::Span<const uint64_t> keys, proto::LookupSlot* slot) {
+  slot->set_keys(reinterpret_cast<const char*>(keys.data()),
+                 keys.size() * sizeof(uint64_t));
+}
+
+void SetOffsets(absl::Span<const int32_t> offsets, proto::LookupSlot* slot) {
+  slot->set_offsets(reinterpret_cast<const char*>(offsets.data()),
+                    offsets.size() * sizeof(int32_t));
+}
+
+}  // namespace
+
+absl::Status ServingClient::Lookup(absl::Span<const ServingSlot> slots,
+                                   std::vector<std::vector<float>>* out,
+                                   uint64_t version, uint64_t* served_version) {
+  impl_->lookups.fetch_add(1, std::memory_order_relaxed);
+  RETURN_IF_ERROR(CheckSlots(slots));
+  const absl::Time start = absl::Now();
+  uint64_t served = version;
+  absl::Status status =
+      impl_->cache != nullptr && version == 0
+          ? impl_->LookupThroughCache(slots, out, start, &served)
+          : impl_->LookupPooledByReplicas(slots, out, version, start, &served);
+  if (status.ok() && served_version != nullptr) *served_version = served;
+  return status;
+}
+
+// Each shard pools its own keys of each bag: one shard answers the bags
+// whole; several answer partial sums, added here (MEAN divided here).
+absl::Status ServingClient::Impl::LookupPooledByReplicas(
+    absl::Span<const ServingSlot> slots, std::vector<std::vector<float>>* out,
+    uint64_t version, absl::Time start, uint64_t* served_version) {
+  const int32_t n = static_cast<int32_t>(shards.size());
+  Calls calls(n);
+  out->resize(slots.size());
+  if (n == 1) {
+    calls[0] = NewCall(0, version, start);
+    for (const ServingSlot& slot : slots) {
+      proto::LookupSlot* request = calls[0]->request.add_slot();
+      request->set_table(slot.table);
+      request->set_pooling(slot.pooling);
+      SetKeys(slot.keys, request);
+      SetOffsets(slot.offsets, request);
+    }
+    uint64_t least = 0;
+    RETURN_IF_ERROR(Run(calls, &least));
+    *served_version = least;
+    for (size_t s = 0; s < slots.size(); ++s) {
+      (*out)[s].resize(FloatsOf(slots[s]));
+      RETURN_IF_ERROR(Decode(*calls[0], static_cast<int>(s), (*out)[s].size(),
+                             (*out)[s].data()));
+    }
+    return absl::OkStatus();
+  }
+  // Split each slot by shard: its keys, bag offsets (SUM/MEAN) or the
+  // keys' positions (NONE).
+  std::vector<std::vector<std::vector<uint32_t>>> positions(
+      slots.size(), std::vector<std::vector<uint32_t>>(n));
+  std::vector<std::vector<uint64_t>> keys(n);
+  std::vector<std::vector<int32_t>> offsets(n);
+  std::vector<uint32_t> shard_keys(n, 0);
+  for (size_t s = 0; s < slots.size(); ++s) {
+    const ServingSlot& slot = slots[s];
+    const bool pooled = slot.pooling != proto::POOLING_NONE;
+    for (int32_t i = 0; i < n; ++i) {
+      keys[i].clear();
+      offsets[i].assign(pooled ? 1 : 0, 0);
+    }
+    const size_t bags = pooled ? BagsOf(slot) : 1;
+    for (size_t b = 0; b < bags; ++b) {
+      size_t begin = 0, end = slot.keys.size();  // NONE: one "bag"
+      if (pooled) {
+        begin = slot.offsets.empty() ? b : slot.offsets[b];
+        end = slot.offsets.empty() ? b + 1 : slot.offsets[b + 1];
+      }
+      for (size_t k = begin; k < end; ++k) {
+        const int32_t shard = ShardOfKey(slot.keys[k], n);
+        keys[shard].push_back(slot.keys[k]);
+        if (!pooled) positions[s][shard].push_back(static_cast<uint32_t>(k));
+      }
+      if (pooled) {
+        for (int32_t i = 0; i < n; ++i) {
+          offsets[i].push_back(static_cast<int32_t>(keys[i].size()));
+        }
+      }
+    }
+    for (int32_t i = 0; i < n; ++i) {
+      shard_keys[i] += static_cast<uint32_t>(keys[i].size());
+      if (calls[i] == nullptr) calls[i] = NewCall(i, version, start);
+      proto::LookupSlot* request = calls[i]->request.add_slot();
+      request->set_table(slot.table);
+      request->set_pooling(pooled ? proto::POOLING_SUM : proto::POOLING_NONE);
+      SetKeys(keys[i], request);
+      SetOffsets(offsets[i], request);
+    }
+  }
+  for (int32_t i = 0; i < n; ++i) {
+    if (shard_keys[i] == 0) calls[i].reset();  // nothing there to ask
+  }
+  uint64_t least = 0;
+  RETURN_IF_ERROR(Run(calls, &least));
+  *served_version = least == UINT64_MAX ? version : least;
+  std::vector<float> part;
+  for (size_t s = 0; s < slots.size(); ++s) {
+    const ServingSlot& slot = slots[s];
+    const size_t dim = slot.dim;
+    std::vector<float>& result = (*out)[s];
+    result.assign(FloatsOf(slot), 0.0f);
+    for (int32_t i = 0; i < n; ++i) {
+      if (calls[i] == nullptr) continue;
+      if (slot.pooling == proto::POOLING_NONE) {
+        const std::vector<uint32_t>& at = positions[s][i];
+        part.resize(at.size() * dim);
+        RETURN_IF_ERROR(
+            Decode(*calls[i], static_cast<int>(s), part.size(), part.data()));
+        for (size_t k = 0; k < at.size(); ++k) {
+          std::memcpy(result.data() + at[k] * dim, part.data() + k * dim,
+                      dim * sizeof(float));
+        }
+        continue;
+      }
+      part.resize(result.size());
+      RETURN_IF_ERROR(
+          Decode(*calls[i], static_cast<int>(s), part.size(), part.data()));
+      for (size_t f = 0; f < result.size(); ++f) result[f] += part[f];
+    }
+    if (slot.pooling == proto::POOLING_MEAN && !slot.offsets.empty()) {
+      for (size_t b = 0; b + 1 < slot.offsets.size(); ++b) {
+        const int32_t count = slot.offsets[b + 1] - slot.offsets[b];
+        if (count <= 1) continue;
+        const float scale = 1.0f / static_cast<float>(count);
+        for (size_t d = 0; d < dim; ++d) result[b * dim + d] *= scale;
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Distinct rows from the cache, the rest (as rows) from the replicas of
+// their shards, then pooled here: a key in many bags travels once.
+absl::Status ServingClient::Impl::LookupThroughCache(
+    absl::Span<const ServingSlot> slots, std::vector<std::vector<float>>* out,
+    absl::Time start, uint64_t* served_version) {
+  const int32_t n = static_cast<int32_t>(shards.size());
+  // Tables of the request, then its distinct rows: rows[r] at
+  // values[row_at[r]].
+  std::vector<absl::string_view> tables;
+  std::vector<uint64_t> table_hash;
+  std::vector<size_t> table_dim;
+  std::vector<size_t> slot_table(slots.size());
+  for (size_t s = 0; s < slots.size(); ++s) {
+    auto t = std::find(tables.begin(), tables.end(), slots[s].table);
+    slot_table[s] = t - tables.begin();
+    if (t == tables.end()) {
+      tables.push_back(slots[s].table);
+      table_hash.push_back(absl::HashOf(slots[s].table));
+      table_dim.push_back(slots[s].dim);
+    }
+  }
+  struct Row {
+    uint32_t table;
+    uint64_t key;
+    size_t at;  // into values
+  };
+  std::vector<Row> rows;
+  absl::flat_hash_map<std::pair<uint32_t, uint64_t>, uint32_t> row_of;
+  std::vector<std::vector<uint32_t>> slot_rows(slots.size());
+  size_t floats = 0;
+  for (size_t s = 0; s < slots.size(); ++s) {
+    const uint32_t t = static_cast<uint32_t>(slot_table[s]);
+    slot_rows[s].reserve(slots[s].keys.size());
+    for (uint64_t key : slots[s].keys) {
+      auto [r, added] =
+          row_of.try_emplace({t, key}, static_cast<uint32_t>(rows.size()));
+      if (added) {
+        rows.push_back(Row{t, key, floats});
+        floats += table_dim[t];
+      }
       slot_rows[s].push_back(r->second);
     }
   }
-  // Rows from the cache, the rest by shard from the replicas.
-  std::vector<std::vector<float>> values(rows.size());
-  const bool use_cache = impl.cache != nullptr && version == 0;
+  std::vector<float> values(floats);
+  // wanted[shard][table]: rows to read there.
   std::vector<std::vector<std::vector<uint32_t>>> wanted(
-      shards, std::vector<std::vector<uint32_t>>(tables.size()));
-  uint64_t hits = 0;
+      n, std::vector<std::vector<uint32_t>>(tables.size()));
+  uint64_t found = 0;
   for (uint32_t r = 0; r < rows.size(); ++r) {
     const Row& row = rows[r];
-    values[r].resize(dims[row.table]);
-    if (use_cache &&
-        impl.cache->Get(RowKey{absl::HashOf(tables[row.table]), row.key},
-                        values[r].data(), dims[row.table], start)) {
-      ++hits;
+    if (cache->Get(table_hash[row.table], row.key, values.data() + row.at,
+                   table_dim[row.table], start)) {
+      ++found;
       continue;
     }
-    wanted[ShardOfKey(row.key, shards)][row.table].push_back(r);
+    wanted[ShardOfKey(row.key, n)][row.table].push_back(r);
   }
-  impl.hits.fetch_add(hits, std::memory_order_relaxed);
-  impl.misses.fetch_add(rows.size() - hits, std::memory_order_relaxed);
-  Mutex mu;
-  CondVar done;
-  size_t unfinished = 0;
-  std::vector<std::unique_ptr<Impl::Call>> calls;
-  for (int32_t shard = 0; shard < shards; ++shard) {
-    bool any = false;
-    for (const auto& w : wanted[shard]) any |= !w.empty();
-    if (!any) continue;
-    auto call = std::make_unique<Impl::Call>();
-    call->impl = &impl;
-    call->shard = shard;
-    call->exact_version = version != 0;
-    call->deadline = start + impl.options.deadline;
-    call->replica = impl.next.fetch_add(1, std::memory_order_relaxed) %
-                    impl.shards[shard].size();
-    call->mu = &mu;
-    call->done = &done;
-    call->unfinished = &unfinished;
-    call->request.set_value_type(impl.options.wire_type);
-    call->request.set_version(version);
+  hits.fetch_add(found, std::memory_order_relaxed);
+  misses.fetch_add(rows.size() - found, std::memory_order_relaxed);
+  Calls calls(n);
+  std::vector<uint64_t> keys;
+  for (int32_t i = 0; i < n; ++i) {
     for (size_t t = 0; t < tables.size(); ++t) {
-      if (wanted[shard][t].empty()) continue;
-      proto::LookupSlot* slot = call->request.add_slot();
-      slot->set_table(tables[t]);
-      slot->set_pooling(proto::POOLING_NONE);
-      std::string* keys = slot->mutable_keys();
-      keys->resize(wanted[shard][t].size() * sizeof(uint64_t));
-      for (size_t i = 0; i < wanted[shard][t].size(); ++i) {
-        std::memcpy(keys->data() + i * sizeof(uint64_t),
-                    &rows[wanted[shard][t][i]].key, sizeof(uint64_t));
-      }
+      if (wanted[i][t].empty()) continue;
+      if (calls[i] == nullptr) calls[i] = NewCall(i, 0, start);
+      proto::LookupSlot* request = calls[i]->request.add_slot();
+      request->set_table(std::string(tables[t]));
+      request->set_pooling(proto::POOLING_NONE);
+      keys.clear();
+      for (uint32_t r : wanted[i][t]) keys.push_back(rows[r].key);
+      SetKeys(keys, request);
     }
-    calls.push_back(std::move(call));
   }
-  unfinished = calls.size();
-  for (auto& call : calls) call->Attempt();
-  {
-    MutexLock lock(&mu);
-    done.Wait(&mu, [&] { return unfinished == 0; });
-  }
-  uint64_t least_version = UINT64_MAX;
-  for (auto& call : calls) {
-    if (!call->status.ok()) {
-      impl.failed.fetch_add(1, std::memory_order_relaxed);
-      return wire::FromGrpcStatus(call->status);
-    }
-    least_version = std::min(least_version, call->response.version());
-    int slot_index = 0;
+  uint64_t least = 0;
+  RETURN_IF_ERROR(Run(calls, &least));
+  *served_version = least == UINT64_MAX ? 0 : least;
+  std::vector<float> part;
+  for (int32_t i = 0; i < n; ++i) {
+    if (calls[i] == nullptr) continue;
+    int index = 0;
     for (size_t t = 0; t < tables.size(); ++t) {
-      const std::vector<uint32_t>& want = wanted[call->shard][t];
+      const std::vector<uint32_t>& want = wanted[i][t];
       if (want.empty()) continue;
-      if (slot_index >= call->response.values_size()) {
-        return absl::InternalError(absl::StrCat("serving shard ", call->shard,
-                                                " answered too few slots"));
-      }
-      const std::string& bytes = call->response.values(slot_index++);
-      const size_t dim = dims[t];
-      const bool half = impl.options.wire_type == proto::FLOAT16;
-      if (bytes.size() != want.size() * dim * (half ? 2 : 4)) {
-        return absl::InternalError(absl::StrCat(
-            "serving shard ", call->shard, " answered ", bytes.size(),
-            " bytes for ", want.size(), " rows of dim ", dim));
-      }
-      for (size_t i = 0; i < want.size(); ++i) {
-        float* row = values[want[i]].data();
-        if (half) {
-          std::vector<uint16_t> halves(dim);
-          std::memcpy(halves.data(), bytes.data() + i * dim * 2, dim * 2);
-          wire::HalvesToFloats(halves, row);
-        } else {
-          std::memcpy(row, bytes.data() + i * dim * 4, dim * 4);
-        }
-        if (use_cache) {
-          impl.cache->Put(RowKey{absl::HashOf(tables[t]), rows[want[i]].key},
-                          row, dim, start);
-        }
+      const size_t dim = table_dim[t];
+      part.resize(want.size() * dim);
+      RETURN_IF_ERROR(Decode(*calls[i], index++, part.size(), part.data()));
+      for (size_t k = 0; k < want.size(); ++k) {
+        const float* row = part.data() + k * dim;
+        std::memcpy(values.data() + rows[want[k]].at, row, dim * sizeof(float));
+        cache->Put(table_hash[t], rows[want[k]].key, row, dim, start);
       }
     }
   }
-  if (served_version != nullptr) {
-    *served_version = least_version == UINT64_MAX ? version : least_version;
-  }
-  // Pooling, on this side: a key named in several bags travelled once.
   out->resize(slots.size());
   for (size_t s = 0; s < slots.size(); ++s) {
     const ServingSlot& slot = slots[s];
     const size_t dim = slot.dim;
-    std::vector<float>& pooled = (*out)[s];
+    std::vector<float>& result = (*out)[s];
     if (slot.pooling == proto::POOLING_NONE) {
-      pooled.resize(slot.keys.size() * dim);
+      result.resize(slot.keys.size() * dim);
       for (size_t k = 0; k < slot.keys.size(); ++k) {
-        std::memcpy(pooled.data() + k * dim, values[slot_rows[s][k]].data(),
+        std::memcpy(result.data() + k * dim,
+                    values.data() + rows[slot_rows[s][k]].at,
                     dim * sizeof(float));
       }
       continue;
     }
-    const size_t bags =
-        slot.offsets.empty() ? slot.keys.size() : slot.offsets.size() - 1;
-    pooled.assign(bags * dim, 0.0f);
+    const size_t bags = BagsOf(slot);
+    result.assign(bags * dim, 0.0f);
     for (size_t b = 0; b < bags; ++b) {
       const size_t begin = slot.offsets.empty() ? b : slot.offsets[b];
       const size_t end = slot.offsets.empty() ? b + 1 : slot.offsets[b + 1];
-      float* bag = pooled.data() + b * dim;
+      float* bag = result.data() + b * dim;
       for (size_t k = begin; k < end; ++k) {
-        const float* row = values[slot_rows[s][k]].data();
+        const float* row = values.data() + rows[slot_rows[s][k]].at;
         for (size_t d = 0; d < dim; ++d) bag[d] += row[d];
       }
       if (slot.pooling == proto::POOLING_MEAN && end > begin) {

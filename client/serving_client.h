@@ -2,14 +2,17 @@
 // from serving replicas (ps_server --role=serving).
 //
 // A Lookup is a batch of slots — a table, keys, bag offsets, a pooling —
-// answered as pooled vectors. The client finds each distinct key's row
-// (from its hot-key cache, else from the replica of the key's serving
-// shard), and pools the bags itself, so that a key named in many bags
-// travels once. Each serving shard has one or more replicas: requests are
-// spread over them in turn; a replica that fails (UNAVAILABLE, or an
-// attempt past its timeout) is skipped for `down_for` and the request goes
-// to the next one, until the request's deadline; a replica that comes back
-// is used again after that.
+// answered as pooled vectors. Without the cache, each serving shard pools
+// its own keys of every bag, so a bag comes back as one vector (several
+// shards: partial sums, added here), not as its rows. With the cache, the
+// client finds each distinct key's row (in the cache, else as a row from
+// the replica of the key's serving shard) and pools the bags itself. Each
+// serving shard has one or more replicas: requests are spread over them
+// in turn; a replica that fails (UNAVAILABLE, or an attempt past its
+// timeout) is skipped for `down_for` and the request goes to the next
+// one, until the request's deadline; a replica that comes back is used
+// again after that. A Lookup that needs one shard runs on the caller's
+// thread; one that needs several asks them at once.
 //
 // The hot-key cache (optional) keeps recently read rows, least recently
 // used out first, each for at most `cache_ttl`: a row may be that much
@@ -65,7 +68,7 @@ struct ServingSlot {
 struct ServingClientStats {
   uint64_t lookups = 0;
   uint64_t cache_hits = 0;    // distinct keys found in the cache
-  uint64_t cache_misses = 0;  // distinct keys read from replicas
+  uint64_t cache_misses = 0;  // distinct keys not found there
   uint64_t failovers = 0;     // attempts moved to another replica
   uint64_t failed = 0;        // lookups that failed
 };

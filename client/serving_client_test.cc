@@ -58,15 +58,15 @@ class ServingClientTest : public ::testing::Test {
     }
   }
 
-  absl::StatusOr<std::unique_ptr<server::Shard>> StartReplica(int shard,
-                                                              int port = 0) {
+  absl::StatusOr<std::unique_ptr<server::Shard>> StartReplica(
+      int shard, int port = 0, int num_shards = 2) {
     server::ShardOptions options;
     options.port = port;
     options.serving = true;
     options.follow.checkpoint_root = root_;
     options.follow.training_servers = {training_->address()};
     options.follow.shard_index = shard;
-    options.follow.num_shards = 2;
+    options.follow.num_shards = num_shards;
     options.follow.checkpoint_poll = absl::Milliseconds(50);
     return server::Shard::Start(options);
   }
@@ -135,6 +135,64 @@ TEST_F(ServingClientTest, PoolsAcrossShardsLikeTheTrainingRows) {
   // The exact version, on every shard.
   ASSERT_OK(client->Lookup(slots, &out, 5, &version));
   EXPECT_EQ(version, 5u);
+}
+
+// Every way a Lookup can go — one serving shard (the replica pools) or two
+// (partial sums added by the client), with or without the cache (the
+// client pools rows) — answers the training rows' pooling.
+TEST_F(ServingClientTest, EveryPathPoolsLikeTheTrainingRows) {
+  ASSERT_OK_AND_ASSIGN(auto whole, StartReplica(0, 0, 1));
+  ServingClientOptions one = Options();
+  one.replicas = {{whole->address()}};
+  const std::vector<uint64_t> keys = {1, 2, 3, 3, 9, 1, 40, 17, 1000};
+  const std::vector<int32_t> offsets = {0, 3, 3, 5, 9, 9};
+  std::vector<int32_t> identity(keys.size() + 1);
+  for (size_t i = 0; i < identity.size(); ++i) identity[i] = i;
+  std::vector<ServingSlot> slots = {
+      {"emb", kDim, keys, offsets, proto::POOLING_SUM},
+      {"emb", kDim, keys, offsets, proto::POOLING_MEAN},
+      {"emb", kDim, keys, {}, proto::POOLING_NONE},
+      {"emb", kDim, keys, {}, proto::POOLING_MEAN},
+      {"emb", kDim, {}, {}, proto::POOLING_SUM},
+  };
+  const std::vector<std::vector<float>> expected = {
+      Expected(keys, offsets, proto::POOLING_SUM),
+      Expected(keys, offsets, proto::POOLING_MEAN),
+      Expected(keys, identity, proto::POOLING_SUM),
+      Expected(keys, identity, proto::POOLING_SUM),
+      {},
+  };
+  for (ServingClientOptions options : {one, Options()}) {
+    for (size_t cache : {0, 100}) {
+      options.cache_rows = cache;
+      ASSERT_OK_AND_ASSIGN(auto client, ServingClient::Connect(options));
+      for (int twice = 0; twice < 2; ++twice) {
+        SCOPED_TRACE(::testing::Message()
+                     << options.replicas.size() << " shard(s), cache " << cache
+                     << ", round " << twice);
+        std::vector<std::vector<float>> out;
+        uint64_t version = 0;
+        ASSERT_OK(client->Lookup(slots, &out, 0, &version));
+        EXPECT_EQ(version, 5u);
+        ASSERT_EQ(out.size(), expected.size());
+        for (size_t s = 0; s < expected.size(); ++s) {
+          ASSERT_EQ(out[s].size(), expected[s].size()) << "slot " << s;
+          for (size_t i = 0; i < expected[s].size(); ++i) {
+            EXPECT_FLOAT_EQ(out[s][i], expected[s][i]) << "slot " << s;
+          }
+        }
+      }
+    }
+  }
+  // float16 on the wire: within half precision.
+  one.wire_type = proto::FLOAT16;
+  ASSERT_OK_AND_ASSIGN(auto half, ServingClient::Connect(one));
+  std::vector<std::vector<float>> out;
+  ASSERT_OK(half->Lookup(slots, &out));
+  for (size_t i = 0; i < expected[0].size(); ++i) {
+    EXPECT_NEAR(out[0][i], expected[0][i],
+                1e-3 * std::max(1.0f, std::abs(expected[0][i])));
+  }
 }
 
 TEST_F(ServingClientTest, TheCacheAnswersRepeatedKeys) {
