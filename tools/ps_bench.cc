@@ -102,29 +102,12 @@ std::vector<int> Ints(const std::vector<std::string>& values) {
   return out;
 }
 
-// A sibling binary: in Bazel's runfiles, under bazel-bin, or as given.
+// A sibling binary (common/testing/child_process.h), or exit.
 std::string FindBinary(const std::string& flag, const std::string& relative) {
-  if (!flag.empty()) return flag;
-  char self[4096];
-  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-  std::vector<std::string> candidates;
-  if (n > 0) {
-    self[n] = '\0';
-    candidates.push_back(absl::StrCat(self, ".runfiles/embedps/", relative));
-    // bazel-bin/tools/ps_bench: its siblings are under bazel-bin.
-    const std::string path(self);
-    if (const size_t tools = path.rfind("/tools/");
-        tools != std::string::npos) {
-      candidates.push_back(absl::StrCat(path.substr(0, tools), "/", relative));
-    }
-  }
-  candidates.push_back(relative);
-  candidates.push_back("bazel-bin/" + relative);
-  for (const std::string& c : candidates) {
-    if (access(c.c_str(), X_OK) == 0) return c;
-  }
-  std::fprintf(stderr, "ps_bench: cannot find %s; build it or pass its path\n",
-               relative.c_str());
+  absl::StatusOr<std::string> path = testing::LocateBinary(flag, relative);
+  if (path.ok()) return *path;
+  std::fprintf(stderr, "ps_bench: %s\n",
+               std::string(path.status().message()).c_str());
   std::exit(2);
 }
 

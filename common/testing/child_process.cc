@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -19,6 +21,35 @@ int ExitCode(int status) {
 }
 
 }  // namespace
+
+absl::StatusOr<std::string> LocateBinary(const std::string& given,
+                                         const std::string& relative) {
+  if (!given.empty()) return given;
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::vector<std::string> candidates;
+  if (n > 0) {
+    self[n] = '\0';
+    const std::string path(self);
+    candidates.push_back(absl::StrCat(path, ".runfiles/embedps/", relative));
+    // bazel-bin/tools/ps_bench: its siblings are under bazel-bin.
+    if (const size_t slash = path.rfind('/'); slash != std::string::npos) {
+      const std::string dir = path.substr(0, slash);
+      if (const size_t up = dir.rfind('/'); up != std::string::npos) {
+        candidates.push_back(absl::StrCat(dir.substr(0, up), "/", relative));
+      }
+    }
+  }
+  candidates.push_back(relative);
+  candidates.push_back("bazel-bin/" + relative);
+  for (const std::string& c : candidates) {
+    if (access(c.c_str(), X_OK) == 0) return c;
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "cannot find ", relative, ": build it (bazel build //",
+      relative.substr(0, relative.rfind('/')), ":",
+      relative.substr(relative.rfind('/') + 1), ") or pass its path"));
+}
 
 std::string TestTempPath(const std::string& stem) {
   const char* tmp = std::getenv("TEST_TMPDIR");

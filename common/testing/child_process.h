@@ -50,6 +50,13 @@ class ChildProcess {
 // A fresh path under the test's temporary directory: "<tmp>/<stem>_<n>".
 std::string TestTempPath(const std::string& stem);
 
+// A binary of this build, for tools that start their siblings: `given` if
+// not empty; else `relative` (e.g. "server/ps_server") in this binary's
+// Bazel runfiles, beside it under bazel-bin, or below the working
+// directory. NOT_FOUND saying what to build.
+absl::StatusOr<std::string> LocateBinary(const std::string& given,
+                                         const std::string& relative);
+
 }  // namespace embedps::testing
 
 #endif  // EMBEDPS_COMMON_TESTING_CHILD_PROCESS_H_

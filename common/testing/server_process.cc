@@ -11,7 +11,8 @@
 namespace embedps::testing {
 
 absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
-    const std::string& binary, const std::vector<std::string>& args) {
+    const std::string& binary, const std::vector<std::string>& args,
+    absl::Duration start_timeout) {
   const std::string port_file = TestTempPath("port");
   std::vector<std::string> argv = {"--host=127.0.0.1", "--port=0",
                                    "--port_file=" + port_file,
@@ -21,7 +22,7 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   absl::StatusOr<std::unique_ptr<ChildProcess>> process =
       ChildProcess::Spawn(binary, argv);
   if (!process.ok()) return process.status();
-  const absl::Time give_up = absl::Now() + absl::Seconds(30);
+  const absl::Time give_up = absl::Now() + start_timeout;
   while (absl::Now() < give_up) {
     std::ifstream file(port_file);
     int port = 0;

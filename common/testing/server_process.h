@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/testing/child_process.h"
 
 namespace embedps::testing {
@@ -21,8 +22,11 @@ class ServerProcess {
  public:
   // Starts `binary` (a path relative to the test's runfiles, e.g.
   // "server/ps_server") with `args` plus --host, --port=0 and --port_file.
+  // Waits up to `start_timeout` for the port file (a replica restoring a
+  // large checkpoint takes a while).
   static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(
-      const std::string& binary, const std::vector<std::string>& args);
+      const std::string& binary, const std::vector<std::string>& args,
+      absl::Duration start_timeout = absl::Seconds(30));
 
   // "127.0.0.1:PORT".
   const std::string& address() const { return address_; }
