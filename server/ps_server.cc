@@ -87,6 +87,9 @@ ABSL_FLAG(uint64_t, serve_step, 0,
           "nothing newer (a rollback); 0: follow training");
 ABSL_FLAG(absl::Duration, checkpoint_poll, absl::Seconds(5),
           "serving: how often the checkpoint root is checked");
+ABSL_FLAG(absl::Duration, checkpoint_wait, absl::Minutes(10),
+          "serving: how long to wait for training's first checkpoint when "
+          "there is none yet (the replica serves nothing until then)");
 ABSL_FLAG(int64_t, publish_history_mb, 512,
           "training: MiB of publications kept for serving replicas that "
           "fall behind or reconnect");
@@ -212,6 +215,25 @@ int Run() {
 
   const absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<Shard>> shard = Shard::Start(*options);
+  // A serving replica may start before training's first checkpoint.
+  const absl::Time wait_until = start + absl::GetFlag(FLAGS_checkpoint_wait);
+  bool said = false;
+  while (options->serving && !shard.ok() &&
+         shard.status().code() == absl::StatusCode::kNotFound &&
+         absl::Now() < wait_until) {
+    if (!said) {
+      log->info("no checkpoint under {} yet: waiting for training's first",
+                options->follow.checkpoint_root);
+      said = true;
+    }
+    // Still stoppable: SIGTERM/SIGINT are blocked, so take one here.
+    const timespec quarter_second{0, 250'000'000};
+    if (sigtimedwait(&stop_signals, nullptr, &quarter_second) > 0) {
+      log->info("stopped before the first checkpoint");
+      return 0;
+    }
+    shard = Shard::Start(*options);
+  }
   if (!shard.ok()) {
     log->error("{}", shard.status().ToString());
     return shard.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;

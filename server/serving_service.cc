@@ -186,12 +186,27 @@ grpc::Status ServingServiceImpl::Version(
   });
 }
 
-grpc::Status ServingServiceImpl::Predict(grpc::ServerContext*,
-                                         const proto::PredictRequest*,
-                                         proto::PredictResponse*) {
-  return Refuse(grpc::StatusCode::UNIMPLEMENTED,
-                "Predict is served by ps_predictor, which reads every serving "
-                "shard at one version; a replica serves Lookup");
+grpc::Status ServingServiceImpl::DenseModel(
+    grpc::ServerContext*, const proto::DenseModelRequest* request,
+    proto::DenseModelResponse* response) {
+  std::shared_ptr<const ServingVersion> version;
+  if (request->version() == 0) {
+    version = follower_->Current();
+  } else {
+    absl::StatusOr<std::shared_ptr<const ServingVersion>> at =
+        follower_->AtStep(request->version(), options_.version_wait);
+    if (!at.ok()) return wire::ToGrpcStatus(at.status());
+    version = *std::move(at);
+  }
+  if (version->dense_parameters == nullptr) {
+    return Refuse(grpc::StatusCode::FAILED_PRECONDITION,
+                  absl::StrCat("version ", version->step,
+                               " has no dense model (training publishes it "
+                               "with shard 0's publications and checkpoints)"));
+  }
+  response->set_step(version->dense_step);
+  response->set_dense_parameters(*version->dense_parameters);
+  return grpc::Status::OK;
 }
 
 }  // namespace embedps::server

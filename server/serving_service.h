@@ -44,11 +44,11 @@ class ServingServiceImpl final : public proto::ServingService::Service {
   grpc::Status Version(grpc::ServerContext* context,
                        const proto::ServingVersionRequest* request,
                        proto::ServingVersionResponse* response) override;
-  // Predict runs in the predictor (worker/predictor), which reads every
-  // serving shard: a replica refuses it with UNIMPLEMENTED naming it.
-  grpc::Status Predict(grpc::ServerContext* context,
-                       const proto::PredictRequest* request,
-                       proto::PredictResponse* response) override;
+  // The dense model of the version served (or of an exact retained one),
+  // for ps_predictor: FAILED_PRECONDITION if that version has none.
+  grpc::Status DenseModel(grpc::ServerContext* context,
+                          const proto::DenseModelRequest* request,
+                          proto::DenseModelResponse* response) override;
 
  private:
   grpc::Status LookupImpl(const proto::LookupRequest& request,

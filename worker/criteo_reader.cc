@@ -175,36 +175,45 @@ uint64_t MissingFeatureKey(int slot) {
   return MixPair(~static_cast<uint64_t>(slot), 0x6d697373696e67);
 }
 
-absl::Status ParseCriteoLine(const char* line, size_t size, CriteoBatch* batch,
-                             int i) {
+namespace {
+
+// A line with (`labelled`) or without its label column.
+absl::Status ParseLine(const char* line, size_t size, bool labelled,
+                       CriteoBatch* batch, int i) {
   // Windows line endings: the '\r' before the '\n' is not part of the line.
   if (size > 0 && line[size - 1] == '\r') --size;
-  absl::string_view fields[kFields];
+  const int want = labelled ? kFields : kFields - 1;
+  absl::string_view parsed[kFields];
+  // Field k of a labelled line (0: the label).
+  const auto fields = [&](int k) { return parsed[labelled ? k : k - 1]; };
   int count = 0;
   size_t start = 0;
   for (size_t p = 0; p <= size; ++p) {
     if (p == size || line[p] == '\t') {
-      if (count == kFields) {
+      if (count == want) {
         return absl::InvalidArgumentError(
-            absl::StrCat("more than ", kFields, " tab-separated fields"));
+            absl::StrCat("more than ", want, " tab-separated fields"));
       }
-      fields[count++] = absl::string_view(line + start, p - start);
+      parsed[count++] = absl::string_view(line + start, p - start);
       start = p + 1;
     }
   }
-  if (count != kFields) {
+  if (count != want) {
     return absl::InvalidArgumentError(
-        absl::StrCat(count, " tab-separated fields, want ", kFields,
-                     " (label, 13 integer, 26 categorical)"));
+        absl::StrCat(count, " tab-separated fields, want ", want,
+                     labelled ? " (label, 13 integer, 26 categorical)"
+                              : " (13 integer, 26 categorical: no label)"));
   }
-  if (fields[0] != "0" && fields[0] != "1") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("label ", Quoted(fields[0]), " is not 0 or 1"));
+  if (labelled) {
+    if (fields(0) != "0" && fields(0) != "1") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("label ", Quoted(fields(0)), " is not 0 or 1"));
+    }
+    batch->labels[i] = fields(0) == "1" ? 1.0f : 0.0f;
   }
-  batch->labels[i] = fields[0] == "1" ? 1.0f : 0.0f;
   float* dense = batch->dense.data() + static_cast<size_t>(i) * kCriteoDense;
   for (int j = 0; j < kCriteoDense; ++j) {
-    const absl::string_view f = fields[1 + j];
+    const absl::string_view f = fields(1 + j);
     int64_t x = 0;
     if (!f.empty() && !absl::SimpleAtoi(f, &x)) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -215,7 +224,7 @@ absl::Status ParseCriteoLine(const char* line, size_t size, CriteoBatch* batch,
   }
   uint64_t* keys = batch->keys.data() + static_cast<size_t>(i) * kCriteoSlots;
   for (int s = 0; s < kCriteoSlots; ++s) {
-    const absl::string_view f = fields[1 + kCriteoDense + s];
+    const absl::string_view f = fields(1 + kCriteoDense + s);
     if (f.empty()) {
       keys[s] = MissingFeatureKey(s);
       continue;
@@ -237,6 +246,18 @@ absl::Status ParseCriteoLine(const char* line, size_t size, CriteoBatch* batch,
     keys[s] = FeatureKey(s, value);
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ParseCriteoLine(const char* line, size_t size, CriteoBatch* batch,
+                             int i) {
+  return ParseLine(line, size, /*labelled=*/true, batch, i);
+}
+
+absl::Status ParseCriteoFeatures(const char* line, size_t size,
+                                 CriteoBatch* batch, int i) {
+  return ParseLine(line, size, /*labelled=*/false, batch, i);
 }
 
 absl::StatusOr<std::unique_ptr<CriteoReader>> CriteoReader::Open(

@@ -132,6 +132,12 @@ class CriteoReader {
 absl::Status ParseCriteoLine(const char* line, size_t size, CriteoBatch* batch,
                              int i);
 
+// As ParseCriteoLine, for a line without the label column (13 integer and
+// 26 categorical fields: what a prediction is asked for); batch->labels
+// is not touched.
+absl::Status ParseCriteoFeatures(const char* line, size_t size,
+                                 CriteoBatch* batch, int i);
+
 }  // namespace embedps::worker
 
 #endif  // EMBEDPS_WORKER_CRITEO_READER_H_

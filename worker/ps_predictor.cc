@@ -1,0 +1,182 @@
+// ps_predictor: serves click probabilities (the Predictor service) for
+// raw Criteo features, from the serving replicas' embeddings and the dense
+// model of the same training step (worker/predictor.h).
+//
+//   ps_predictor --config=dlrm.txtpb --serving=h1:p,h2:p;h3:p,h4:p --port=0
+//
+// --serving lists every serving shard's replicas: shards separated by ';',
+// a shard's replicas by ','.
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/logging.h"
+#include "common/program_usage.h"
+#include "common/status_macros.h"
+#include "dense/blas.h"
+#include "google/protobuf/text_format.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "proto/embedps.grpc.pb.h"
+#include "worker/predictor.h"
+
+ABSL_FLAG(std::string, config, "",
+          "the training job's WorkerConfig (its tables, slots and model)");
+ABSL_FLAG(std::string, serving, "",
+          "every serving shard's replicas: shards separated by ';', a "
+          "shard's replicas by ',' (host:port each)");
+ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on");
+ABSL_FLAG(int32_t, port, 0, "port; 0 picks one (printed, and --port_file)");
+ABSL_FLAG(std::string, port_file, "", "where the chosen port is written");
+ABSL_FLAG(int32_t, deadline_ms, 100, "a prediction's lookups give up after");
+ABSL_FLAG(int64_t, cache_rows, 0, "rows of the hot-key cache (0: none)");
+ABSL_FLAG(absl::Duration, cache_ttl, absl::Seconds(1),
+          "how long a cached row may be used");
+ABSL_FLAG(int32_t, blas_threads, 1,
+          "threads BLAS may use in one prediction (predictions run in "
+          "parallel on the server's threads)");
+ABSL_FLAG(std::string, log_level, "info",
+          "trace, debug, info, warn, error or off");
+
+namespace embedps::worker {
+namespace {
+
+class PredictorService final : public proto::Predictor::Service {
+ public:
+  explicit PredictorService(Predictor* predictor) : predictor_(predictor) {}
+  grpc::Status Predict(grpc::ServerContext*,
+                       const proto::PredictRequest* request,
+                       proto::PredictResponse* response) override {
+    uint64_t version = 0;
+    std::vector<std::string> lines(request->line().begin(),
+                                   request->line().end());
+    absl::StatusOr<std::vector<float>> p =
+        predictor_->PredictLines(lines, &version);
+    if (!p.ok()) {
+      return grpc::Status(static_cast<grpc::StatusCode>(p.status().code()),
+                          std::string(p.status().message()));
+    }
+    response->mutable_probability()->Add(p->begin(), p->end());
+    response->set_version(version);
+    return grpc::Status::OK;
+  }
+
+ private:
+  Predictor* const predictor_;
+};
+
+absl::StatusOr<PredictorOptions> OptionsFromFlags() {
+  PredictorOptions options;
+  const std::string path = absl::GetFlag(FLAGS_config);
+  if (path.empty()) {
+    return absl::InvalidArgumentError(
+        "--config=FILE (a WorkerConfig) is required");
+  }
+  std::ifstream file(path);
+  std::stringstream text;
+  text << file.rdbuf();
+  if (!file || !google::protobuf::TextFormat::ParseFromString(
+                   text.str(), &options.config)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--config ", path, " is not a readable WorkerConfig"));
+  }
+  for (absl::string_view shard :
+       absl::StrSplit(absl::GetFlag(FLAGS_serving), ';', absl::SkipEmpty())) {
+    options.serving.replicas.emplace_back();
+    for (absl::string_view replica :
+         absl::StrSplit(shard, ',', absl::SkipEmpty())) {
+      options.serving.replicas.back().emplace_back(replica);
+    }
+  }
+  if (options.serving.replicas.empty()) {
+    return absl::InvalidArgumentError(
+        "--serving=HOST:PORT[,...][;...] is required: every serving shard's "
+        "replicas");
+  }
+  options.serving.deadline =
+      absl::Milliseconds(absl::GetFlag(FLAGS_deadline_ms));
+  options.serving.attempt_timeout = options.serving.deadline / 2;
+  options.serving.cache_rows = absl::GetFlag(FLAGS_cache_rows);
+  options.serving.cache_ttl = absl::GetFlag(FLAGS_cache_ttl);
+  return options;
+}
+
+int Run() {
+  const auto log = Logger("predictor");
+  absl::StatusOr<PredictorOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    log->error("{}", options.status().ToString());
+    return 2;
+  }
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  dense::SetBlasThreads(std::max(1, absl::GetFlag(FLAGS_blas_threads)));
+  absl::StatusOr<std::unique_ptr<Predictor>> predictor =
+      Predictor::Start(*std::move(options));
+  if (!predictor.ok()) {
+    log->error("{}", predictor.status().ToString());
+    return 1;
+  }
+  PredictorService service(predictor->get());
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  int port = 0;
+  const std::string address =
+      absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
+  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    log->error("cannot listen on {}", address);
+    return 1;
+  }
+  log->info("predicting with the dense model of step {} on port {}",
+            (*predictor)->step(), port);
+  std::printf("port %d\n", port);
+  std::fflush(stdout);
+  if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
+    const std::string tmp = path + ".tmp";
+    std::ofstream(tmp) << port << "\n-1\n";  // no metrics port
+    std::rename(tmp.c_str(), path.c_str());
+  }
+  std::thread stopper([&] {
+    int signal = 0;
+    sigwait(&stop_signals, &signal);
+    server->Shutdown(std::chrono::system_clock::now() +
+                     std::chrono::seconds(5));
+  });
+  server->Wait();
+  stopper.join();
+  return 0;
+}
+
+}  // namespace
+}  // namespace embedps::worker
+
+int main(int argc, char** argv) {
+  embedps::SetProgramUsage(
+      "serves click probabilities for raw Criteo features from the serving "
+      "replicas' embeddings and the dense model of the same step.\n"
+      "  ps_predictor --config=dlrm.txtpb --serving=H:P,H:P;H:P,H:P",
+      {"worker/ps_predictor.cc"});
+  absl::ParseCommandLine(argc, argv);
+  if (absl::Status s = embedps::SetLogLevel(absl::GetFlag(FLAGS_log_level));
+      !s.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  return embedps::worker::Run();
+}
