@@ -61,6 +61,13 @@ ABSL_FLAG(std::string, evaluate, "",
           "--predictor's Predict and print the AUC and log loss as JSON");
 ABSL_FLAG(std::string, predictor, "", "--evaluate: the ps_predictor");
 ABSL_FLAG(int32_t, evaluate_batch, 256, "--evaluate: lines a Predict");
+ABSL_FLAG(std::string, serving, "",
+          "--evaluate: the serving replicas (shards separated by ';', a "
+          "shard's replicas by ','): Lookup latency of --config's slots too");
+ABSL_FLAG(double, latency_rate, 1000,
+          "--evaluate: requests/s of the latency runs (Predict of one line; "
+          "Lookup of one bag of --keys_per_bag lines' keys a slot)");
+ABSL_FLAG(double, latency_seconds, 3, "--evaluate: seconds of each latency run");
 ABSL_FLAG(std::string, config, "deploy/local/dlrm_large.txtpb",
           "Lookup: the WorkerConfig whose first table and slots are read");
 ABSL_FLAG(std::string, predict_config, "deploy/local/dlrm_small.txtpb",
@@ -163,7 +170,10 @@ void PrintLoad(const std::string& what, const LoadResult& r) {
   std::fflush(stdout);
 }
 
-// --evaluate: AUC and log loss of a labelled file through Predict.
+bool ReadConfig(const std::string& path, worker::WorkerConfig* config);
+
+// --evaluate: AUC and log loss of a labelled file through Predict, then
+// Predict (and with --serving, Lookup) latency at --latency_rate.
 int Evaluate() {
   std::ifstream in(absl::GetFlag(FLAGS_evaluate));
   if (!in) {
@@ -174,6 +184,7 @@ int Evaluate() {
   auto stub = proto::Predictor::NewStub(grpc::CreateChannel(
       absl::GetFlag(FLAGS_predictor), grpc::InsecureChannelCredentials()));
   std::vector<float> probabilities, labels;
+  std::vector<std::string> lines;  // label-less, for the latency runs
   uint64_t version = 0;
   const absl::Time start = absl::Now();
   std::string line;
@@ -200,6 +211,7 @@ int Evaluate() {
     if (tab == std::string::npos) continue;
     labels.push_back(line.substr(0, tab) == "1" ? 1.0f : 0.0f);
     request.add_line(line.substr(tab + 1));
+    if (lines.size() < 100'000) lines.push_back(line.substr(tab + 1));
     if (request.line_size() == absl::GetFlag(FLAGS_evaluate_batch) && !send()) {
       return 1;
     }
@@ -210,13 +222,86 @@ int Evaluate() {
     const double p = std::clamp<double>(probabilities[i], 1e-7, 1 - 1e-7);
     logits[i] = static_cast<float>(std::log(p / (1 - p)));
   }
-  const nlohmann::ordered_json out = {
+  nlohmann::ordered_json out = {
       {"samples", probabilities.size()},
       {"version", version},
       {"auc", dense::RocAuc(probabilities, labels)},
       {"logloss", dense::MeanLogLoss(logits, labels)},
       {"seconds", absl::ToDoubleSeconds(absl::Now() - start)},
   };
+  if (lines.empty()) {
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+  const double rate = absl::GetFlag(FLAGS_latency_rate);
+  const double seconds = absl::GetFlag(FLAGS_latency_seconds);
+  const int threads = absl::GetFlag(FLAGS_threads);
+  out["latency_rate"] = rate;
+  const LoadResult predict = OpenLoop(rate, seconds, threads, [&](uint64_t i) {
+    proto::PredictRequest one;
+    one.add_line(lines[i % lines.size()]);
+    proto::PredictResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = stub->Predict(&context, one, &response);
+    return status.ok() ? absl::OkStatus()
+                       : absl::InternalError(status.error_message());
+  });
+  out["predict_p50_ms"] = Percentile(predict.latencies_ms, 0.5);
+  out["predict_p99_ms"] = Percentile(predict.latencies_ms, 0.99);
+  out["predict_errors"] = predict.errors;
+  if (!absl::GetFlag(FLAGS_serving).empty()) {
+    worker::WorkerConfig config;
+    if (!ReadConfig(absl::GetFlag(FLAGS_config), &config)) return 2;
+    client::ServingClientOptions options;
+    for (absl::string_view shard : absl::StrSplit(
+             absl::GetFlag(FLAGS_serving), ';', absl::SkipEmpty())) {
+      options.replicas.emplace_back();
+      for (absl::string_view r : absl::StrSplit(shard, ',', absl::SkipEmpty())) {
+        options.replicas.back().emplace_back(r);
+      }
+    }
+    options.deadline = absl::Seconds(1);
+    options.attempt_timeout = absl::Milliseconds(500);
+    auto serving = Must(client::ServingClient::Connect(options), "serving");
+    // Each request: a bag a slot of the keys of --keys_per_bag lines.
+    const int per_bag = absl::GetFlag(FLAGS_keys_per_bag);
+    const size_t slots = config.slot_size();
+    worker::CriteoBatch parsed;
+    parsed.size = static_cast<int>(lines.size());
+    parsed.labels.resize(lines.size());
+    parsed.dense.resize(lines.size() * worker::kCriteoDense);
+    parsed.keys.resize(lines.size() * worker::kCriteoSlots);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      Die(worker::ParseCriteoFeatures(lines[i].data(), lines[i].size(),
+                                      &parsed, static_cast<int>(i)),
+          "a test line");
+    }
+    const size_t requests = lines.size() / per_bag;
+    // by_slot[s]: the keys of slot s, line after line.
+    std::vector<std::vector<uint64_t>> by_slot(slots);
+    for (size_t s = 0; s < slots; ++s) {
+      for (size_t i = 0; i < requests * per_bag; ++i) {
+        by_slot[s].push_back(parsed.keys[i * worker::kCriteoSlots + s]);
+      }
+    }
+    const std::vector<int32_t> offsets = {0, per_bag};
+    const LoadResult lookup = OpenLoop(rate, seconds, threads, [&](uint64_t i) {
+      const size_t r = i % requests;
+      std::vector<client::ServingSlot> request(slots);
+      for (size_t s = 0; s < slots; ++s) {
+        request[s] = {config.slot(s).table(), config.embedding_dim(),
+                      absl::MakeConstSpan(by_slot[s]).subspan(r * per_bag,
+                                                              per_bag),
+                      offsets, proto::POOLING_SUM};
+      }
+      std::vector<std::vector<float>> pooled;
+      return serving->Lookup(request, &pooled);
+    });
+    out["lookup_keys"] = slots * per_bag;
+    out["lookup_p50_ms"] = Percentile(lookup.latencies_ms, 0.5);
+    out["lookup_p99_ms"] = Percentile(lookup.latencies_ms, 0.99);
+    out["lookup_errors"] = lookup.errors;
+  }
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }

@@ -112,6 +112,7 @@ class DlrmWorker {
   absl::Status AwaitCheckpoint(DlrmJobResult& result);
   // Publishes the tables and the dense model after `steps` steps.
   absl::Status Publish(int64_t steps);
+  int64_t last_published_step_ = -1;
 
   const DlrmJobOptions& o_;
   const WorkerConfig& c_;
@@ -554,6 +555,8 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
   if (o_.job.rank == 0) RETURN_IF_ERROR(AwaitCheckpoint(result));
   result.steps = total_steps_;
   result.samples = samples_;
+  result.publications = metrics_.publications.load();
+  result.last_published_step = last_published_step_;
   result.train_seconds = absl::ToDoubleSeconds(absl::Now() - start_);
   result.samples_per_second =
       result.train_seconds > 0
@@ -701,6 +704,7 @@ absl::Status DlrmWorker::Publish(int64_t steps) {
   ASSIGN_OR_RETURN(const uint64_t rows,
                    client_->Publish(static_cast<uint64_t>(steps), dense));
   ++metrics_.publications;
+  last_published_step_ = steps;
   log_->debug("published step {}: {} rows", steps, rows);
   return absl::OkStatus();
 }
@@ -772,6 +776,8 @@ std::string DlrmJobResultJson(const DlrmJobOptions& o, const DlrmJobResult& r) {
       {"checkpoint_pause_max_seconds", r.checkpoint_pause_max_seconds},
       {"checkpoint_pause_total_seconds", r.checkpoint_pause_total_seconds},
       {"last_checkpoint", r.last_checkpoint},
+      {"publications", r.publications},
+      {"last_published_step", r.last_published_step},
       {"evals", evals},
   };
   return json.dump();

@@ -86,6 +86,9 @@ struct DlrmJobResult {
   double checkpoint_pause_max_seconds = 0;
   double checkpoint_pause_total_seconds = 0;
   std::string last_checkpoint;
+  // Publications to serving replicas (rank 0), and the step of the last.
+  int64_t publications = 0;
+  int64_t last_published_step = -1;
 };
 
 // Runs this worker to the end of its data (or max_steps).
