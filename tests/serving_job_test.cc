@@ -1,0 +1,412 @@
+// Serving beside a real training job: datagen writes a planted data set; a
+// real ps_server shard trains with a real ps_worker (checkpoints and
+// publications every 2 s, deploy/local/dlrm_small.txtpb); two serving
+// replicas (ps_server --role=serving) follow it from its first checkpoint;
+// ps_predictor serves Predict over them. The job runs once for the suite;
+// the tests then read what the replicas ended with, in order (the last
+// one kills and restarts a replica).
+#include <signal.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "client/client.h"
+#include "client/serving_client.h"
+#include "common/status_matchers.h"
+#include "common/testing/child_process.h"
+#include "common/testing/server_process.h"
+#include "dense/model.h"
+#include "google/protobuf/text_format.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/embedps.grpc.pb.h"
+#include "tests/job_output.h"
+#include "worker/criteo_reader.h"
+#include "worker/dlrm_config.h"
+#include "worker/worker_config.pb.h"
+
+namespace embedps::testing {
+namespace {
+
+constexpr char kServer[] = "server/ps_server";
+constexpr char kWorker[] = "worker/ps_worker";
+constexpr char kPredictor[] = "worker/ps_predictor";
+constexpr char kConfig[] = "deploy/local/dlrm_small.txtpb";
+
+// Label-less lines and their labels.
+struct Lines {
+  std::vector<std::string> features;
+  std::vector<float> labels;
+};
+
+Lines ReadLines(const std::string& path, size_t limit) {
+  Lines lines;
+  std::ifstream in(path);
+  std::string line;
+  while (lines.features.size() < limit && std::getline(in, line)) {
+    const size_t tab = line.find('\t');
+    if (tab == std::string::npos) continue;
+    lines.labels.push_back(line.substr(0, tab) == "1" ? 1.0f : 0.0f);
+    lines.features.push_back(line.substr(tab + 1));
+  }
+  return lines;
+}
+
+worker::CriteoBatch Parse(const std::vector<std::string>& lines) {
+  worker::CriteoBatch batch;
+  batch.size = static_cast<int>(lines.size());
+  batch.labels.resize(lines.size());
+  batch.dense.resize(lines.size() * worker::kCriteoDense);
+  batch.keys.resize(lines.size() * worker::kCriteoSlots);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    EXPECT_OK(worker::ParseCriteoFeatures(lines[i].data(), lines[i].size(),
+                                          &batch, static_cast<int>(i)));
+  }
+  return batch;
+}
+
+class ServingJobTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    s_ = new Suite;
+    s_->error = s_->Run();
+  }
+  static void TearDownTestSuite() {
+    delete s_;
+    s_ = nullptr;
+  }
+  void SetUp() override { ASSERT_EQ(s_->error, "") << s_->error; }
+
+  struct Suite {
+    std::string error;  // why the job could not run; "" when it did
+    std::string data, checkpoints, out;
+    worker::WorkerConfig config;
+    std::unique_ptr<ServerProcess> training;
+    std::unique_ptr<ServerProcess> replicas[2];
+    std::string summary;
+    int64_t final_step = 0;
+    std::set<uint64_t> steps_while_training;  // versions seen served
+    std::vector<uint64_t> keys;               // every key of the data
+
+    // The job's table as ps_worker creates it (mode async, its default
+    // step timeout): CreateTable of it is the handle of the existing one.
+    proto::TableConfig Table() const {
+      proto::TableConfig table = config.table(0);
+      table.mutable_consistency()->set_mode(proto::ConsistencyConfig::ASYNC);
+      table.mutable_consistency()->set_timeout_ms(300'000);
+      return table;
+    }
+
+    std::unique_ptr<ServerProcess> StartReplica() {
+      auto replica = ServerProcess::Start(
+          kServer,
+          {"--role=serving", "--follow_checkpoints=" + checkpoints,
+           "--training_servers=" + training->address(),
+           "--checkpoint_poll=200ms", "--log_level=warn"},
+          absl::Seconds(120));
+      EXPECT_OK(replica.status());
+      return replica.ok() ? *std::move(replica) : nullptr;
+    }
+
+    client::ServingClientOptions Serving(std::vector<int> which) const {
+      client::ServingClientOptions options;
+      options.replicas.emplace_back();
+      for (int r : which) {
+        options.replicas[0].push_back(replicas[r]->address());
+      }
+      options.deadline = absl::Seconds(10);
+      options.attempt_timeout = absl::Seconds(2);
+      options.down_for = absl::Milliseconds(200);
+      return options;
+    }
+
+    // Every key's served row (NONE) at `version` (0: latest).
+    std::vector<float> Served(client::ServingClient& client,
+                              uint64_t version = 0) const {
+      std::vector<client::ServingSlot> slot = {{config.table(0).name(),
+                                                config.embedding_dim(),
+                                                keys,
+                                                {},
+                                                proto::POOLING_NONE}};
+      std::vector<std::vector<float>> out;
+      EXPECT_OK(client.Lookup(slot, &out, version));
+      return out.empty() ? std::vector<float>() : out[0];
+    }
+
+    // Every key's row on the training-role server at `address`.
+    std::vector<float> Trained(const std::string& address) const {
+      client::ClientOptions options;
+      options.servers = {address};
+      auto trainer = client::Client::Connect(options);
+      EXPECT_OK(trainer.status());
+      if (!trainer.ok()) return {};
+      auto table = (*trainer)->CreateTable(Table());
+      EXPECT_OK(table.status());
+      if (!table.ok()) return {};
+      std::vector<float> rows(keys.size() * config.embedding_dim());
+      EXPECT_OK((*trainer)->Lookup(*table, keys, absl::MakeSpan(rows)));
+      return rows;
+    }
+
+    // Waits until every replica in `which` serves `step` or later.
+    bool AwaitStep(uint64_t step, std::vector<int> which) const {
+      auto client = client::ServingClient::Connect(Serving(which));
+      if (!client.ok()) return false;
+      const absl::Time deadline = absl::Now() + absl::Seconds(60);
+      while (absl::Now() < deadline) {
+        bool all = true;
+        const auto versions = (*client)->Versions();
+        for (const auto& v : versions[0]) all &= v.step() >= step;
+        if (all) return true;
+        absl::SleepFor(absl::Milliseconds(50));
+      }
+      return false;
+    }
+
+    // Trains once, with the replicas following; "" or what went wrong.
+    std::string Run() {
+      data = TestTempPath("data");
+      checkpoints = TestTempPath("checkpoints");
+      out = TestTempPath("out");
+      {
+        std::ifstream in(kConfig);
+        std::stringstream text;
+        text << in.rdbuf();
+        if (!google::protobuf::TextFormat::ParseFromString(text.str(),
+                                                           &config)) {
+          return "cannot read the config";
+        }
+      }
+      auto datagen = ChildProcess::Spawn(
+          "tools/datagen", {"--output_dir=" + data, "--train_rows=150000",
+                            "--test_rows=5000", "--vocab=5,10,20,50"});
+      if (!datagen.ok()) return datagen.status().ToString();
+      absl::StatusOr<int> generated = (*datagen)->WaitFor(absl::Seconds(120));
+      if (!generated.ok() || *generated != 0) return "datagen failed";
+      {
+        const Lines train = ReadLines(data + "/train.txt", SIZE_MAX);
+        const worker::CriteoBatch parsed = Parse(train.features);
+        absl::flat_hash_set<uint64_t> distinct(parsed.keys.begin(),
+                                               parsed.keys.end());
+        keys.assign(distinct.begin(), distinct.end());
+      }
+      auto shard = ServerProcess::Start(kServer, {"--num_workers=1"});
+      if (!shard.ok()) return shard.status().ToString();
+      training = *std::move(shard);
+      auto job = ChildProcess::Spawn(
+          kWorker,
+          {std::string("--config=") + kConfig,
+           "--servers=" + training->address(), "--mode=async",
+           "--train_data=" + data + "/train.txt",
+           "--test_data=" + data + "/test.txt", "--output_dir=" + out,
+           "--checkpoint_dir=" + checkpoints, "--checkpoint_every_steps=40",
+           "--log_level=warn"},
+          "", TestTempPath("worker.log"));
+      if (!job.ok()) return job.status().ToString();
+      // The replicas start once the first checkpoint is written.
+      for (auto& replica : replicas) {
+        replica = StartReplica();
+        if (replica == nullptr) return "a replica did not start";
+      }
+      auto client = client::ServingClient::Connect(Serving({0, 1}));
+      if (!client.ok()) return client.status().ToString();
+      int code = -1;
+      while (!(*job)->Poll(&code)) {
+        const auto versions = (*client)->Versions();
+        for (const auto& v : versions[0]) {
+          if (v.step() > 0) steps_while_training.insert(v.step());
+        }
+        absl::SleepFor(absl::Milliseconds(50));
+      }
+      if (code != 0) {
+        return "the job failed: " + ReadFile(TestTempPath("worker.log"));
+      }
+      summary = ReadFile(out + "/summary.json");
+      final_step = static_cast<int64_t>(JsonNumber(summary, "steps"));
+      if (JsonNumber(summary, "last_published_step") != final_step) {
+        return "the job did not publish its last step: " + summary;
+      }
+      return "";
+    }
+  };
+
+  static Suite* s_;
+};
+
+ServingJobTest::Suite* ServingJobTest::s_ = nullptr;
+
+TEST_F(ServingJobTest, ReplicasFollowTheJobAndEndEqualToItsLastCheckpoint) {
+  // While the job ran, the version served moved on.
+  EXPECT_GE(s_->steps_while_training.size(), 2u)
+      << "steps seen: " << absl::StrJoin(s_->steps_while_training, ",");
+  ASSERT_TRUE(s_->AwaitStep(s_->final_step, {0, 1}));
+  ASSERT_OK_AND_ASSIGN(auto client,
+                       client::ServingClient::Connect(s_->Serving({0, 1})));
+  const auto versions = client->Versions();
+  for (const auto& v : versions[0]) {
+    EXPECT_EQ(v.step(), static_cast<uint64_t>(s_->final_step));
+    EXPECT_GT(v.publications_applied(), 0u) << "the hot path was not used";
+    EXPECT_EQ(v.last_error(), "");
+  }
+  // The job's last checkpoint, restored on a fresh training-role server,
+  // holds exactly what every replica serves.
+  const std::string last =
+      absl::StrFormat("%s/ckpt-%012d", s_->checkpoints, s_->final_step);
+  ASSERT_OK_AND_ASSIGN(auto restored,
+                       ServerProcess::Start(kServer, {"--restore=" + last}));
+  const std::vector<float> expected = s_->Trained(restored->address());
+  ASSERT_EQ(expected.size(), s_->keys.size() * s_->config.embedding_dim());
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_OK_AND_ASSIGN(auto one,
+                         client::ServingClient::Connect(s_->Serving({r})));
+    const std::vector<float> served = s_->Served(*one, s_->final_step);
+    ASSERT_EQ(served.size(), expected.size());
+    EXPECT_EQ(std::memcmp(served.data(), expected.data(),
+                          expected.size() * sizeof(float)),
+              0)
+        << "replica " << r;
+  }
+}
+
+TEST_F(ServingJobTest, PredictEqualsTheWorkersForwardAtTheSameStep) {
+  ASSERT_TRUE(s_->AwaitStep(s_->final_step, {0, 1}));
+  ASSERT_OK_AND_ASSIGN(
+      auto predictor,
+      ServerProcess::Start(kPredictor,
+                           {std::string("--config=") + kConfig,
+                            "--serving=" + s_->replicas[0]->address() + "," +
+                                s_->replicas[1]->address(),
+                            "--deadline_ms=5000", "--log_level=warn"}));
+  const Lines test = ReadLines(s_->data + "/test.txt", 300);
+  ASSERT_EQ(test.features.size(), 300u);
+  auto stub = proto::Predictor::NewStub(grpc::CreateChannel(
+      predictor->address(), grpc::InsecureChannelCredentials()));
+  proto::PredictRequest request;
+  for (const std::string& line : test.features) request.add_line(line);
+  proto::PredictResponse response;
+  grpc::ClientContext context;
+  const grpc::Status status = stub->Predict(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(response.version(), static_cast<uint64_t>(s_->final_step));
+  ASSERT_EQ(response.probability_size(), 300);
+
+  // The worker's model: its final dense parameters and the training
+  // shard's rows (the same step: the job has ended), forward on the CPU.
+  const worker::CriteoBatch parsed = Parse(test.features);
+  ASSERT_OK_AND_ASSIGN(auto model,
+                       dense::CreateModel(worker::ModelSpecOf(s_->config), {}));
+  ASSERT_OK_AND_ASSIGN(
+      const int64_t step,
+      dense::LoadParameters(s_->out + "/dense.params", *model));
+  EXPECT_EQ(step, s_->final_step);
+  client::ClientOptions options;
+  options.servers = {s_->training->address()};
+  ASSERT_OK_AND_ASSIGN(auto trainer, client::Client::Connect(options));
+  ASSERT_OK_AND_ASSIGN(auto table, trainer->CreateTable(s_->Table()));
+  const int dim = s_->config.embedding_dim();
+  const int slots = s_->config.slot_size();
+  std::vector<std::vector<float>> rows(slots, std::vector<float>(300 * dim));
+  std::vector<int32_t> offsets(301);
+  for (int i = 0; i <= 300; ++i) offsets[i] = i;
+  dense::Batch<float> batch;
+  batch.size = 300;
+  batch.dense = parsed.dense;
+  batch.labels = test.labels;
+  for (int s = 0; s < slots; ++s) {
+    std::vector<uint64_t> keys(300);
+    for (int i = 0; i < 300; ++i) keys[i] = parsed.keys[i * 26 + s];
+    ASSERT_OK(trainer->Lookup(table, keys, absl::MakeSpan(rows[s])));
+    batch.slots.push_back({rows[s], offsets});
+  }
+  std::vector<float> logits(300);
+  ASSERT_OK(model->Predict(batch, absl::MakeSpan(logits)));
+  for (int i = 0; i < 300; ++i) {
+    EXPECT_NEAR(response.probability(i), 1.0 / (1.0 + std::exp(-logits[i])),
+                1e-6)
+        << "line " << i;
+  }
+}
+
+TEST_F(ServingJobTest, APublishedRowIsServedFromItsStepAndOlderVersionsStay) {
+  ASSERT_TRUE(s_->AwaitStep(s_->final_step, {0, 1}));
+  client::ClientOptions options;
+  options.servers = {s_->training->address()};
+  ASSERT_OK_AND_ASSIGN(auto trainer, client::Client::Connect(options));
+  ASSERT_OK_AND_ASSIGN(auto table, trainer->CreateTable(s_->Table()));
+  ASSERT_OK_AND_ASSIGN(auto client,
+                       client::ServingClient::Connect(s_->Serving({0, 1})));
+  const std::vector<float> before = s_->Served(*client, s_->final_step);
+  const std::vector<uint64_t> key = {s_->keys[0]};
+  ASSERT_OK(trainer->Push(
+      table, key, std::vector<float>(s_->config.embedding_dim(), 1.0f)));
+  const uint64_t step = s_->final_step + 1;
+  ASSERT_OK(trainer->Publish(step, "").status());
+  ASSERT_TRUE(s_->AwaitStep(step, {0, 1}));
+  std::vector<float> trained(s_->config.embedding_dim());
+  ASSERT_OK(trainer->Lookup(table, key, absl::MakeSpan(trained)));
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_OK_AND_ASSIGN(auto one,
+                         client::ServingClient::Connect(s_->Serving({r})));
+    std::vector<client::ServingSlot> slot = {{s_->config.table(0).name(),
+                                              s_->config.embedding_dim(),
+                                              key,
+                                              {},
+                                              proto::POOLING_NONE}};
+    std::vector<std::vector<float>> now;
+    ASSERT_OK(one->Lookup(slot, &now, step));
+    EXPECT_EQ(now[0], trained) << "replica " << r;
+    EXPECT_NE(now[0], std::vector<float>(before.begin(),
+                                         before.begin() + trained.size()));
+    // The previous version is still answerable, unchanged.
+    EXPECT_EQ(s_->Served(*one, s_->final_step), before) << "replica " << r;
+  }
+}
+
+TEST_F(ServingJobTest, AKilledReplicaFailsOverAndARestartedOneCatchesUp) {
+  ASSERT_OK_AND_ASSIGN(auto client,
+                       client::ServingClient::Connect(s_->Serving({0, 1})));
+  const std::vector<float> before = s_->Served(*client);
+  ASSERT_FALSE(before.empty());
+  s_->replicas[0]->Signal(SIGKILL);
+  s_->replicas[0]->Wait();
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(s_->Served(*client), before);
+  EXPECT_GE(client->stats().failovers, 1u);
+
+  // Training moves on while the replica is down, then it comes back: from
+  // the latest checkpoint plus the publications since, it catches up.
+  client::ClientOptions options;
+  options.servers = {s_->training->address()};
+  ASSERT_OK_AND_ASSIGN(auto trainer, client::Client::Connect(options));
+  ASSERT_OK_AND_ASSIGN(auto table, trainer->CreateTable(s_->Table()));
+  const std::vector<uint64_t> some(s_->keys.begin(), s_->keys.begin() + 50);
+  ASSERT_OK(trainer->Push(
+      table, some,
+      std::vector<float>(some.size() * s_->config.embedding_dim(), 0.5f)));
+  const uint64_t step = s_->final_step + 2;
+  ASSERT_OK(trainer->Publish(step, "").status());
+  s_->replicas[0] = s_->StartReplica();
+  ASSERT_NE(s_->replicas[0], nullptr);
+  ASSERT_TRUE(s_->AwaitStep(step, {0, 1}));
+  ASSERT_OK_AND_ASSIGN(auto restarted,
+                       client::ServingClient::Connect(s_->Serving({0})));
+  ASSERT_OK_AND_ASSIGN(auto other,
+                       client::ServingClient::Connect(s_->Serving({1})));
+  const std::vector<float> caught_up = s_->Served(*restarted, step);
+  EXPECT_EQ(caught_up, s_->Served(*other, step));
+  EXPECT_EQ(caught_up, s_->Trained(s_->training->address()));
+  EXPECT_NE(caught_up, before);
+}
+
+}  // namespace
+}  // namespace embedps::testing
