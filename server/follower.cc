@@ -1,5 +1,9 @@
 #include "server/follower.h"
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -19,7 +23,6 @@
 #include "server/checkpointer.h"
 
 namespace embedps::server {
-
 struct Follower::Source {
   std::string address;
   std::unique_ptr<proto::EmbeddingService::Stub> stub;
@@ -28,6 +31,13 @@ struct Follower::Source {
 };
 
 namespace {
+
+// Applying publications and loading checkpoints is background work: at a
+// lower CPU priority (nice +10 for this thread), so that Lookups, which
+// wait on it for nothing, keep the cores when they compete.
+void ToBackgroundPriority() {
+  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+}
 
 // The dense model in checkpoint `dir`, checked against its manifest; null
 // if the checkpoint has none.
@@ -160,12 +170,44 @@ absl::StatusOr<std::shared_ptr<const ServingVersion>> Follower::LoadCheckpoint(
     base->dense_parameters = std::move(dense);
     base->dense_step = manifest.step();
   }
+  base->sequence = ++sequence_;
   ++loads_;
   *name = manifest.name();
   return std::shared_ptr<const ServingVersion>(std::move(base));
 }
 
+void Follower::FoldIntoBase(ServingVersion& next) {
+  // Every overlay added at or before the least sequence of a live version
+  // on next's base is held by all of them (nothing reads the base under
+  // it): those can be written into the base.
+  uint64_t least = next.sequence;
+  for (auto it = made_.begin(); it != made_.end();) {
+    const std::shared_ptr<const ServingVersion> made = it->lock();
+    if (made == nullptr) {
+      it = made_.erase(it);
+      continue;
+    }
+    if (made->registry == next.registry) {
+      least = std::min(least, made->sequence);
+    }
+    ++it;
+  }
+  for (auto& [name, table] : next.tables) {
+    std::shared_ptr<const ServingTable> t = table;
+    while (!t->overlays().empty() && t->overlays().back()->sequence <= least) {
+      if (absl::Status s = t->WriteIntoBase(*t->overlays().back()); !s.ok()) {
+        Logger("follower")
+            ->warn("table '{}': keeping an overlay: {}", name, s.ToString());
+        break;
+      }
+      t = t->WithoutOldest();
+    }
+    table = std::move(t);
+  }
+}
+
 void Follower::Install(std::shared_ptr<const ServingVersion> version) {
+  made_.push_back(version);
   MutexLock lock(&mu_);
   last_error_.clear();  // following again
   current_ = version;
@@ -225,6 +267,10 @@ proto::ServingVersionResponse Follower::Describe() const {
       out.set_published_unix_micros(current_->published_unix_micros);
       out.set_has_dense_model(current_->dense_parameters != nullptr);
       out.set_dense_step(current_->dense_step);
+      for (const auto& [name, table] : current_->tables) {
+        out.set_overlays(std::max<uint32_t>(
+            out.overlays(), static_cast<uint32_t>(table->overlays().size())));
+      }
     }
     for (const auto& v : retained_) out.add_retained_steps(v->step);
     out.set_last_error(last_error_);
@@ -239,6 +285,7 @@ proto::ServingVersionResponse Follower::Describe() const {
 }
 
 void Follower::PollCheckpoints() {
+  ToBackgroundPriority();
   std::string failed;  // a checkpoint that could not be loaded
   while (!stopping_) {
     {
@@ -279,6 +326,7 @@ void Follower::PollCheckpoints() {
 }
 
 void Follower::FollowStream(size_t index) {
+  ToBackgroundPriority();
   Source& source = *sources_[index];
   uint64_t publisher_id = 0, after = 0;
   while (!stopping_) {
@@ -416,9 +464,11 @@ absl::Status Follower::Apply(const std::vector<proto::Publication>& parts,
   }
   const std::shared_ptr<const ServingVersion> current = Current();
   auto next = std::make_shared<ServingVersion>(*current);
+  next->sequence = ++sequence_;
   for (auto& [name, rows] : tables) {
     auto overlay = std::make_shared<Overlay>();
     overlay->step = step;
+    overlay->sequence = next->sequence;
     overlay->values = std::move(rows.values);
     overlay->rows.reserve(rows.keys.size() + rows.removed.size());
     for (size_t i = 0; i < rows.keys.size(); ++i) {
@@ -454,6 +504,7 @@ absl::Status Follower::Apply(const std::vector<proto::Publication>& parts,
     next->dense_step = step;
   }
   ++publications_applied_;
+  FoldIntoBase(*next);
   Install(std::move(next));
   return absl::OkStatus();
 }

@@ -11,11 +11,11 @@
 //    the replica trails training by a publication interval.
 // A publication is applied only if the replica's stream has no gap: the
 // first publication a fresh subscription receives must start its change
-// interval (Publication.previous_step) at or before the base's step. Otherwise the follower waits for a checkpoint at least as new
-// as that publication, loads it, and subscribes afresh. Publications at or
-// before the base's step are skipped (the checkpoint holds newer values).
-// A checkpoint that cannot be read leaves the current version serving and
-// is reported (last_error).
+// interval (Publication.previous_step) at or before the base's step. Otherwise
+// the follower waits for a checkpoint at least as new as that publication,
+// loads it, and subscribes afresh. Publications at or before the base's step
+// are skipped (the checkpoint holds newer values). A checkpoint that cannot be
+// read leaves the current version serving and is reported (last_error).
 //
 // The current version and the few before it (for Predict, which reads
 // every serving shard at one step) are retained; requests read a version
@@ -56,8 +56,9 @@ struct FollowerOptions {
   // Nonzero: serve the checkpoint of exactly this step and nothing newer
   // (a rollback). Default: 0.
   uint64_t pinned_step = 0;
-  // Versions kept answerable by step. Default: 8.
-  size_t retained_versions = 8;
+  // Versions kept answerable by step (and so overlays not yet written
+  // into the base). Default: 4.
+  size_t retained_versions = 4;
   // A local directory for spill tiers of tables with a memory budget;
   // empty: memory only. Default: empty.
   std::string spill_root;
@@ -107,6 +108,11 @@ class Follower {
   // Makes `version` current and retained. REQUIRES: apply_mu_ held.
   void Install(std::shared_ptr<const ServingVersion> version)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
+  // Writes into the base the overlays of `next` (about to be installed)
+  // that every live version on its base holds, and leaves them out of
+  // `next` (serving_state.h).
+  void FoldIntoBase(ServingVersion& next)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   void SetError(std::string error);
 
   const FollowerOptions options_;
@@ -120,6 +126,10 @@ class Follower {
   uint64_t publications_applied_ ABSL_GUARDED_BY(apply_mu_) = 0;
   // A stream gap: a checkpoint of at least this step is needed (0: none).
   uint64_t needs_checkpoint_at_ ABSL_GUARDED_BY(apply_mu_) = 0;
+  // Every version installed that may still be alive (requests, retained).
+  std::vector<std::weak_ptr<const ServingVersion>> made_
+      ABSL_GUARDED_BY(apply_mu_);
+  std::atomic<uint64_t> sequence_{0};
 
   mutable Mutex mu_;
   mutable CondVar changed_;

@@ -6,6 +6,7 @@
 
 #include "common/status_macros.h"
 #include "embedding/initializer.h"
+#include "embedding/table_spec.h"
 
 namespace embedps::server {
 
@@ -88,7 +89,10 @@ absl::Status ServingTable::Read(absl::Span<const uint64_t> keys,
 std::shared_ptr<const Overlay> Compact(
     absl::Span<const std::shared_ptr<const Overlay>> overlays, int32_t dim) {
   auto merged = std::make_shared<Overlay>();
-  if (!overlays.empty()) merged->step = overlays.front()->step;
+  if (!overlays.empty()) {
+    merged->step = overlays.front()->step;
+    merged->sequence = overlays.front()->sequence;
+  }
   // Newest first: the first row seen of a key wins.
   for (const std::shared_ptr<const Overlay>& overlay : overlays) {
     for (const auto& [key, row] : overlay->rows) {
@@ -119,6 +123,38 @@ std::shared_ptr<const ServingTable> ServingTable::With(
   }
   return std::make_shared<const ServingTable>(registry_, table_, config_,
                                               std::move(chain));
+}
+
+std::shared_ptr<const ServingTable> ServingTable::WithoutOldest() const {
+  std::vector<std::shared_ptr<const Overlay>> chain(overlays_.begin(),
+                                                    overlays_.end() - 1);
+  return std::make_shared<const ServingTable>(registry_, table_, config_,
+                                              std::move(chain));
+}
+
+absl::Status ServingTable::WriteIntoBase(const Overlay& overlay) const {
+  const int32_t dim = config_.dim();
+  const int32_t state =
+      embedding::OptimizerStateFloats(table_->spec().optimizer, dim);
+  const size_t record_bytes = embedding::RowRecordBytes(dim, state);
+  std::vector<uint64_t> keys, removed;
+  keys.reserve(overlay.rows.size());
+  std::vector<char> records;
+  records.reserve(overlay.rows.size() * record_bytes);
+  for (const auto& [key, row] : overlay.rows) {
+    if (row == Overlay::kRemoved) {
+      removed.push_back(key);
+      continue;
+    }
+    keys.push_back(key);
+    const size_t at = records.size();
+    records.resize(at + record_bytes, 0);  // metadata and state: zeros
+    std::memcpy(records.data() + at + 8,
+                overlay.values.data() + size_t{row} * dim, dim * sizeof(float));
+  }
+  if (!keys.empty()) RETURN_IF_ERROR(table_->RestoreRows(keys, records));
+  if (!removed.empty()) RETURN_IF_ERROR(table_->Erase(removed).status());
+  return absl::OkStatus();
 }
 
 bool ServingVersion::consistent() const {

@@ -9,10 +9,14 @@
 // pointer swap, never half applied. Versions share their base and their
 // overlays; nothing in a version changes once it is made.
 //
-// Overlays accumulate until the follower loads a newer checkpoint as the
-// next base; a chain longer than kMaxOverlays is compacted into one
-// overlay (newest wins) when a version is made, so a key costs at most a
-// few hash probes before the base's batched Lookup.
+// Overlays do not accumulate: once every live version made on a base
+// holds an overlay (no request can still read the base under it), the
+// follower writes its rows into the base (WriteIntoBase) and versions made
+// from then on leave it out (WithoutOldest); the versions that still list
+// it read its rows from it first, so the write is invisible to them. A
+// chain longer than kMaxOverlays (versions held alive for long) is
+// compacted into one overlay (newest wins) when a version is made, so a
+// key costs at most a few hash probes before the base's batched Lookup.
 //
 // Thread safety: a ServingVersion is immutable and safe to share.
 #ifndef EMBEDPS_SERVER_SERVING_STATE_H_
@@ -36,6 +40,9 @@ namespace embedps::server {
 struct Overlay {
   // The last publication's step it holds.
   uint64_t step = 0;
+  // The follower's sequence number of the version that added it (the
+  // newest of those compacted into it).
+  uint64_t sequence = 0;
   // key -> row index into `values`, or kRemoved.
   absl::flat_hash_map<uint64_t, uint32_t> rows;
   std::vector<float> values;  // rows × dim
@@ -67,6 +74,19 @@ class ServingTable {
   std::shared_ptr<const ServingTable> With(
       std::shared_ptr<const Overlay> overlay) const;
 
+  // This table without its oldest overlay (after WriteIntoBase of it).
+  // REQUIRES: overlays() not empty.
+  std::shared_ptr<const ServingTable> WithoutOldest() const;
+
+  // Writes the rows of `overlay` (one of this table's) into the base
+  // table: its rows replace or add the base's (optimizer state zeroed: a
+  // replica never trains), its removed keys are erased. Each row is
+  // written whole under its stripe's lock. REQUIRES: every version that
+  // can still read the base holds `overlay` (it shadows these keys), and
+  // one writer at a time (the follower's apply lock). Errors only from
+  // the spill tier; the overlay then stays, still correct.
+  absl::Status WriteIntoBase(const Overlay& overlay) const;
+
  private:
   const std::shared_ptr<TableRegistry> registry_;
   embedding::Table* const table_;
@@ -80,6 +100,8 @@ struct ServingVersion {
   // The training step the version holds: the checkpoint's, then that of
   // the publications applied (the least over training shards).
   uint64_t step = 0;
+  // The follower's count of versions made when this one was (increasing).
+  uint64_t sequence = 0;
   // When training published it (0: a checkpoint alone).
   int64_t published_unix_micros = 0;
   // Each training shard's last applied publication step (by shard index).
@@ -101,8 +123,10 @@ std::shared_ptr<const ServingVersion> BaseVersion(
     std::shared_ptr<TableRegistry> registry, uint64_t step,
     int32_t training_shards);
 
-// Overlays are compacted when a table's chain grows past this.
-inline constexpr size_t kMaxOverlays = 4;
+// Overlays are compacted when a table's chain grows past this (versions
+// alive long enough to keep older overlays from being written into the
+// base).
+inline constexpr size_t kMaxOverlays = 6;
 
 // Merges `overlays` (newest first) into one holding the newest row of
 // every key.

@@ -192,6 +192,49 @@ TEST_F(ServingTest, FollowsCheckpointsThenPublications) {
   EXPECT_EQ(Rows(*replica, keys), Pull(keys));
 }
 
+// Publication after publication: older overlays are written into the
+// base (the chain stays short) while every retained version still answers
+// exactly what training held at its step.
+TEST_F(ServingTest, PublicationsAreWrittenIntoTheBaseAndVersionsStayExact) {
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 1; k <= 64; ++k) keys.push_back(k);
+  Push(keys, 1.0f);
+  Checkpoint(10);
+  ASSERT_OK_AND_ASSIGN(auto replica, StartReplica());
+  std::vector<std::vector<float>> at_step;  // training's rows at 11 + i
+  for (uint64_t step = 11; step <= 40; ++step) {
+    // Some keys again, some new ones (rows the base did not have).
+    Push({step % 7 + 1, step % 13 + 20, 100 + step}, 0.25f * step);
+    ASSERT_OK(client_->Publish(step, "").status());
+    AwaitStep(*replica, step);
+    std::vector<uint64_t> all = keys;
+    for (uint64_t s = 11; s <= step; ++s) all.push_back(100 + s);
+    at_step.push_back(Pull(all));
+    proto::LookupRequest request;
+    request.set_version(step);
+    proto::LookupSlot* slot = request.add_slot();
+    slot->set_table("emb");
+    slot->set_keys(Pack(all));
+    proto::LookupResponse response;
+    ASSERT_TRUE(Lookup(*replica, request, &response).ok());
+    EXPECT_EQ(Floats(response.values(0)), at_step.back()) << "step " << step;
+    // The previous retained step still reads as it was.
+    if (step > 11) {
+      request.set_version(step - 1);
+      std::vector<uint64_t> before = keys;
+      for (uint64_t s = 11; s < step; ++s) before.push_back(100 + s);
+      request.mutable_slot(0)->set_keys(Pack(before));
+      ASSERT_TRUE(Lookup(*replica, request, &response).ok());
+      EXPECT_EQ(Floats(response.values(0)), at_step[at_step.size() - 2])
+          << "step " << step - 1;
+    }
+  }
+  const proto::ServingVersionResponse version = Version(*replica);
+  EXPECT_EQ(version.base_step(), 10u);  // no checkpoint since
+  EXPECT_EQ(version.publications_applied(), 30u);
+  EXPECT_LE(version.overlays(), 5u) << version.ShortDebugString();
+}
+
 TEST_F(ServingTest, PooledLookupsAndUnknownKeysChangeNothing) {
   Push({1, 2}, 1.0f);
   Checkpoint(5);
@@ -252,8 +295,12 @@ TEST_F(ServingTest, PooledLookupsAndUnknownKeysChangeNothing) {
   EXPECT_TRUE(stats.serving_replica());
   EXPECT_EQ(stats.serving().step(), 5u);
   for (const auto& table : stats.table()) {
-    if (table.name() == "emb") EXPECT_EQ(table.rows(), 2u);
-    if (table.name() == "zeros") EXPECT_EQ(table.rows(), 0u);
+    if (table.name() == "emb") {
+      EXPECT_EQ(table.rows(), 2u);
+    }
+    if (table.name() == "zeros") {
+      EXPECT_EQ(table.rows(), 0u);
+    }
   }
 }
 

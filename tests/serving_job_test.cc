@@ -336,6 +336,39 @@ TEST_F(ServingJobTest, PredictEqualsTheWorkersForwardAtTheSameStep) {
                 1e-6)
         << "line " << i;
   }
+
+  // Bad input: refused with the line named, nothing predicted.
+  for (const std::string& bad :
+       {std::string("1\t2\t3"), test.features[0] + "\textra",
+        std::string(test.features[0]).replace(0, 1, "x")}) {
+    proto::PredictRequest two;
+    two.add_line(test.features[1]);
+    two.add_line(bad);
+    proto::PredictResponse refused;
+    grpc::ClientContext bad_context;
+    const grpc::Status s = stub->Predict(&bad_context, two, &refused);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_NE(s.error_message().find("line 1"), std::string::npos)
+        << s.error_message();
+    EXPECT_EQ(refused.probability_size(), 0);
+  }
+  proto::PredictResponse none;
+  grpc::ClientContext empty_context;
+  ASSERT_TRUE(
+      stub->Predict(&empty_context, proto::PredictRequest(), &none).ok());
+  EXPECT_EQ(none.probability_size(), 0);
+}
+
+TEST_F(ServingJobTest, PredictorFlagsAreChecked) {
+  for (const std::vector<std::string>& args :
+       std::vector<std::vector<std::string>>{
+           {"--serving=127.0.0.1:1"},
+           {std::string("--config=") + kConfig},
+           {"--config=/nonexistent.txtpb", "--serving=127.0.0.1:1"}}) {
+    ASSERT_OK_AND_ASSIGN(auto p, ChildProcess::Spawn(kPredictor, args));
+    ASSERT_OK_AND_ASSIGN(const int code, p->WaitFor(absl::Seconds(30)));
+    EXPECT_EQ(code, 2) << absl::StrJoin(args, " ");
+  }
 }
 
 TEST_F(ServingJobTest, APublishedRowIsServedFromItsStepAndOlderVersionsStay) {

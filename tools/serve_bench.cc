@@ -67,7 +67,8 @@ ABSL_FLAG(std::string, serving, "",
 ABSL_FLAG(double, latency_rate, 1000,
           "--evaluate: requests/s of the latency runs (Predict of one line; "
           "Lookup of one bag of --keys_per_bag lines' keys a slot)");
-ABSL_FLAG(double, latency_seconds, 3, "--evaluate: seconds of each latency run");
+ABSL_FLAG(double, latency_seconds, 3,
+          "--evaluate: seconds of each latency run");
 ABSL_FLAG(std::string, config, "deploy/local/dlrm_large.txtpb",
           "Lookup: the WorkerConfig whose first table and slots are read");
 ABSL_FLAG(std::string, predict_config, "deploy/local/dlrm_small.txtpb",
@@ -85,6 +86,9 @@ ABSL_FLAG(int32_t, predict_rate, 1000, "Predict requests/s");
 ABSL_FLAG(double, publish_interval, 2.0,
           "seconds between publications under the training load");
 ABSL_FLAG(double, freshness_seconds, 20, "seconds of freshness probes");
+ABSL_FLAG(double, train_keys_per_second, 200'000,
+          "the training load beside the freshness probes: Zipf keys pushed "
+          "a second, in pushes of 10k (0: as fast as the shard takes them)");
 ABSL_FLAG(uint64_t, big_update, 1'000'000,
           "rows of the publication applied under load (0: skip)");
 ABSL_FLAG(int32_t, threads, 16, "sender threads of the load generator");
@@ -253,10 +257,11 @@ int Evaluate() {
     worker::WorkerConfig config;
     if (!ReadConfig(absl::GetFlag(FLAGS_config), &config)) return 2;
     client::ServingClientOptions options;
-    for (absl::string_view shard : absl::StrSplit(
-             absl::GetFlag(FLAGS_serving), ';', absl::SkipEmpty())) {
+    for (absl::string_view shard :
+         absl::StrSplit(absl::GetFlag(FLAGS_serving), ';', absl::SkipEmpty())) {
       options.replicas.emplace_back();
-      for (absl::string_view r : absl::StrSplit(shard, ',', absl::SkipEmpty())) {
+      for (absl::string_view r :
+           absl::StrSplit(shard, ',', absl::SkipEmpty())) {
         options.replicas.back().emplace_back(r);
       }
     }
@@ -272,8 +277,8 @@ int Evaluate() {
     parsed.dense.resize(lines.size() * worker::kCriteoDense);
     parsed.keys.resize(lines.size() * worker::kCriteoSlots);
     for (size_t i = 0; i < lines.size(); ++i) {
-      Die(worker::ParseCriteoFeatures(lines[i].data(), lines[i].size(),
-                                      &parsed, static_cast<int>(i)),
+      Die(worker::ParseCriteoFeatures(lines[i].data(), lines[i].size(), &parsed,
+                                      static_cast<int>(i)),
           "a test line");
     }
     const size_t requests = lines.size() / per_bag;
@@ -289,10 +294,10 @@ int Evaluate() {
       const size_t r = i % requests;
       std::vector<client::ServingSlot> request(slots);
       for (size_t s = 0; s < slots; ++s) {
-        request[s] = {config.slot(s).table(), config.embedding_dim(),
-                      absl::MakeConstSpan(by_slot[s]).subspan(r * per_bag,
-                                                              per_bag),
-                      offsets, proto::POOLING_SUM};
+        request[s] = {
+            config.slot(s).table(), config.embedding_dim(),
+            absl::MakeConstSpan(by_slot[s]).subspan(r * per_bag, per_bag),
+            offsets, proto::POOLING_SUM};
       }
       std::vector<std::vector<float>> pooled;
       return serving->Lookup(request, &pooled);
@@ -444,7 +449,6 @@ int Full() {
       Die(trainer->Pull(handle, line_keys, absl::MakeSpan(rows)), "fill");
     }
   }
-  Must(trainer->Publish(0, dense_bytes), "Publish");
   const absl::Time fill_start = absl::Now();
   {
     constexpr uint64_t kBatch = 200'000;
@@ -460,6 +464,9 @@ int Full() {
           "fill");
     }
   }
+  // The first publication starts the shard's change log: rows change
+  // from here on (the fill is in the checkpoint).
+  Must(trainer->Publish(1, dense_bytes), "Publish");
   client::Client::CheckpointOptions checkpoint;
   checkpoint.root = root;
   checkpoint.step = 1;
@@ -597,7 +604,13 @@ int Full() {
     std::mt19937_64 rng(3);
     std::vector<uint64_t> batch(10'000);
     std::vector<float> grads(batch.size() * dim, 1e-4f);
-    while (!stop) {
+    const double rate = absl::GetFlag(FLAGS_train_keys_per_second);
+    const absl::Time begin = absl::Now();
+    for (uint64_t i = 0; !stop; ++i) {
+      if (rate > 0) {
+        const absl::Time due = begin + absl::Seconds(i * 10'000.0 / rate);
+        if (due > absl::Now()) absl::SleepFor(due - absl::Now());
+      }
       for (uint64_t& k : batch) k = bench::KeyOfRank(zipf(rng));
       if (trainer->Push(table, batch, grads).ok()) ++load_pushes;
     }

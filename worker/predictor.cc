@@ -184,6 +184,8 @@ absl::StatusOr<std::vector<float>> Predictor::Predict(const CriteoBatch& batch,
                                                       uint64_t* version) {
   const std::shared_ptr<Loaded> loaded = Model();
   const int n = batch.size;
+  if (version != nullptr) *version = loaded->step;
+  if (n == 0) return std::vector<float>();
   const int slots = static_cast<int>(slot_table_.size());
   const int32_t dim = spec_.embedding_dim;
   // Each slot's keys, one a bag, read at the dense model's step.

@@ -55,8 +55,8 @@ class Predictor {
   ~Predictor();
 
   // Probabilities of label-less Criteo lines (13 integer, 26 categorical
-  // fields). INVALID_ARGUMENT naming the first malformed line (nothing is
-  // looked up). *version: the training step used.
+  // fields); none for none. INVALID_ARGUMENT naming the first malformed
+  // line (nothing is looked up). *version: the training step used.
   absl::StatusOr<std::vector<float>> PredictLines(
       absl::Span<const std::string> lines, uint64_t* version);
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -64,9 +65,15 @@ absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Spawn(
   std::vector<std::string> argv = {binary};
   argv.insert(argv.end(), args.begin(), args.end());
   const std::string out = stdout_path.empty() ? "/dev/null" : stdout_path;
+  const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) return absl::InternalError("fork failed");
   if (pid == 0) {
+    // Ends with the thread that spawned it, even when the test or
+    // benchmark dies without running destructors (a crash, std::exit).
+    if (prctl(PR_SET_PDEATHSIG, SIGTERM) != 0 || getppid() != parent) {
+      _exit(127);
+    }
     const int fd = open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) dup2(fd, STDOUT_FILENO);
     if (!stderr_path.empty()) {

@@ -1,7 +1,10 @@
 // Test helper: a real binary run as a child process, never left behind.
 //
 // The destructor sends SIGTERM to a child that is still running and reaps
-// it (SIGKILL after 10 s).
+// it (SIGKILL after 10 s). A child also gets SIGTERM when the thread that
+// spawned it ends (PR_SET_PDEATHSIG), so a crashed or exited parent leaves
+// nothing behind: spawn long-lived children from a thread that outlives
+// them (e.g. the main thread).
 // Thread safety: one thread at a time per ChildProcess.
 #ifndef EMBEDPS_COMMON_TESTING_CHILD_PROCESS_H_
 #define EMBEDPS_COMMON_TESTING_CHILD_PROCESS_H_
