@@ -46,7 +46,7 @@ void RowCache::PushFront(Shard& shard, int32_t e) {
 }
 
 bool RowCache::Get(uint64_t table, uint64_t key, float* out, size_t dim,
-                   absl::Time now) {
+                   absl::Time now, uint64_t* version) {
   const Key k{table, key};
   Shard& shard = ShardOf(k);
   MutexLock lock(&shard.mu);
@@ -65,11 +65,12 @@ bool RowCache::Get(uint64_t table, uint64_t key, float* out, size_t dim,
     PushFront(shard, e);
   }
   std::memcpy(out, entry.row.data(), dim * sizeof(float));
+  if (version != nullptr) *version = entry.version;
   return true;
 }
 
 void RowCache::Put(uint64_t table, uint64_t key, const float* row, size_t dim,
-                   absl::Time now) {
+                   absl::Time now, uint64_t version) {
   const Key k{table, key};
   Shard& shard = ShardOf(k);
   MutexLock lock(&shard.mu);
@@ -94,6 +95,7 @@ void RowCache::Put(uint64_t table, uint64_t key, const float* row, size_t dim,
   Entry& entry = shard.entries[e];
   entry.key = k;
   entry.put = now;
+  entry.version = version;
   entry.row.assign(row, row + dim);
   PushFront(shard, e);
 }

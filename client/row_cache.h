@@ -30,14 +30,16 @@ class RowCache {
 
   // Copies the row of (table, key) into out[0, dim) if it is held, has
   // `dim` floats and was put less than the TTL before `now`; marks it
-  // used. `table` identifies the table (e.g. a hash of its name).
-  bool Get(uint64_t table, uint64_t key, float* out, size_t dim,
-           absl::Time now);
+  // used; *version (if given): the version the row was put with. `table`
+  // identifies the table (e.g. a hash of its name).
+  bool Get(uint64_t table, uint64_t key, float* out, size_t dim, absl::Time now,
+           uint64_t* version = nullptr);
 
-  // Keeps a copy of row[0, dim) as (table, key)'s, put at `now`; the least
-  // recently used row of its shard goes if the shard is full.
+  // Keeps a copy of row[0, dim) as (table, key)'s, read from `version` and
+  // put at `now`; the least recently used row of its shard goes if the
+  // shard is full.
   void Put(uint64_t table, uint64_t key, const float* row, size_t dim,
-           absl::Time now);
+           absl::Time now, uint64_t version);
 
   // Rows held.
   size_t size() const;
@@ -57,6 +59,7 @@ class RowCache {
   struct Entry {
     Key key;
     absl::Time put;
+    uint64_t version = 0;
     int32_t prev = -1, next = -1;  // toward the most / least recently used
     std::vector<float> row;
   };

@@ -16,7 +16,7 @@ std::vector<float> Row(float v, size_t dim = 4) {
 
 TEST(RowCacheTest, GetsWhatWasPutForTheTableAndKey) {
   RowCache cache(1000, absl::Seconds(1));
-  cache.Put(1, 7, Row(3).data(), 4, kT0);
+  cache.Put(1, 7, Row(3).data(), 4, kT0, /*version=*/1);
   std::vector<float> out(4);
   ASSERT_TRUE(cache.Get(1, 7, out.data(), 4, kT0));
   EXPECT_EQ(out, Row(3));
@@ -27,12 +27,12 @@ TEST(RowCacheTest, GetsWhatWasPutForTheTableAndKey) {
 
 TEST(RowCacheTest, ARowExpiresAfterTheTtlAndAPutRenewsIt) {
   RowCache cache(1000, absl::Seconds(1));
-  cache.Put(1, 7, Row(3).data(), 4, kT0);
+  cache.Put(1, 7, Row(3).data(), 4, kT0, /*version=*/1);
   std::vector<float> out(4);
   EXPECT_TRUE(cache.Get(1, 7, out.data(), 4, kT0 + absl::Milliseconds(999)));
   EXPECT_FALSE(cache.Get(1, 7, out.data(), 4, kT0 + absl::Seconds(1)));
   EXPECT_EQ(cache.size(), 0u);
-  cache.Put(1, 7, Row(5).data(), 4, kT0 + absl::Seconds(2));
+  cache.Put(1, 7, Row(5).data(), 4, kT0 + absl::Seconds(2), /*version=*/1);
   ASSERT_TRUE(cache.Get(1, 7, out.data(), 4, kT0 + absl::Seconds(2)));
   EXPECT_EQ(out, Row(5));
 }
@@ -43,9 +43,9 @@ TEST(RowCacheTest, TheLeastRecentlyUsedRowGoesFirst) {
   std::vector<float> out(4);
   // Fill far past capacity while using key 0 each time: it stays.
   for (uint64_t k = 1; k <= 5000; ++k) {
-    if (k == 1) cache.Put(9, 0, Row(42).data(), 4, kT0);
+    if (k == 1) cache.Put(9, 0, Row(42).data(), 4, kT0, /*version=*/1);
     ASSERT_TRUE(cache.Get(9, 0, out.data(), 4, kT0)) << k;
-    cache.Put(9, k, Row(k).data(), 4, kT0);
+    cache.Put(9, k, Row(k).data(), 4, kT0, /*version=*/1);
   }
   EXPECT_EQ(out, Row(42));
   EXPECT_LE(cache.size(), 64u * 3);
@@ -61,13 +61,15 @@ TEST(RowCacheTest, TheLeastRecentlyUsedRowGoesFirst) {
 
 TEST(RowCacheTest, APutOfAHeldKeyReplacesItsRow) {
   RowCache cache(100, absl::Hours(1));
-  cache.Put(1, 7, Row(3).data(), 4, kT0);
-  cache.Put(1, 7, Row(4, 8).data(), 8, kT0);
+  cache.Put(1, 7, Row(3).data(), 4, kT0, /*version=*/1);
+  cache.Put(1, 7, Row(4, 8).data(), 8, kT0, /*version=*/2);
   std::vector<float> out(8);
   EXPECT_FALSE(cache.Get(1, 7, out.data(), 4, kT0));
-  cache.Put(1, 7, Row(4, 8).data(), 8, kT0);
-  ASSERT_TRUE(cache.Get(1, 7, out.data(), 8, kT0));
+  cache.Put(1, 7, Row(4, 8).data(), 8, kT0, /*version=*/3);
+  uint64_t version = 0;
+  ASSERT_TRUE(cache.Get(1, 7, out.data(), 8, kT0, &version));
   EXPECT_EQ(out, Row(4, 8));
+  EXPECT_EQ(version, 3u);  // the version it was read from
   EXPECT_EQ(cache.size(), 1u);
 }
 
@@ -82,7 +84,7 @@ TEST(RowCacheTest, ManyThreadsPutAndGet) {
         if (cache.Get(1, key, out.data(), 4, kT0)) {
           ASSERT_EQ(out, Row(key));
         } else {
-          cache.Put(1, key, Row(key).data(), 4, kT0);
+          cache.Put(1, key, Row(key).data(), 4, kT0, /*version=*/1);
         }
       }
     });

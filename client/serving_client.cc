@@ -487,11 +487,14 @@ absl::Status ServingClient::Impl::LookupThroughCache(
   std::vector<std::vector<std::vector<uint32_t>>> wanted(
       n, std::vector<std::vector<uint32_t>>(tables.size()));
   uint64_t found = 0;
+  uint64_t least_cached = UINT64_MAX;
   for (uint32_t r = 0; r < rows.size(); ++r) {
     const Row& row = rows[r];
+    uint64_t row_version = 0;
     if (cache->Get(table_hash[row.table], row.key, values.data() + row.at,
-                   table_dim[row.table], start)) {
+                   table_dim[row.table], start, &row_version)) {
       ++found;
+      least_cached = std::min(least_cached, row_version);
       continue;
     }
     wanted[ShardOfKey(row.key, n)][row.table].push_back(r);
@@ -514,6 +517,7 @@ absl::Status ServingClient::Impl::LookupThroughCache(
   }
   uint64_t least = 0;
   RETURN_IF_ERROR(Run(calls, &least));
+  least = std::min(least, least_cached);
   *served_version = least == UINT64_MAX ? 0 : least;
   std::vector<float> part;
   for (int32_t i = 0; i < n; ++i) {
@@ -528,7 +532,8 @@ absl::Status ServingClient::Impl::LookupThroughCache(
       for (size_t k = 0; k < want.size(); ++k) {
         const float* row = part.data() + k * dim;
         std::memcpy(values.data() + rows[want[k]].at, row, dim * sizeof(float));
-        cache->Put(table_hash[t], rows[want[k]].key, row, dim, start);
+        cache->Put(table_hash[t], rows[want[k]].key, row, dim, start,
+                   calls[i]->response.version());
       }
     }
   }

@@ -163,9 +163,11 @@ TEST_F(ServingClientTest, EveryPathPoolsLikeTheTrainingRows) {
       {},
   };
   for (ServingClientOptions options : {one, Options()}) {
-    for (size_t cache : {0, 100}) {
+    for (size_t cache : {0, 6400}) {
       options.cache_rows = cache;
       ASSERT_OK_AND_ASSIGN(auto client, ServingClient::Connect(options));
+      // The second round reads every row from the cache when it is on:
+      // the version is still the one the rows were read from.
       for (int twice = 0; twice < 2; ++twice) {
         SCOPED_TRACE(::testing::Message()
                      << options.replicas.size() << " shard(s), cache " << cache
@@ -181,6 +183,11 @@ TEST_F(ServingClientTest, EveryPathPoolsLikeTheTrainingRows) {
             EXPECT_FLOAT_EQ(out[s][i], expected[s][i]) << "slot " << s;
           }
         }
+      }
+      if (cache > 0) {
+        // 7 distinct rows: read once, then all from the cache.
+        EXPECT_EQ(client->stats().cache_misses, 7u);
+        EXPECT_EQ(client->stats().cache_hits, 7u);
       }
     }
   }
