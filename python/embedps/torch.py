@@ -1,0 +1,367 @@
+"""PyTorch modules over embedps tables: forward pulls, backward pushes.
+
+    import embedps, embedps.torch
+    client = embedps.Client(servers)
+    table = client.create_table(name="emb", dim=16,
+                                optimizer={"kind": "adagrad",
+                                           "learning_rate": 0.1})
+    bag = embedps.torch.ShardedEmbeddingBag(client, table, mode="sum")
+    pooled = bag(indices, offsets)        # like nn.EmbeddingBag
+    loss = model(pooled).mean(); loss.backward()   # pushes the row grads
+
+Forward deduplicates the batch's keys, pulls each distinct row once, and
+pools the rows with torch (``F.embedding_bag`` over the pulled rows), so
+autograd computes the per-row gradient sums; backward pushes them to the
+servers, whose optimizer (SGD, Adagrad, Adam, FTRL...) updates the rows.
+The rows are not torch parameters: a local optimizer and DDP see only the
+dense model. Keys are uint64 on the servers; int64 tensors are read as
+the same 64 bits.
+
+Steps. Every training forward takes the next step number (``step``, from
+0; set it to resume) and its backward pushes with it. SYNC and SSP tables
+need it: a pull of step t waits on the servers until step t - 1 (SSP:
+t - staleness - 1) is complete on every worker, and a push completes the
+worker's step t; so every training forward must be followed by its
+backward, with every table of the module in the loss. In SYNC mode the
+servers sum the workers' pushes: the gradients are scaled by 1/world size
+(``torch.distributed``'s, when it is initialized) so that the update is
+that of the mean loss over all workers, as DDP averages the dense
+gradients; ``grad_scale`` overrides the factor.
+
+Pushes run in the background; the next forward (or ``flush()``) waits
+for them and raises their error, if any. Evaluation (``module.eval()`` or
+``torch.no_grad()``) reads with ``lookup``: no row is created, nothing is
+pushed, the step does not move.
+
+Prefetch: ``prepared = module.prefetch(next_input)`` starts the pulls of the
+next forward while the current batch computes; ``module(prepared)`` then
+uses them. ``prefetched(loader, module, features)`` does this for a loop.
+With ASYNC tables a prefetched pull may not see the current step's push
+(rows one step stale, as in any pipelined parameter server); SYNC/SSP
+pulls wait on the servers for the steps they need, so they see it.
+"""
+
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import embedps
+
+__all__ = [
+    "ShardedEmbeddingBag",
+    "EmbeddingBagCollection",
+    "Prepared",
+    "prefetched",
+]
+
+_MODES = ("sum", "mean")
+
+
+def _keys(values) -> np.ndarray:
+    """A 1-D contiguous uint64/int64 numpy view of keys (tensor or array)."""
+    if isinstance(values, torch.Tensor):
+        if values.dtype != torch.int64:
+            raise TypeError(f"keys must be an int64 tensor, not {values.dtype}")
+        if values.device.type != "cpu":
+            values = values.cpu()
+        values = values.detach().numpy()
+    if not isinstance(values, np.ndarray):
+        raise TypeError(f"keys must be a tensor or numpy array, not {type(values).__name__}")
+    if values.dtype not in (np.uint64, np.int64):
+        raise TypeError(f"keys must be uint64 or int64, not {values.dtype}")
+    return np.ascontiguousarray(values.reshape(-1))
+
+
+def _offsets(offsets, num_keys: int) -> torch.Tensor:
+    """Bag offsets as an int64 tensor of bags + 1 entries ending at num_keys."""
+    if isinstance(offsets, np.ndarray):
+        offsets = torch.from_numpy(offsets)
+    if not isinstance(offsets, torch.Tensor) or offsets.dtype not in (torch.int32, torch.int64):
+        raise TypeError("offsets must be an int32 or int64 tensor or array")
+    if offsets.dim() != 1:
+        raise ValueError(f"offsets must be 1-D, not of shape {tuple(offsets.shape)}")
+    offsets = offsets.to(torch.int64).cpu()
+    if offsets.numel() == 0 or offsets[0] != 0:
+        raise ValueError("offsets must start at 0")
+    # nn.EmbeddingBag's convention: bags start at offsets (the last bag
+    # runs to the end); ours closes it explicitly.
+    if offsets[-1] != num_keys:
+        offsets = torch.cat([offsets, torch.tensor([num_keys])])
+    if bool((offsets[1:] < offsets[:-1]).any()) or int(offsets[-1]) != num_keys:
+        raise ValueError(f"offsets must be non-decreasing and end at {num_keys} (the number of keys)")
+    return offsets
+
+
+class _Rows(torch.autograd.Function):
+    """The pulled rows of one table as a tensor whose gradient is pushed."""
+
+    @staticmethod
+    def forward(ctx, anchor, rows, owner, table, keys, step):
+        ctx.owner, ctx.table, ctx.keys, ctx.step = owner, table, keys, step
+        return rows
+
+    @staticmethod
+    def backward(ctx, grad):
+        ctx.owner._push(ctx.table, ctx.keys, grad, ctx.step)
+        return None, None, None, None, None, None
+
+
+class Prepared:
+    """The pulls of one forward, started ahead (EmbeddingBagCollection.prefetch)."""
+
+    def __init__(self, features, step: int, plan, futures, training: bool):
+        self.features = features
+        self.step = step
+        self._plan = plan
+        self._futures = futures
+        self.training = training
+
+    def rows(self) -> List[np.ndarray]:
+        """Waits for the pulls; the rows of every table of the plan."""
+        return [future.result() for future in self._futures]
+
+
+class EmbeddingBagCollection(torch.nn.Module):
+    """Slots that pool bags of keys from embedps tables, several slots
+    sharing a table; one pull and one push per table and step.
+
+    EmbeddingBagCollection(client, slots, mode="sum", step=0,
+                           grad_scale=None)
+
+    ``slots``: a sequence of (slot name, embedps.Table) in order, or a
+    mapping from slot name to Table. ``mode``: "sum" or "mean", or a
+    sequence of them, one per slot.
+
+    forward(features) with features either
+      * a mapping slot name -> (keys, offsets): keys 1-D int64/uint64, offsets
+        of bags + 1 (or nn.EmbeddingBag's bags) entries, or slot name -> a
+        2-D keys tensor (batch, bag size); returns {slot name: (batch, dim)};
+      * a 2-D int64 tensor / uint64 array (batch, number of slots): one key
+        per slot per sample (the Criteo layout); returns (batch, slots, dim);
+      * a Prepared from prefetch(features).
+    """
+
+    def __init__(self, client: "embedps.Client", slots, mode: Union[str, Sequence[str]] = "sum",
+                 step: int = 0, grad_scale: Optional[float] = None):
+        super().__init__()
+        if isinstance(slots, Mapping):
+            slots = list(slots.items())
+        slots = list(slots)
+        if not slots:
+            raise ValueError("slots: at least one (name, table)")
+        self.client = client
+        self.slot_names = [name for name, _ in slots]
+        if len(set(self.slot_names)) != len(self.slot_names):
+            raise ValueError("slot names must be distinct")
+        self.tables: List[embedps.Table] = []
+        self._slot_table: List[int] = []
+        for name, table in slots:
+            if not isinstance(table, embedps.Table):
+                raise TypeError(f"slot {name!r}: expected an embedps.Table, not {type(table).__name__}")
+            index = next((i for i, t in enumerate(self.tables) if t.name == table.name), None)
+            if index is None:
+                index = len(self.tables)
+                self.tables.append(table)
+            self._slot_table.append(index)
+        modes = [mode] * len(slots) if isinstance(mode, str) else list(mode)
+        if len(modes) != len(slots) or any(m not in _MODES for m in modes):
+            raise ValueError(f"mode: 'sum' or 'mean', or one of them per slot ({len(slots)})")
+        self.modes = modes
+        self.step = step
+        self.grad_scale = grad_scale
+        self._pending: List[embedps.Future] = []
+        # An anchor that requires grad, so that autograd records _Rows.
+        self._anchor = torch.zeros((), requires_grad=True)
+
+    # ---- Steps and pushes.
+
+    def _scale(self, table: "embedps.Table") -> float:
+        if self.grad_scale is not None:
+            return self.grad_scale
+        if table.mode == "sync" and torch.distributed.is_available() and torch.distributed.is_initialized():
+            return 1.0 / torch.distributed.get_world_size()
+        return 1.0
+
+    def _push(self, table: "embedps.Table", keys: np.ndarray, grad: torch.Tensor, step: int) -> None:
+        grad = grad.detach().to(torch.float32).cpu()
+        scale = self._scale(table)
+        if scale != 1.0:
+            grad = grad * scale
+        grads = np.ascontiguousarray(grad.numpy())
+        self._pending.append(self.client.push_async(table, keys, grads, step=step, unique=True))
+
+    def flush(self) -> None:
+        """Waits for the pushes in flight; raises the first error."""
+        pending, self._pending = self._pending, []
+        error = None
+        for future in pending:
+            try:
+                future.result()
+            except embedps.Error as e:  # wait for every push, then raise
+                error = error or e
+        if error is not None:
+            raise error
+
+    # ---- Forward.
+
+    def _plan(self, features):
+        """Per table: (distinct keys, inverse, [(slot index, start, end, offsets)]);
+        and the output layout ("dict" or "stacked", batch size)."""
+        per_table = [([], []) for _ in self.tables]  # key arrays, slot parts
+        if isinstance(features, Mapping):
+            layout = "dict"
+            missing = [n for n in self.slot_names if n not in features]
+            if missing:
+                raise ValueError(f"features lack slot(s) {missing}")
+            extra = [n for n in features if n not in self.slot_names]
+            if extra:
+                raise ValueError(f"features have unknown slot(s) {extra}")
+            batch = None
+            for s, name in enumerate(self.slot_names):
+                value = features[name]
+                if isinstance(value, tuple):
+                    keys, offsets = value
+                    keys = _keys(keys)
+                    offsets = _offsets(offsets, len(keys))
+                else:
+                    two_d = value if isinstance(value, (torch.Tensor, np.ndarray)) else None
+                    if two_d is None or two_d.ndim != 2:
+                        raise ValueError(f"slot {name!r}: (keys, offsets) or a 2-D keys tensor (batch, bag size)")
+                    rows, size = two_d.shape
+                    keys = _keys(two_d)
+                    offsets = torch.arange(rows + 1, dtype=torch.int64) * size
+                bags = len(offsets) - 1
+                if batch is None:
+                    batch = bags
+                elif bags != batch:
+                    raise ValueError(f"slot {name!r} has {bags} bags; slot {self.slot_names[0]!r} has {batch}")
+                key_list, parts = per_table[self._slot_table[s]]
+                start = sum(len(k) for k in key_list)
+                key_list.append(keys)
+                parts.append((s, start, start + len(keys), offsets))
+        else:
+            layout = "stacked"
+            if isinstance(features, torch.Tensor):
+                if features.dim() != 2:
+                    raise ValueError(f"keys must be (batch, {len(self.slot_names)} slots), not {tuple(features.shape)}")
+                shape = tuple(features.shape)
+            elif isinstance(features, np.ndarray):
+                if features.ndim != 2:
+                    raise ValueError(f"keys must be (batch, {len(self.slot_names)} slots), not {features.shape}")
+                shape = features.shape
+            else:
+                raise TypeError("features: a mapping of slots, a 2-D keys tensor or array, or a Prepared")
+            batch, slots = shape
+            if slots != len(self.slot_names):
+                raise ValueError(f"keys have {slots} columns; the collection has {len(self.slot_names)} slots")
+            keys = _keys(features).reshape(batch, slots)
+            for t in range(len(self.tables)):
+                columns = [s for s in range(slots) if self._slot_table[s] == t]
+                key_list, parts = per_table[t]
+                block = np.ascontiguousarray(keys[:, columns]).reshape(-1)
+                key_list.append(block)
+                parts.append((columns, 0, len(block), None))
+        plan = []
+        for key_list, parts in per_table:
+            keys = np.concatenate(key_list) if len(key_list) > 1 else key_list[0]
+            unique, inverse = embedps.unique_inverse(keys)
+            plan.append((unique, torch.from_numpy(inverse), parts))
+        return plan, layout, batch
+
+    def _training(self) -> bool:
+        return self.training and torch.is_grad_enabled()
+
+    def _start(self, features, training: bool) -> Prepared:
+        plan, layout, batch = self._plan(features)
+        if training:
+            step = self.step
+            self.step += 1
+        else:
+            step = self.step
+        read = self.client.pull_async if training else self.client.lookup_async
+        futures = [read(table, unique, step=step, unique=True) for table, (unique, _, _) in zip(self.tables, plan)]
+        return Prepared(features, step, (plan, layout, batch), futures, training)
+
+    def prefetch(self, features) -> Prepared:
+        """Starts the pulls of a coming forward (the next training step, in
+        order: prefetch and forward steps are taken in the same sequence)."""
+        return self._start(features, self._training())
+
+    def forward(self, features):
+        if isinstance(features, Prepared):
+            prepared = features
+            if prepared.training != self._training():
+                raise ValueError("prefetched in another mode (train/eval) than this forward")
+        else:
+            # Earlier pushes first: a pull then sees this worker's last step.
+            self.flush()
+            prepared = self._start(features, self._training())
+        plan, layout, batch = prepared._plan
+        all_rows = prepared.rows()
+        if prepared.training:
+            self.flush()
+        outputs = [None] * len(self.slot_names)
+        for t, (table, (unique, inverse, parts), rows) in enumerate(zip(self.tables, plan, all_rows)):
+            rows_t = torch.from_numpy(rows)
+            if prepared.training:
+                rows_t = _Rows.apply(self._anchor, rows_t, self, table, unique, prepared.step)
+            if layout == "stacked":
+                columns = parts[0][0]
+                gathered = F.embedding(inverse, rows_t).view(batch, len(columns), table.dim)
+                for i, s in enumerate(columns):
+                    outputs[s] = gathered[:, i]
+            else:
+                for s, start, end, offsets in parts:
+                    outputs[s] = F.embedding_bag(inverse[start:end], rows_t, offsets[:-1],
+                                                 mode=self.modes[s], include_last_offset=False)
+        if layout == "stacked":
+            return torch.stack(outputs, dim=1)
+        return dict(zip(self.slot_names, outputs))
+
+
+class ShardedEmbeddingBag(EmbeddingBagCollection):
+    """nn.EmbeddingBag over one embedps table.
+
+    ShardedEmbeddingBag(client, table, mode="sum", step=0, grad_scale=None)
+
+    forward(input, offsets=None): input 1-D keys with offsets (bags start at
+    offsets, as nn.EmbeddingBag; a final offset equal to len(input) is
+    accepted too) or 2-D (batch, bag size); returns (batch, dim).
+    """
+
+    def __init__(self, client: "embedps.Client", table: "embedps.Table", mode: str = "sum",
+                 step: int = 0, grad_scale: Optional[float] = None):
+        super().__init__(client, [("bag", table)], mode=mode, step=step, grad_scale=grad_scale)
+
+    def _features(self, input, offsets):
+        if isinstance(input, Prepared):
+            return input
+        if offsets is None:
+            return {"bag": input}
+        return {"bag": (input, offsets)}
+
+    def prefetch(self, input, offsets=None) -> Prepared:
+        return super().prefetch(self._features(input, offsets))
+
+    def forward(self, input, offsets=None):
+        return super().forward(self._features(input, offsets))["bag"]
+
+
+def prefetched(batches: Iterable, module: EmbeddingBagCollection,
+               features: Callable = lambda batch: batch) -> Iterator[Tuple[object, Prepared]]:
+    """Yields (batch, prepared) with the pulls of the next batch already
+    started: ``for batch, prepared in prefetched(loader, emb, lambda b: b[2]):
+    pooled = emb(prepared)``. Each prepared must be used, in order."""
+    iterator = iter(batches)
+    try:
+        batch = next(iterator)
+    except StopIteration:
+        return
+    prepared = module.prefetch(features(batch))
+    for following in iterator:
+        upcoming = module.prefetch(features(following))
+        yield batch, prepared
+        batch, prepared = following, upcoming
+    yield batch, prepared

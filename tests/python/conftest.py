@@ -1,0 +1,106 @@
+"""Fixtures of the Python tests: real ps_server processes on 127.0.0.1.
+
+Binaries come from EMBEDPS_BIN (the Bazel runfiles root that
+tests/python/run_pytest.sh sets) or the checkout's bazel-bin. Every
+process started here dies with the test process (PR_SET_PDEATHSIG) and is
+killed when its fixture ends.
+"""
+
+import ctypes
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+ROOT = pathlib.Path(os.environ.get(
+    "EMBEDPS_BIN", pathlib.Path(__file__).resolve().parents[2] / "bazel-bin"))
+REPO = pathlib.Path(os.environ.get(
+    "EMBEDPS_REPO", pathlib.Path(__file__).resolve().parents[2]))
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent():
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def binary(name: str) -> str:
+    path = ROOT / name
+    if not path.exists():
+        pytest.fail(f"{path} is missing: bazel build //{name.rsplit('/', 1)[0]}:{name.rsplit('/', 1)[1]}")
+    return str(path)
+
+
+def spawn(args, log_path, env=None):
+    """A child process that dies with this one; output to log_path."""
+    log = open(log_path, "wb")
+    return subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
+                            preexec_fn=_die_with_parent, env=env)
+
+
+class Server:
+    """A ps_server on a free port."""
+
+    def __init__(self, directory: pathlib.Path, name: str, args=()):
+        directory.mkdir(parents=True, exist_ok=True)
+        self.port_file = directory / f"{name}.port"
+        self.log = directory / f"{name}.log"
+        self.process = spawn([binary("server/ps_server"), "--port=0",
+                              f"--port_file={self.port_file}", "--metrics_port=-1",
+                              "--log_level=warn", *args], self.log)
+        deadline = time.monotonic() + 30
+        while not self.port_file.exists():
+            if self.process.poll() is not None:
+                raise RuntimeError(f"ps_server exited: {self.log.read_text()}")
+            if time.monotonic() > deadline:
+                raise RuntimeError("ps_server did not start in 30 s")
+            time.sleep(0.02)
+        self.port = int(self.port_file.read_text().split()[0])
+        self.address = f"127.0.0.1:{self.port}"
+
+    def stop(self):
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
+
+@pytest.fixture
+def start_servers(tmp_path):
+    """start_servers(n, *args) -> [Server]: shard i of n for each."""
+    started = []
+
+    def start(n=1, *args):
+        servers = []
+        for i in range(n):
+            extra = [f"--shard_index={i}", f"--num_shards={n}", *args]
+            server = Server(tmp_path / "servers", f"shard{len(started)}", extra)
+            started.append(server)
+            servers.append(server)
+        return servers
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+@pytest.fixture
+def start_server(tmp_path):
+    """start_server(*args) -> Server, with exactly the given flags."""
+    started = []
+
+    def start(*args):
+        server = Server(tmp_path / "servers", f"server{len(started)}", args)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
+
+
+def pytest_report_header(config):
+    return f"embedps binaries: {ROOT}; python {sys.version.split()[0]}"

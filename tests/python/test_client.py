@@ -1,0 +1,275 @@
+"""embedps.Client against real ps_server shards: round trips, argument
+errors, server errors, futures, threads, the GIL."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import embedps
+
+SGD = {"kind": "sgd", "learning_rate": 1.0}
+
+
+@pytest.fixture
+def two_shards(start_servers):
+    servers = start_servers(2)
+    client = embedps.Client([s.address for s in servers], retry_deadline=5)
+    return client, servers
+
+
+def test_pull_push_lookup_round_trip(two_shards):
+    client, _ = two_shards
+    table = client.create_table(name="emb", dim=8, optimizer=SGD)
+    assert (table.name, table.dim, table.mode, table.num_shards) == ("emb", 8, "async", 2)
+    keys = np.array([3, 1 << 63, 3, 17, 99, 1], dtype=np.uint64)
+    first = client.pull(table, keys)
+    assert first.shape == (6, 8) and first.dtype == np.float32
+    np.testing.assert_array_equal(first[0], first[2])  # the same key, the same row
+    grads = np.arange(48, dtype=np.float32).reshape(6, 8) / 10
+    client.push(table, keys, grads)
+    after = client.pull(table, keys)
+    # SGD with rate 1: row - sum of its gradients (key 3 twice), in float32.
+    expected = first.copy()
+    for i, key in enumerate(keys):
+        expected[i] = first[i] - grads[keys == key].sum(axis=0, dtype=np.float32)
+    np.testing.assert_array_equal(after, expected)
+    # int64 keys are the same 64 bits; lookup reads without creating.
+    np.testing.assert_array_equal(client.lookup(table, keys.view(np.int64)), after)
+    assert sum(s["table"][0]["rows"] for s in client.stats()) == 5
+
+
+def test_lookup_creates_no_row_and_pull_writes_into_out(two_shards):
+    client, _ = two_shards
+    table = client.create_table('name: "t" dim: 4 optimizer { kind: SGD learning_rate: 1 }')
+    keys = np.array([10, 11], dtype=np.uint64)
+    looked = client.lookup(table, keys)
+    assert sum(s["table"][0]["rows"] for s in client.stats()) == 0
+    out = np.zeros((2, 4), dtype=np.float32)
+    returned = client.pull(table, keys, out=out)
+    assert returned is out
+    np.testing.assert_array_equal(out, looked)  # the initial rows
+    assert client.pull(table, np.array([], dtype=np.uint64)).shape == (0, 4)
+
+
+def test_create_table_is_idempotent_and_checks_its_config(two_shards):
+    client, _ = two_shards
+    a = client.create_table(name="e", dim=4, optimizer={"kind": "adagrad", "learning_rate": 0.1})
+    b = client.create_table('name: "e" dim: 4 optimizer { kind: ADAGRAD learning_rate: 0.1 }')
+    assert a.name == b.name
+    with pytest.raises(embedps.FailedPreconditionError, match="different spec"):
+        client.create_table(name="e", dim=8)
+    with pytest.raises(embedps.InvalidArgumentError, match="dimm"):
+        client.create_table(name="x", dimm=3)
+    with pytest.raises(embedps.InvalidArgumentError, match="line 1"):
+        client.create_table('name: "x" dim: oops')
+    with pytest.raises(embedps.InvalidArgumentError) as error:  # the server's check
+        client.create_table(name="x", dim=0)
+    assert error.value.code == 3 and error.value.code_name == "INVALID_ARGUMENT"
+    assert isinstance(error.value, ValueError)
+    with pytest.raises(TypeError):
+        client.create_table('name: "x"', dim=3)
+
+
+@pytest.mark.parametrize("keys, error, message", [
+    (np.array([1.0, 2.0]), TypeError, "uint64 or int64"),
+    (np.array([1, 2], dtype=np.int32), TypeError, "uint64 or int64"),
+    (np.array([[1, 2]], dtype=np.uint64), ValueError, "1-D"),
+    (np.arange(8, dtype=np.uint64)[::2], ValueError, "C-contiguous"),
+    ([1, 2, 3], TypeError, "numpy array"),
+])
+def test_bad_keys_are_refused_before_sending(two_shards, keys, error, message):
+    client, _ = two_shards
+    table = client.create_table(name="emb", dim=4)
+    before = client.stats()
+    for call in (client.pull, client.lookup, client.pull_async):
+        with pytest.raises(error, match=message):
+            call(table, keys)
+    with pytest.raises(error, match=message):
+        client.push(table, keys, np.zeros((2, 4), np.float32))
+    assert client.stats()[0]["table"][0]["rows"] == before[0]["table"][0]["rows"]
+
+
+@pytest.mark.parametrize("grads, error, message", [
+    (np.zeros((3, 4), np.float64), TypeError, "float32"),
+    (np.zeros((3, 5), np.float32), ValueError, r"shape \(3, 4\)"),
+    (np.zeros((2, 4), np.float32), ValueError, r"shape \(3, 4\)"),
+    (np.zeros(12, np.float32), ValueError, r"shape \(3, 4\)"),
+    (np.zeros((4, 3), np.float32).T, ValueError, "C-contiguous"),
+    (np.zeros((3, 4), np.float32).tolist(), TypeError, "numpy array"),
+])
+def test_bad_gradients_are_refused_and_change_nothing(two_shards, grads, error, message):
+    client, _ = two_shards
+    table = client.create_table(name="emb", dim=4, optimizer=SGD)
+    keys = np.array([1, 2, 3], dtype=np.uint64)
+    before = client.pull(table, keys)
+    with pytest.raises(error, match=message):
+        client.push(table, keys, grads)
+    with pytest.raises(error, match=message):
+        client.push_async(table, keys, grads)
+    np.testing.assert_array_equal(client.pull(table, keys), before)
+
+
+def test_bad_out_and_options_are_refused(two_shards, start_servers):
+    client, servers = two_shards
+    table = client.create_table(name="emb", dim=4)
+    keys = np.array([1, 2], dtype=np.uint64)
+    with pytest.raises(ValueError, match=r"shape \(2, 4\)"):
+        client.pull(table, keys, out=np.zeros((2, 5), np.float32))
+    readonly = np.zeros((2, 4), np.float32)
+    readonly.setflags(write=False)
+    with pytest.raises(ValueError, match="writable"):
+        client.pull(table, keys, out=readonly)
+    with pytest.raises(ValueError, match="wire"):
+        embedps.Client([servers[0].address], wire="float64")
+    with pytest.raises(ValueError, match="rpc_timeout"):
+        embedps.Client([servers[0].address], rpc_timeout=-1)
+    with pytest.raises(embedps.InvalidArgumentError):
+        embedps.Client([])
+    # A table handle of a client with another shard count.
+    one = embedps.Client([servers[0].address])
+    with pytest.raises(ValueError, match="2 shard"):
+        one.pull(table, keys)
+
+
+def test_server_errors_raise_their_classes(two_shards, tmp_path, start_servers):
+    client, servers = two_shards
+    table = client.create_table(name="emb", dim=4)
+    with pytest.raises(embedps.NotFoundError) as error:
+        client.load(str(tmp_path / "no-such-checkpoint"))
+    assert error.value.code == 5 and "no-such-checkpoint" in str(error.value)
+    root = tmp_path / "ckpt"
+    manifest = client.checkpoint(str(root), step=7)
+    assert int(manifest["step"]) == 7
+    with pytest.raises(embedps.AlreadyExistsError):
+        client.checkpoint(str(root), step=7)
+    # A dead server: UNAVAILABLE once the retries give up.
+    dead = embedps.Client([servers[0].address, "127.0.0.1:1"], retry_deadline=0.3)
+    with pytest.raises(embedps.UnavailableError) as error:
+        dead.create_table(name="emb", dim=4)
+    assert error.value.code == 14 and isinstance(error.value, ConnectionError)
+    # A serving replica refuses pushes.
+    replica = start_servers(1, "--role=serving", f"--follow_checkpoints={root}")[0]
+    serving = embedps.Client([replica.address], retry_deadline=2)
+    with pytest.raises(embedps.FailedPreconditionError, match="serving"):
+        serving.create_table(name="new", dim=4)
+
+
+def test_checkpoint_and_load_restore_rows(start_servers, tmp_path):
+    first = start_servers(2)
+    client = embedps.Client([s.address for s in first])
+    table = client.create_table(name="emb", dim=4, optimizer=SGD)
+    keys = np.arange(100, dtype=np.uint64)
+    client.push(table, keys, np.ones((100, 4), np.float32))
+    rows = client.pull(table, keys)
+    client.checkpoint(str(tmp_path / "root"), step=3)
+    second = start_servers(2)
+    fresh = embedps.Client([s.address for s in second])
+    loaded = fresh.load(str(tmp_path / "root"))
+    assert int(loaded["step"]) == 3
+    restored = fresh.create_table(name="emb", dim=4, optimizer=SGD)
+    np.testing.assert_array_equal(fresh.lookup(restored, keys), rows)
+
+
+def test_futures(two_shards):
+    client, _ = two_shards
+    table = client.create_table(name="emb", dim=4, optimizer=SGD)
+    keys = np.arange(1000, dtype=np.uint64)
+    pull = client.pull_async(table, keys)
+    rows = pull.result(timeout=10)
+    assert pull.done() and rows.shape == (1000, 4)
+    np.testing.assert_array_equal(pull.result(), rows)  # again: the same rows
+    # The arrays stay borrowed while the call runs, even when dropped.
+    push = client.push_async(table, keys.copy(), np.ones((1000, 4), np.float32))
+    assert push.result() is None
+    np.testing.assert_array_equal(client.lookup_async(table, keys).result(), rows - 1)
+
+
+def test_a_future_raises_the_calls_error(start_servers):
+    server = start_servers(1)[0]
+    client = embedps.Client([server.address], retry_deadline=0.5)
+    table = client.create_table(name="emb", dim=4)
+    server.stop()
+    future = client.pull_async(table, np.array([1], dtype=np.uint64))
+    with pytest.raises(embedps.UnavailableError):
+        future.result(timeout=30)
+    assert future.done()
+
+
+def test_sync_pull_waits_and_times_out_on_result(start_servers):
+    server = start_servers(1, "--num_workers=2")[0]
+    client = embedps.Client([server.address])
+    table = client.create_table(name="s", dim=4, consistency={"mode": "sync", "timeout_ms": 20000})
+    assert table.mode == "sync"
+    keys = np.array([1, 2], dtype=np.uint64)
+    # Step 1 waits for both workers' step 0: one alone cannot finish it.
+    client.push(table, keys, np.ones((2, 4), np.float32), step=0)
+    waiting = client.pull_async(table, keys, step=1)
+    with pytest.raises(TimeoutError):
+        waiting.result(timeout=0.2)
+    other = embedps.Client([server.address])
+    other.push(table, keys, np.ones((2, 4), np.float32), step=0)
+    assert waiting.result(timeout=20).shape == (2, 4)
+
+
+def test_many_threads_share_one_client(two_shards):
+    client, _ = two_shards
+    table = client.create_table(name="emb", dim=4, optimizer=SGD)
+    threads, errors = 8, []
+    keys = [np.arange(t * 1000, t * 1000 + 500, dtype=np.uint64) for t in range(threads)]
+    initial = [client.pull(table, k) for k in keys]
+
+    def work(t):
+        try:
+            for _ in range(20):
+                client.push(table, keys[t], np.full((500, 4), 0.5, np.float32))
+                client.pull(table, keys[t])
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not errors
+    for t in range(threads):
+        expected = initial[t]
+        for _ in range(20):
+            expected = expected - np.float32(0.5)
+        np.testing.assert_array_equal(client.lookup(table, keys[t]), expected)
+
+
+def test_the_gil_is_released_during_a_call(start_servers):
+    """A SYNC pull blocks until another worker's push, which a Python
+    thread sends: it can only run if the blocked call released the GIL."""
+    server = start_servers(1, "--num_workers=2")[0]
+    a = embedps.Client([server.address])
+    b = embedps.Client([server.address])
+    table = a.create_table(name="s", dim=4, consistency={"mode": "sync", "timeout_ms": 20000})
+    keys = np.array([5], dtype=np.uint64)
+    a.push(table, keys, np.ones((1, 4), np.float32), step=0)
+    ticks = []
+
+    def other_worker():
+        time.sleep(0.3)
+        for _ in range(100):
+            ticks.append(time.monotonic())  # needs the GIL
+        b.push(table, keys, np.ones((1, 4), np.float32), step=0)
+
+    thread = threading.Thread(target=other_worker)
+    start = time.monotonic()
+    thread.start()
+    a.pull(table, keys, step=1)  # blocks in C++ until b's push
+    thread.join()
+    assert len(ticks) == 100 and ticks[0] > start
+
+
+def test_float16_wire_is_within_half_precision(two_shards):
+    _, servers = two_shards
+    client = embedps.Client([s.address for s in servers], wire="float16")
+    table = client.create_table(name="emb", dim=4, optimizer=SGD)
+    exact = embedps.Client([s.address for s in servers])
+    keys = np.arange(50, dtype=np.uint64)
+    np.testing.assert_allclose(client.pull(table, keys), exact.lookup(table, keys), atol=1e-4)
