@@ -329,8 +329,9 @@ class PyClient {
 
   static py::array RowsOut(size_t rows, int32_t dim, const py::object& out) {
     if (!out.is_none()) return py::reinterpret_borrow<py::array>(out);
-    return py::array_t<float>(
-        {static_cast<py::ssize_t>(rows), static_cast<py::ssize_t>(dim)});
+    return NewArray(
+        {static_cast<py::ssize_t>(rows), static_cast<py::ssize_t>(dim)},
+        "float32");
   }
 
   std::unique_ptr<Client> client_;

@@ -55,12 +55,13 @@ class PyCriteoReader {
     if (!batch->has_value()) throw py::stop_iteration();
     const worker::CriteoBatch& b = **batch;
     const py::ssize_t n = b.size;
-    py::array_t<float> labels(n);
-    py::array_t<float> dense({n, py::ssize_t{worker::kCriteoDense}});
-    py::array_t<uint64_t> keys({n, py::ssize_t{worker::kCriteoSlots}});
-    std::copy(b.labels.begin(), b.labels.end(), labels.mutable_data());
-    std::copy(b.dense.begin(), b.dense.end(), dense.mutable_data());
-    std::copy(b.keys.begin(), b.keys.end(), keys.mutable_data());
+    py::array labels = NewArray({n}, "float32");
+    py::array dense =
+        NewArray({n, py::ssize_t{worker::kCriteoDense}}, "float32");
+    py::array keys = NewArray({n, py::ssize_t{worker::kCriteoSlots}}, "uint64");
+    std::copy(b.labels.begin(), b.labels.end(), Data<float>(labels));
+    std::copy(b.dense.begin(), b.dense.end(), Data<float>(dense));
+    std::copy(b.keys.begin(), b.keys.end(), Data<uint64_t>(keys));
     return py::make_tuple(b.step, labels, dense, keys);
   }
 
@@ -71,10 +72,11 @@ class PyCriteoReader {
 // (unique keys in first-seen order, index of each key in them).
 py::tuple UniqueInverse(const py::object& keys_arg) {
   const absl::Span<const uint64_t> keys = KeysOf(keys_arg);
-  py::array_t<int64_t> inverse(static_cast<py::ssize_t>(keys.size()));
+  py::array inverse =
+      NewArray({static_cast<py::ssize_t>(keys.size())}, "int64");
   std::vector<uint64_t> unique;
   {
-    int64_t* index = inverse.mutable_data();
+    int64_t* index = Data<int64_t>(inverse);
     py::gil_scoped_release release;
     absl::flat_hash_map<uint64_t, int64_t> seen;
     seen.reserve(keys.size());
@@ -86,8 +88,8 @@ py::tuple UniqueInverse(const py::object& keys_arg) {
       index[i] = it->second;
     }
   }
-  py::array_t<uint64_t> out(static_cast<py::ssize_t>(unique.size()));
-  std::copy(unique.begin(), unique.end(), out.mutable_data());
+  py::array out = NewArray({static_cast<py::ssize_t>(unique.size())}, "uint64");
+  std::copy(unique.begin(), unique.end(), Data<uint64_t>(out));
   return py::make_tuple(out, inverse);
 }
 

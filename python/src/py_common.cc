@@ -1,5 +1,7 @@
 #include "python/src/py_common.h"
 
+#include <pybind11/stl.h>
+
 #include <limits>
 #include <vector>
 
@@ -57,6 +59,12 @@ py::array ArrayOf(const py::handle& object, absl::string_view name) {
   return py::reinterpret_borrow<py::array>(object);
 }
 
+// The dtype's item size, read as numpy reports it: pybind11 2.10 reads
+// the PyArray_Descr field, which moved in numpy 2.
+int ItemSize(const py::dtype& dtype) {
+  return dtype.attr("itemsize").cast<int>();
+}
+
 std::string ShapeOf(const py::array& array) {
   std::string out = "(";
   for (py::ssize_t i = 0; i < array.ndim(); ++i) {
@@ -85,11 +93,17 @@ void RaiseStatus(const absl::Status& status) {
   throw py::error_already_set();
 }
 
+py::array NewArray(std::vector<py::ssize_t> shape, const char* dtype) {
+  static py::object* empty =
+      new py::object(py::module_::import("numpy").attr("empty"));
+  return (*empty)(py::tuple(py::cast(shape)), dtype);
+}
+
 absl::Span<const uint64_t> KeysOf(const py::handle& object,
                                   absl::string_view name) {
   py::array array = ArrayOf(object, name);
   const py::dtype dtype = array.dtype();
-  if ((dtype.kind() != 'u' && dtype.kind() != 'i') || dtype.itemsize() != 8) {
+  if ((dtype.kind() != 'u' && dtype.kind() != 'i') || ItemSize(dtype) != 8) {
     throw py::type_error(
         absl::StrCat(name, " must be uint64 or int64, not ",
                      std::string(py::str(static_cast<py::object>(dtype)))));
@@ -141,7 +155,8 @@ std::vector<int32_t> OffsetsOf(const py::handle& object,
                                absl::string_view name) {
   py::array array = ArrayOf(object, name);
   const py::dtype dtype = array.dtype();
-  if (dtype.kind() != 'i' || (dtype.itemsize() != 4 && dtype.itemsize() != 8)) {
+  const int item_size = ItemSize(dtype);
+  if (dtype.kind() != 'i' || (item_size != 4 && item_size != 8)) {
     throw py::type_error(
         absl::StrCat(name, " must be int32 or int64, not ",
                      std::string(py::str(static_cast<py::object>(dtype)))));
@@ -153,7 +168,7 @@ std::vector<int32_t> OffsetsOf(const py::handle& object,
   RequireContiguous(array, name);
   std::vector<int32_t> out(array.shape(0));
   for (size_t i = 0; i < out.size(); ++i) {
-    const int64_t v = dtype.itemsize() == 4
+    const int64_t v = item_size == 4
                           ? static_cast<const int32_t*>(array.data())[i]
                           : static_cast<const int64_t*>(array.data())[i];
     if (v < 0 || v > std::numeric_limits<int32_t>::max()) {

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -50,6 +51,17 @@ absl::Span<float> OutputOf(const py::handle& array, size_t rows, size_t dim,
 // A 1-D C-contiguous int32 or int64 array (bag offsets), copied as int32.
 std::vector<int32_t> OffsetsOf(const py::handle& array,
                                absl::string_view name = "offsets");
+
+// A new C-contiguous array of `shape` and numpy dtype name `dtype`
+// ("float32", "int64", "uint64"), made by numpy itself: pybind11 2.10
+// computes strides from a PyArray_Descr field that moved in numpy 2, so
+// its own array constructors are not used. Write through Data<T>().
+py::array NewArray(std::vector<py::ssize_t> shape, const char* dtype);
+
+template <typename T>
+T* Data(py::array& array) {
+  return static_cast<T*>(array.mutable_data());
+}
 
 // A protobuf message as a Python dict: every field by its .proto name
 // (unset ones with their defaults), integers as int, enums by name, bytes

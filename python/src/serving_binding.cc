@@ -82,8 +82,8 @@ class PyServingClient {
     for (size_t s = 0; s < out.size(); ++s) {
       const py::ssize_t dim = slots[s].dim;
       const py::ssize_t rows = dim > 0 ? out[s].size() / dim : 0;
-      py::array_t<float> array({rows, dim});
-      std::copy(out[s].begin(), out[s].end(), array.mutable_data());
+      py::array array = NewArray({rows, dim}, "float32");
+      std::copy(out[s].begin(), out[s].end(), Data<float>(array));
       arrays.append(array);
     }
     return py::make_tuple(arrays, served);
@@ -144,9 +144,9 @@ class PyPredictor {
       status = stub_->Predict(&context, request, &response);
     }
     Check(wire::FromGrpcStatus(status));
-    py::array_t<float> out(response.probability_size());
+    py::array out = NewArray({response.probability_size()}, "float32");
     std::copy(response.probability().begin(), response.probability().end(),
-              out.mutable_data());
+              Data<float>(out));
     return py::make_tuple(out, response.version());
   }
 

@@ -4,6 +4,8 @@
 # Bazel built: `bazel test //tests:python_client_test` etc., or from a
 # checkout after `bazel build //python:embedps //server:ps_server ...`:
 #   tests/python/run_pytest.sh tests/python/test_client.py
+# EMBEDPS_PYTHON picks another interpreter (one with numpy, torch and
+# pytest), e.g. a venv of PyPI's current torch (docs/python.md).
 set -euo pipefail
 if [ -n "${TEST_SRCDIR:-}" ]; then
   root="$TEST_SRCDIR/embedps"
@@ -19,4 +21,4 @@ export PYTHONPATH="$root/python/site"
 export PYTHONDONTWRITEBYTECODE=1
 # One BLAS / OpenMP thread per process: tests run beside each other.
 export OMP_NUM_THREADS=1
-exec /usr/bin/python3 -m pytest -q -p no:cacheprovider --basetemp="$basetemp" "$@"
+exec "${EMBEDPS_PYTHON:-/usr/bin/python3}" -m pytest -q -p no:cacheprovider --basetemp="$basetemp" "$@"
