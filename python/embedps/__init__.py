@@ -24,12 +24,12 @@ try:
     from embedps import _embedps
 except ImportError as _error:  # pragma: no cover - depends on the install
     raise ImportError(
-        "embedps: the C++ part of the module (_embedps) is missing or does "
-        f"not load ({_error}). From a checkout: `bazel build //python:embedps`"
-        " and put bazel-bin/python/site on PYTHONPATH, or install the wheel "
-        "that `bazel build //python:wheel` writes to bazel-bin/python/ "
-        "(docs/python.md). The module needs Debian 12's libgrpc++1.51, "
-        "libprotobuf32, librocksdb7.8 is not needed; see docs/python.md."
+        "embedps: the C++ part of the package (_embedps) is missing or does "
+        f"not load ({_error}). From a checkout: `bazel build //python:embedps` "
+        "and put bazel-bin/python/site on PYTHONPATH; or pip install the "
+        "wheel of `bazel build //python:wheel` (bazel-bin/python/*.whl). It "
+        "needs CPython 3.11 and Debian 12's libgrpc++1.51, libprotobuf32, "
+        "libabsl20220623, libspdlog1.10 (docs/python.md)."
     ) from _error
 
 __version__ = "0.4.0"

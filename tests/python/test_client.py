@@ -1,6 +1,9 @@
 """embedps.Client against real ps_server shards: round trips, argument
 errors, server errors, futures, threads, the GIL."""
 
+import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -8,6 +11,7 @@ import numpy as np
 import pytest
 
 import embedps
+from conftest import REPO
 
 SGD = {"kind": "sgd", "learning_rate": 1.0}
 
@@ -273,3 +277,12 @@ def test_float16_wire_is_within_half_precision(two_shards):
     exact = embedps.Client([s.address for s in servers])
     keys = np.arange(50, dtype=np.uint64)
     np.testing.assert_allclose(client.pull(table, keys), exact.lookup(table, keys), atol=1e-4)
+
+
+def test_a_package_without_its_cpp_part_says_what_to_build():
+    env = dict(os.environ, PYTHONPATH=str(REPO / "python"))
+    result = subprocess.run([sys.executable, "-c", "import embedps"], env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode != 0
+    assert "bazel build //python:embedps" in result.stderr
+    assert "ImportError" in result.stderr
