@@ -303,21 +303,24 @@ class EmbeddingBagCollection(torch.nn.Module):
         if prepared.training:
             self.flush()
         outputs = [None] * len(self.slot_names)
+        stacked = []  # (columns, (batch, columns, dim)) per table
         for t, (table, (unique, inverse, parts), rows) in enumerate(zip(self.tables, plan, all_rows)):
             rows_t = torch.from_numpy(rows)
             if prepared.training:
                 rows_t = _Rows.apply(self._anchor, rows_t, self, table, unique, prepared.step)
             if layout == "stacked":
                 columns = parts[0][0]
-                gathered = F.embedding(inverse, rows_t).view(batch, len(columns), table.dim)
-                for i, s in enumerate(columns):
-                    outputs[s] = gathered[:, i]
+                stacked.append((columns, F.embedding(inverse, rows_t).view(batch, len(columns), table.dim)))
             else:
                 for s, start, end, offsets in parts:
                     outputs[s] = F.embedding_bag(inverse[start:end], rows_t, offsets[:-1],
                                                  mode=self.modes[s], include_last_offset=False)
         if layout == "stacked":
-            return torch.stack(outputs, dim=1)
+            if len(stacked) == 1:  # one table: its columns are the slots, in order
+                return stacked[0][1]
+            order = torch.tensor([s for columns, _ in stacked for s in columns])
+            joined = torch.cat([block for _, block in stacked], dim=1)
+            return joined.index_select(1, torch.argsort(order))
         return dict(zip(self.slot_names, outputs))
 
 

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# The Python benchmark of docs/benchmarks.md, all configurations in one run
+# on this machine, printed side by side:
+#   (a) a PyTorch loop with embedps tables (embedps.torch), 1 worker + 1 ps_server
+#   (b) pure PyTorch: local nn.EmbeddingBag, sparse Adagrad
+#   (c) ps_worker (C++), 1 worker + 1 ps_server
+#   (d) TorchRec on CPU (EmbeddingBagCollection, fused Adagrad through DMP)
+#   and the Python cost of a pull + push pair at batch 512.
+# Same model (deploy/local/dlrm_large.txtpb: dim 64, bottom 512-256-64, top
+# 512-256), data (datagen --vocab=100,10000,300000,3000000) and optimizers.
+#
+#   bench/python/run.sh [--rows=N] [--steps=N] [--work=DIR]
+#
+# (a), (b) use PyPI's current torch (2.15) in WORK/venv; TorchRec 1.9.2 needs
+# the torch it was built for (2.14), in WORK/venv-torchrec. Both venvs are
+# made on the first run (several GB: the torch wheels pull CUDA libraries).
+# Never part of tests/run.sh.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+rows=1000000
+steps=1900
+warmup=20
+work=bench/python/work
+for arg in "$@"; do
+  case "$arg" in
+    --rows=*) rows="${arg#*=}" ;;
+    --steps=*) steps="${arg#*=}" ;;
+    --work=*) work="${arg#*=}" ;;
+    *) echo "unknown argument $arg" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$work"
+work=$(cd "$work" && pwd)
+python=$(command -v python3)
+
+if [ ! -x "$work/venv/bin/python" ]; then
+  echo "== venv with PyPI's torch 2.15: $work/venv"
+  "$python" -m venv "$work/venv"
+  "$work/venv/bin/pip" install -q "torch==2.15.*" numpy pytest
+fi
+if [ ! -x "$work/venv-torchrec/bin/python" ]; then
+  echo "== venv with TorchRec 1.9.2 (torch 2.14, FBGEMM CPU): $work/venv-torchrec"
+  "$python" -m venv "$work/venv-torchrec"
+  "$work/venv-torchrec/bin/pip" install -q "torch==2.14.*" numpy torchrec==1.9.2
+  # torchrec pulls FBGEMM's CUDA build, which needs libnvidia-ml: use the CPU one.
+  "$work/venv-torchrec/bin/pip" uninstall -y -q fbgemm_gpu || true
+  "$work/venv-torchrec/bin/pip" install -q --no-deps --force-reinstall fbgemm-gpu-cpu==1.9.0
+fi
+
+bazel build --color=no --curses=no //python:embedps //server:ps_server //worker:ps_worker \
+  //tools:datagen 2>&1 | tail -n 1
+data="$work/data-$rows"
+if [ ! -f "$data/train.txt" ]; then
+  bazel-bin/tools/datagen --output_dir="$data" --train_rows="$rows" --test_rows=1000 \
+    --vocab=100,10000,300000,3000000
+fi
+export PYTHONPATH="$PWD/bazel-bin/python/site"
+logs="$work/logs"
+mkdir -p "$logs"
+server_pid=""
+start_server() {
+  rm -f "$work/port"
+  bazel-bin/server/ps_server --port=0 --port_file="$work/port" --log_level=warn \
+    >"$logs/server.log" 2>&1 &
+  server_pid=$!
+  while [ ! -s "$work/port" ]; do sleep 0.05; done
+  server="127.0.0.1:$(head -n 1 "$work/port")"
+}
+stop_server() { kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; }
+trap stop_server EXIT
+bench() { "$@" --data="$data" --steps="$steps" --warmup="$warmup" 2>>"$logs/bench.log" | tail -n 1; }
+
+echo "== (b) pure PyTorch"
+b=$(bench "$work/venv/bin/python" bench/python/bench_dlrm.py --which=torch)
+echo "$b"
+echo "== (a) PyTorch with embedps tables"
+start_server
+a=$(bench "$work/venv/bin/python" bench/python/bench_dlrm.py --which=embedps --servers="$server")
+echo "$a"
+o=$("$work/venv/bin/python" bench/python/bench_dlrm.py --which=overhead --servers="$server" \
+  --data="$data" 2>>"$logs/bench.log" | tail -n 1)
+echo "$o"
+stop_server
+echo "== (c) ps_worker"
+start_server
+c=$(bazel-bin/worker/ps_worker --config=deploy/local/dlrm_large.txtpb --servers="$server" \
+  --mode=async --train_data="$data/train.txt" --test_data="$data/test.txt" \
+  --max_steps=$((steps + warmup)) --log_level=warn 2>"$logs/worker.log" | tail -n 1)
+stop_server
+echo "== (d) TorchRec on CPU"
+d=$(bench "$work/venv-torchrec/bin/python" bench/python/bench_dlrm.py --which=torchrec) ||
+  d='{"which": "torchrec", "error": "see '"$logs"'/bench.log"}'
+echo "$d"
+
+"$work/venv/bin/python" - "$a" "$b" "$c" "$d" "$o" <<'PY'
+import json, sys
+a, b, c, d, o = (json.loads(x) for x in sys.argv[1:])
+base = b["samples_per_second"]
+print(f"\nPython benchmark: model large, batch {b['batch_size']}, {b['steps']} steps after warmup, "
+      f"{b['distinct_keys']} distinct keys trained on")
+print(f"{'configuration':44} {'torch':14} {'samples/s':>10} {'vs (b)':>7}")
+for name, r in (("(a) PyTorch + embedps tables, 1 server", a), ("(b) PyTorch, local EmbeddingBag", b),
+                ("(c) ps_worker (C++), 1 server", c), ("(d) TorchRec CPU (fused Adagrad)", d)):
+    rate = r.get("samples_per_second")
+    version = r.get("torch", "-")
+    if rate is None:
+        print(f"{name:44} {version:14} {'failed':>10}")
+    else:
+        print(f"{name:44} {version:14} {rate:10.0f} {rate / base:7.2f}x")
+print(f"(a)/(b) = {a['samples_per_second'] / base:.2f} (target >= 0.9)")
+print(f"pull+push pair of {o['distinct_keys']} keys: Python {o['python_pair_us']:.0f} us, "
+      f"C++ {o['cpp_pair_us']:.0f} us: overhead {o['overhead_us']:.0f} us (target < 50)")
+PY
