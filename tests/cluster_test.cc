@@ -153,5 +153,25 @@ TEST(ServerProcessTest, HelpAndBadFlags) {
       << log_text;
 }
 
+// A second server on a port in use exits naming it, instead of starting
+// beside the first and taking part of its connections (gRPC's default
+// SO_REUSEPORT).
+TEST(ServerProcessTest, APortInUseIsRefused) {
+  ASSERT_OK_AND_ASSIGN(auto first,
+                       testing::ServerProcess::Start("server/ps_server", {}));
+  const std::string port =
+      first->address().substr(first->address().rfind(':') + 1);
+  const std::string log = ::testing::TempDir() + "/server_port_in_use.log";
+  ASSERT_OK_AND_ASSIGN(
+      auto second, testing::ChildProcess::Spawn("server/ps_server",
+                                                {"--port=" + port}, "", log));
+  ASSERT_OK_AND_ASSIGN(int code, second->WaitFor(absl::Seconds(30)));
+  EXPECT_NE(code, 0);
+  std::ifstream log_file(log);
+  const std::string log_text((std::istreambuf_iterator<char>(log_file)),
+                             std::istreambuf_iterator<char>());
+  EXPECT_NE(log_text.find("cannot listen on"), std::string::npos) << log_text;
+}
+
 }  // namespace
 }  // namespace embedps

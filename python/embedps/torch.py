@@ -172,6 +172,8 @@ class EmbeddingBagCollection(torch.nn.Module):
         self.step = step
         self.grad_scale = grad_scale
         self._pending: List[embedps.Future] = []
+        self._started = False  # a training pull was sent
+        self._first_pulls: Optional[List[embedps.Future]] = None
         # An anchor that requires grad, so that autograd records _Rows.
         self._anchor = torch.zeros((), requires_grad=True)
 
@@ -275,13 +277,23 @@ class EmbeddingBagCollection(torch.nn.Module):
 
     def _start(self, features, training: bool) -> Prepared:
         plan, layout, batch = self._plan(features)
+        step = self.step
         if training:
-            step = self.step
             self.step += 1
-        else:
-            step = self.step
+            # A SYNC shard starts counting at the step of the first pull it
+            # sees: a prefetched pull of the next step must not overtake
+            # the first one.
+            first, self._first_pulls = self._first_pulls, None
+            for future in first or ():
+                try:
+                    future.result()
+                except embedps.Error:
+                    pass  # raised by the forward that uses it
         read = self.client.pull_async if training else self.client.lookup_async
         futures = [read(table, unique, step=step, unique=True) for table, (unique, _, _) in zip(self.tables, plan)]
+        if training and not self._started:
+            self._started = True
+            self._first_pulls = futures
         return Prepared(features, step, (plan, layout, batch), futures, training)
 
     def prefetch(self, features) -> Prepared:

@@ -9,6 +9,7 @@ killed when its fixture ends.
 import ctypes
 import os
 import pathlib
+import random
 import signal
 import subprocess
 import sys
@@ -42,25 +43,45 @@ def spawn(args, log_path, env=None):
                             preexec_fn=_die_with_parent, env=env)
 
 
+_ports = random.Random(os.getpid() ^ time.monotonic_ns())
+
+
 class Server:
-    """A ps_server on a free port."""
+    """A ps_server on a port of its own.
+
+    Ports come from 20000-29999, below the kernel's ephemeral range that
+    port 0 draws from: the C++ multi-process tests running beside these
+    kill servers whose clients keep retrying, and a server of ours that
+    got such a port would receive their requests (a request names a table
+    by its id on the server, so it would land in our table).
+    """
 
     def __init__(self, directory: pathlib.Path, name: str, args=()):
         directory.mkdir(parents=True, exist_ok=True)
         self.port_file = directory / f"{name}.port"
         self.log = directory / f"{name}.log"
-        self.process = spawn([binary("server/ps_server"), "--port=0",
-                              f"--port_file={self.port_file}", "--metrics_port=-1",
-                              "--log_level=warn", *args], self.log)
+        for _ in range(50):
+            port = _ports.randrange(20000, 30000)
+            self.process = spawn([binary("server/ps_server"), f"--port={port}",
+                                  f"--port_file={self.port_file}", "--metrics_port=-1",
+                                  "--log_level=warn", *args], self.log)
+            if self._started():
+                break
+        else:
+            raise RuntimeError(f"ps_server did not start: {self.log.read_text()}")
+        self.port = int(self.port_file.read_text().split()[0])
+        self.address = f"127.0.0.1:{self.port}"
+
+    def _started(self) -> bool:
+        """Whether it listens; False if it exited (its port was taken)."""
         deadline = time.monotonic() + 30
         while not self.port_file.exists():
             if self.process.poll() is not None:
-                raise RuntimeError(f"ps_server exited: {self.log.read_text()}")
+                return False
             if time.monotonic() > deadline:
                 raise RuntimeError("ps_server did not start in 30 s")
             time.sleep(0.02)
-        self.port = int(self.port_file.read_text().split()[0])
-        self.address = f"127.0.0.1:{self.port}"
+        return True
 
     def stop(self):
         if self.process.poll() is None:

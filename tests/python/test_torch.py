@@ -166,6 +166,8 @@ def train_steps(client, table_name, batches, prefetch):
 
 
 def test_prefetch_trains_exactly_as_without_it_on_sync_tables(start_servers):
+    """Also: the pull of step 1, prefetched, never overtakes the first pull
+    (a SYNC shard starts at the step of the first pull it sees)."""
     rng = np.random.default_rng(3)
     batches = [torch.from_numpy(rng.integers(0, 20, size=(6, 2))) for _ in range(5)]
     one = start_servers(1)
@@ -228,3 +230,36 @@ def test_sync_with_two_ddp_processes_equals_one_big_batch(start_servers, tmp_pat
             weight -= 0.5 * weight.grad
     np.testing.assert_allclose(r0["weight"], dense.weight.detach().numpy(), atol=1e-6)
     np.testing.assert_allclose(r0["rows"], weight.detach().numpy(), atol=1e-6)
+
+
+class _Clicks(torch.utils.data.Dataset):
+    """Samples of 3 keys and a label; a DataLoader batches them."""
+
+    def __len__(self):
+        return 48
+
+    def __getitem__(self, i):
+        return torch.tensor([i % 7, 7 + i % 5, 12 + i % 3]), torch.tensor(float(i % 2))
+
+
+@pytest.mark.parametrize("mode", ["async", "ssp"])
+def test_a_dataloader_loop_with_worker_processes(client, mode):
+    consistency = {"mode": mode, "staleness": 1} if mode == "ssp" else {"mode": mode}
+    table = client.create_table(name="emb", dim=4, optimizer={"kind": "adagrad", "learning_rate": 0.1},
+                                consistency=consistency)
+    assert table.mode == mode
+    bag = et.ShardedEmbeddingBag(client, table, mode="mean")
+    dense = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(dense.parameters(), lr=0.1)
+    before = client.lookup(table, np.arange(15, dtype=np.uint64))
+    loader = torch.utils.data.DataLoader(_Clicks(), batch_size=8, shuffle=True, num_workers=2)
+    for keys, labels in loader:
+        logits = dense(bag(keys)).squeeze(1)
+        loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, labels)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    bag.flush()
+    assert bag.step == 6
+    after = client.lookup(table, np.arange(15, dtype=np.uint64))
+    assert (np.abs(after - before).max(axis=1) > 0).all()  # every row was trained
