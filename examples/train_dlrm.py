@@ -154,7 +154,7 @@ def main(argv=None) -> dict:
     result = {"workers": world, "steps": steps, "samples": samples * world,
               "train_seconds": round(seconds, 3),
               "samples_per_second": round(samples * world / seconds, 1) if seconds > 0 else 0.0,
-              "last_loss": float(loss)}
+              "last_loss": loss.item()}
     if rank == 0 and args.test:
         auc, logloss = evaluate(model, emb, args.test)
         result.update(test_auc=auc, test_logloss=logloss)
