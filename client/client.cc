@@ -202,8 +202,11 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
     return absl::InvalidArgumentError(
         "ClientOptions.max_keys_per_request must be > 0");
   }
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                   security::MakeChannelCredentials(options.security));
   auto impl = std::make_unique<Impl>();
   grpc::ChannelArguments args;
+  security::AddChannelArguments(options.security, &args);
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
   // A restarted shard is found within a second, not after gRPC's default
@@ -219,8 +222,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   for (const std::string& server : options.servers) {
     impl->stubs.emplace_back();
     for (int c = 0; c < options.channels_per_shard; ++c) {
-      const std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-          server, grpc::InsecureChannelCredentials(), args);
+      const std::shared_ptr<grpc::Channel> channel =
+          grpc::CreateCustomChannel(server, credentials, args);
       impl->stubs.back().push_back(
           {proto::EmbeddingService::NewStub(channel),
            std::make_unique<grpc::GenericStub>(channel)});

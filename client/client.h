@@ -28,6 +28,7 @@
 #include "absl/types/span.h"
 #include "client/retry.h"
 #include "proto/embedps.grpc.pb.h"
+#include "security/credentials.h"
 
 namespace embedps::client {
 
@@ -47,6 +48,9 @@ struct ClientOptions {
   // More than one lets several requests in flight to one shard travel on
   // separate HTTP/2 connections. Default: 1.
   int channels_per_shard = 1;
+  // TLS and the token calls carry (security/credentials.h). Default:
+  // plain text.
+  security::ChannelSecurity security;
 };
 
 // A table as this client addresses it: its id on each shard.

@@ -2,17 +2,23 @@
 
 #include <algorithm>
 
+#include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "wire/grpc_status.h"
 
 namespace embedps::client {
 
-std::unique_ptr<CoordinationClient> CoordinationClient::Create(
-    const std::string& address, absl::Duration connect_deadline) {
-  return std::unique_ptr<CoordinationClient>(
-      new CoordinationClient(proto::Coordination::NewStub(grpc::CreateChannel(
-                                 address, grpc::InsecureChannelCredentials())),
-                             connect_deadline));
+absl::StatusOr<std::unique_ptr<CoordinationClient>> CoordinationClient::Create(
+    const std::string& address, const security::ChannelSecurity& security,
+    absl::Duration connect_deadline) {
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                   security::MakeChannelCredentials(security));
+  grpc::ChannelArguments args;
+  security::AddChannelArguments(security, &args);
+  return std::unique_ptr<CoordinationClient>(new CoordinationClient(
+      proto::Coordination::NewStub(
+          grpc::CreateCustomChannel(address, credentials, args)),
+      connect_deadline));
 }
 
 template <typename Rpc>

@@ -17,14 +17,18 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/embedps.grpc.pb.h"
+#include "security/credentials.h"
 
 namespace embedps::client {
 
 class CoordinationClient {
  public:
-  // `address` is "host:port" of the server hosting the store.
-  static std::unique_ptr<CoordinationClient> Create(
+  // `address` is "host:port" of the server hosting the store, reached
+  // with `security` (security/credentials.h; its error if its files
+  // cannot be used).
+  static absl::StatusOr<std::unique_ptr<CoordinationClient>> Create(
       const std::string& address,
+      const security::ChannelSecurity& security = {},
       absl::Duration connect_deadline = absl::Seconds(60));
 
   absl::Status Set(const std::string& key, const std::string& value);

@@ -230,8 +230,11 @@ absl::StatusOr<std::unique_ptr<ServingClient>> ServingClient::Connect(
     return absl::InvalidArgumentError(
         "ServingClientOptions.deadline and attempt_timeout must be > 0");
   }
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                   security::MakeChannelCredentials(options.security));
   auto impl = std::make_unique<Impl>();
   grpc::ChannelArguments args;
+  security::AddChannelArguments(options.security, &args);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
@@ -240,8 +243,8 @@ absl::StatusOr<std::unique_ptr<ServingClient>> ServingClient::Connect(
     for (const std::string& address : shard) {
       auto replica = std::make_unique<Replica>();
       replica->address = address;
-      replica->stub = proto::ServingService::NewStub(grpc::CreateCustomChannel(
-          address, grpc::InsecureChannelCredentials(), args));
+      replica->stub = proto::ServingService::NewStub(
+          grpc::CreateCustomChannel(address, credentials, args));
       impl->shards.back().push_back(std::move(replica));
     }
   }

@@ -32,6 +32,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "proto/embedps.pb.h"
+#include "security/credentials.h"
 
 namespace embedps::client {
 
@@ -52,6 +53,9 @@ struct ServingClientOptions {
   absl::Duration cache_ttl = absl::Seconds(1);
   // Encoding of rows on the wire. Default: FLOAT32.
   proto::ValueType wire_type = proto::FLOAT32;
+  // TLS and the token calls carry (security/credentials.h). Default:
+  // plain text.
+  security::ChannelSecurity security;
 };
 
 // One slot of a Lookup. The spans are borrowed for the call.

@@ -30,7 +30,9 @@ class ServingClientTest : public ::testing::Test {
             ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::filesystem::remove_all(root_);
     std::filesystem::create_directories(root_);
-    ASSERT_OK_AND_ASSIGN(training_, server::Shard::Start({}));
+    server::ShardOptions training;
+    training.checkpoint_root = ::testing::TempDir();
+    ASSERT_OK_AND_ASSIGN(training_, server::Shard::Start(training));
     ClientOptions options;
     options.servers = {training_->address()};
     ASSERT_OK_AND_ASSIGN(trainer_, Client::Connect(options));

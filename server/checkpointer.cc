@@ -15,6 +15,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "embedding/checkpoint_file.h"
+#include "server/path_confinement.h"
 
 namespace embedps::server {
 
@@ -24,8 +25,12 @@ struct ShardCheckpointer::TableSnapshotToWrite {
 };
 
 ShardCheckpointer::ShardCheckpointer(int32_t shard_index, int32_t num_shards,
-                                     TableRegistry* registry)
-    : shard_index_(shard_index), num_shards_(num_shards), registry_(registry) {}
+                                     TableRegistry* registry,
+                                     std::string checkpoint_root)
+    : shard_index_(shard_index),
+      num_shards_(num_shards),
+      registry_(registry),
+      checkpoint_root_(std::move(checkpoint_root)) {}
 
 ShardCheckpointer::~ShardCheckpointer() {
   MutexLock lock(&mu_);
@@ -38,6 +43,20 @@ void ShardCheckpointer::WaitForWriterLocked() {
   if (writer_.joinable()) writer_.join();
 }
 
+absl::StatusOr<std::string> ShardCheckpointer::Confined(
+    const std::string& path, absl::string_view what) const {
+  if (checkpoint_root_.empty()) return path;
+  return ResolveInside(checkpoint_root_, path, what);
+}
+
+absl::Status ShardCheckpointer::AcceptsRequests() const {
+  if (!checkpoint_root_.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      "this server has no --checkpoint_root, so it takes no Save or Load "
+      "requests (they would name paths on its disk): start ps_server with "
+      "--checkpoint_root=DIR, the directory checkpoints go to");
+}
+
 absl::StatusOr<double> ShardCheckpointer::Save(
     const proto::SaveRequest& request) {
   if (request.name().empty() || absl::StrContains(request.name(), '/')) {
@@ -45,9 +64,13 @@ absl::StatusOr<double> ShardCheckpointer::Save(
         absl::StrCat("Save needs a checkpoint name without '/', got '",
                      request.name(), "'"));
   }
+  if (request.directory().empty()) {
+    return absl::InvalidArgumentError("Save needs a checkpoint directory");
+  }
+  ASSIGN_OR_RETURN(const std::string directory,
+                   Confined(request.directory(), "Save: checkpoint directory"));
   std::error_code error;
-  if (request.directory().empty() ||
-      !std::filesystem::is_directory(request.directory(), error)) {
+  if (!std::filesystem::is_directory(directory, error)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "Save: checkpoint directory '", request.directory(),
         "' does not exist on shard ", shard_index_,
@@ -62,7 +85,7 @@ absl::StatusOr<double> ShardCheckpointer::Save(
   const bool incremental = request.incremental() && !request.parent().empty() &&
                            request.parent() == last_snapshot_;
   const std::string shard_dir =
-      (std::filesystem::path(request.directory()) /
+      (std::filesystem::path(directory) /
        checkpoint::ShardDirectoryName(shard_index_, num_shards_))
           .string();
   std::filesystem::create_directories(shard_dir, error);
@@ -146,9 +169,24 @@ absl::StatusOr<proto::LoadResponse> ShardCheckpointer::Restore(
     const std::string& path) {
   MutexLock save_lock(&save_mu_);
   const auto log = Logger("checkpoint");
-  ASSIGN_OR_RETURN(const std::string dir, checkpoint::ResolveCheckpoint(path));
+  ASSIGN_OR_RETURN(const std::string confined, Confined(path, "Load: path"));
+  ASSIGN_OR_RETURN(const std::string dir,
+                   checkpoint::ResolveCheckpoint(confined));
+  RETURN_IF_ERROR(Confined(dir, "Load: checkpoint").status());
   ASSIGN_OR_RETURN(const std::vector<checkpoint::ChainLink> chain,
                    checkpoint::ReadChain(dir));
+  // The manifests name their parents and files: those stay inside too.
+  for (const checkpoint::ChainLink& link : chain) {
+    RETURN_IF_ERROR(Confined(link.dir, "Load: parent checkpoint").status());
+    for (const proto::CheckpointTable& table : link.manifest.table()) {
+      for (const proto::CheckpointShardFile& file : table.file()) {
+        RETURN_IF_ERROR(
+            Confined((std::filesystem::path(link.dir) / file.path()).string(),
+                     "Load: checkpoint file")
+                .status());
+      }
+    }
+  }
   const proto::CheckpointManifest& latest = chain.front().manifest;
   const int32_t old_shards = latest.num_shards();
   if (old_shards < 1) {

@@ -27,13 +27,24 @@ namespace embedps::server {
 
 class ShardCheckpointer {
  public:
-  // `registry` must outlive this.
+  // `registry` must outlive this. `checkpoint_root` (may be empty): every
+  // directory Save writes and every path Restore reads (the path given,
+  // the chain of parents and the files the manifests name) must resolve
+  // inside it (server/path_confinement.h), else PERMISSION_DENIED and
+  // nothing is written or read; empty: Restore reads any path this
+  // process can reach (ps_server --restore: the operator's own flag) and
+  // the service refuses Save and Load requests (AcceptsRequests).
   ShardCheckpointer(int32_t shard_index, int32_t num_shards,
-                    TableRegistry* registry);
+                    TableRegistry* registry, std::string checkpoint_root = "");
   // Waits for a write in progress.
   ~ShardCheckpointer();
   ShardCheckpointer(const ShardCheckpointer&) = delete;
   ShardCheckpointer& operator=(const ShardCheckpointer&) = delete;
+
+  // OK if Save and Load requests from the network are served: only with a
+  // checkpoint root; FAILED_PRECONDITION saying so otherwise (a server
+  // without one never writes or reads a path a request names).
+  absl::Status AcceptsRequests() const;
 
   // INVALID_ARGUMENT for a bad name; FAILED_PRECONDITION if the directory
   // does not exist. Returns the pause (seconds, all tables together).
@@ -53,9 +64,14 @@ class ShardCheckpointer {
   // Waits for the writer thread of the last save to finish.
   void WaitForWriterLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
+  // `path` as it may be used: confined to checkpoint_root_ when set.
+  absl::StatusOr<std::string> Confined(const std::string& path,
+                                       absl::string_view what) const;
+
   const int32_t shard_index_;
   const int32_t num_shards_;
   TableRegistry* const registry_;
+  const std::string checkpoint_root_;
 
   Mutex mu_;
   CondVar written_;

@@ -27,7 +27,7 @@ TEST(CoordinationServiceTest, BarrierWaitAndTimeouts) {
   std::atomic<int> through{0};
   for (int rank = 0; rank < 3; ++rank) {
     workers.emplace_back([&, rank] {
-      auto store = client::CoordinationClient::Create(addresses_[0]);
+      auto store = *client::CoordinationClient::Create(addresses_[0]);
       ASSERT_OK(store->Set(absl::StrCat("addr/", rank),
                            absl::StrCat("worker-", rank)));
       ASSERT_OK_AND_ASSIGN(uint64_t g1,
@@ -45,7 +45,7 @@ TEST(CoordinationServiceTest, BarrierWaitAndTimeouts) {
   for (auto& w : workers) w.join();
   EXPECT_EQ(through.load(), 3);
 
-  auto store = client::CoordinationClient::Create(addresses_[0]);
+  auto store = *client::CoordinationClient::Create(addresses_[0]);
   EXPECT_THAT(store->Wait({"addr/0", "never"}, absl::Milliseconds(200)),
               StatusIs(absl::StatusCode::kDeadlineExceeded,
                        HasSubstr("missing: never")));

@@ -417,6 +417,9 @@ grpc::Status EmbeddingServiceImpl::Save(grpc::ServerContext*,
                                         proto::SaveResponse* response) {
   return metrics_->Measure(RpcMethod::kSave, [&] {
     if (options_.serving_replica) return ReadOnlyReplica("Save");
+    if (absl::Status s = checkpointer_->AcceptsRequests(); !s.ok()) {
+      return wire::ToGrpcStatus(s);
+    }
     absl::StatusOr<double> pause = checkpointer_->Save(*request);
     if (!pause.ok()) return wire::ToGrpcStatus(pause.status());
     response->set_pause_seconds(*pause);
@@ -441,6 +444,9 @@ grpc::Status EmbeddingServiceImpl::Load(grpc::ServerContext*,
                                         proto::LoadResponse* response) {
   return metrics_->Measure(RpcMethod::kLoad, [&] {
     if (options_.serving_replica) return ReadOnlyReplica("Load");
+    if (absl::Status s = checkpointer_->AcceptsRequests(); !s.ok()) {
+      return wire::ToGrpcStatus(s);
+    }
     absl::StatusOr<proto::LoadResponse> loaded =
         checkpointer_->Restore(request->path());
     if (!loaded.ok()) return wire::ToGrpcStatus(loaded.status());

@@ -84,6 +84,8 @@ absl::StatusOr<std::unique_ptr<Follower>> Follower::Start(
         absl::StrCat("serving shard ", options.shard_index, " must be in [0, ",
                      options.num_shards, ")"));
   }
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                   security::MakeChannelCredentials(options.security));
   std::unique_ptr<Follower> follower(new Follower(std::move(options)));
   const FollowerOptions& o = follower->options_;
   std::string path;
@@ -107,13 +109,14 @@ absl::StatusOr<std::unique_ptr<Follower>> Follower::Start(
   follower->threads_.emplace_back(
       [f = follower.get()] { f->PollCheckpoints(); });
   grpc::ChannelArguments args;
+  security::AddChannelArguments(o.security, &args);
   args.SetMaxReceiveMessageSize(o.max_message_bytes);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   for (const std::string& address : o.training_servers) {
     auto source = std::make_unique<Source>();
     source->address = address;
-    source->stub = proto::EmbeddingService::NewStub(grpc::CreateCustomChannel(
-        address, grpc::InsecureChannelCredentials(), args));
+    source->stub = proto::EmbeddingService::NewStub(
+        grpc::CreateCustomChannel(address, credentials, args));
     follower->sources_.push_back(std::move(source));
   }
   for (size_t s = 0; s < follower->sources_.size(); ++s) {

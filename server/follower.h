@@ -38,6 +38,7 @@
 #include "absl/time/time.h"
 #include "common/mutex.h"
 #include "proto/embedps.pb.h"
+#include "security/credentials.h"
 #include "server/serving_state.h"
 
 namespace embedps::server {
@@ -64,6 +65,8 @@ struct FollowerOptions {
   std::string spill_root;
   // Largest gRPC message from a training shard. Default: 1 GiB.
   int max_message_bytes = 1 << 30;
+  // How the training shards are reached (TLS, token). Default: plain text.
+  security::ChannelSecurity security;
 };
 
 class Follower {

@@ -8,11 +8,14 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <system_error>
 #include <thread>
+#include <utility>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -25,6 +28,8 @@
 #include "common/program_usage.h"
 #include "common/status_macros.h"
 #include "google/protobuf/text_format.h"
+#include "security/flags.h"
+#include "server/path_confinement.h"
 #include "server/shard.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1",
@@ -45,6 +50,9 @@ ABSL_FLAG(int32_t, num_workers, 1,
 ABSL_FLAG(int32_t, metrics_port, -1,
           "port of the Prometheus /metrics page (HTTP); 0 picks a free one "
           "(printed, and written to --port_file's second line); -1: off");
+ABSL_FLAG(std::string, metrics_host, "",
+          "address of the /metrics page (plain HTTP, read-only); empty: "
+          "--host");
 ABSL_FLAG(std::string, tables, "",
           "text-format embedps.proto.TableConfigList of tables to create at "
           "start (tables can also be created over RPC)");
@@ -65,6 +73,11 @@ ABSL_FLAG(std::string, restore, "",
           "checkpoint to restore before serving: a checkpoint directory "
           "(ROOT/ckpt-...), or ROOT to take the latest complete one; it may "
           "have been written by any number of shards");
+ABSL_FLAG(std::string, checkpoint_root, "",
+          "the directory checkpoints are written into and read from: Save "
+          "and Load requests, --restore, --follow_checkpoints and the files "
+          "their manifests name must resolve inside it (PERMISSION_DENIED "
+          "otherwise); empty: Save and Load requests are refused");
 ABSL_FLAG(uint64_t, max_keys_per_request, uint64_t{4} << 20,
           "most keys one Pull or Push may carry (RESOURCE_EXHAUSTED above)");
 ABSL_FLAG(int32_t, max_message_bytes, 1 << 30,
@@ -156,8 +169,28 @@ absl::StatusOr<ShardOptions> OptionsFromFlags() {
     ASSIGN_OR_RETURN(options.tables, ReadTables(path));
   }
   options.restore = absl::GetFlag(FLAGS_restore);
+  options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
+  if (!options.checkpoint_root.empty()) {
+    std::error_code error;
+    if (!std::filesystem::is_directory(options.checkpoint_root, error)) {
+      return absl::InvalidArgumentError(absl::StrCat("--checkpoint_root '",
+                                                     options.checkpoint_root,
+                                                     "' is not a directory"));
+    }
+    for (const auto& [flag, path] :
+         {std::pair<const char*, std::string>{"--restore", options.restore},
+          {"--follow_checkpoints", absl::GetFlag(FLAGS_follow_checkpoints)}}) {
+      if (path.empty()) continue;
+      absl::StatusOr<std::string> inside =
+          ResolveInside(options.checkpoint_root, path, flag);
+      if (!inside.ok())
+        return absl::InvalidArgumentError(inside.status().message());
+    }
+  }
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  options.security = security::ServerSecurityFromFlags();
   if (absl::GetFlag(FLAGS_publish_history_mb) < 1) {
     return absl::InvalidArgumentError("--publish_history_mb must be >= 1");
   }
@@ -182,6 +215,7 @@ absl::StatusOr<ShardOptions> OptionsFromFlags() {
     options.follow.checkpoint_poll = absl::GetFlag(FLAGS_checkpoint_poll);
     options.follow.spill_root = options.spill_root;
     options.follow.max_message_bytes = options.max_message_bytes;
+    options.follow.security = security::ChannelSecurityFromFlags();
     if (!options.tables.table().empty() || !options.restore.empty()) {
       return absl::InvalidArgumentError(
           "--role=serving takes its tables from the checkpoints it follows: "
@@ -204,6 +238,19 @@ int Run() {
   if (!options.ok()) {
     log->error("{}", options.status().message());
     return 2;
+  }
+  if (options->checkpoint_root.empty() && !options->serving) {
+    log->info(
+        "no --checkpoint_root: Save and Load requests will be refused (set "
+        "it to checkpoint this shard)");
+  }
+  if (!options->security.tls() && options->host != "127.0.0.1" &&
+      options->host != "localhost" && options->host != "::1") {
+    log->warn(
+        "listening on {} in plain text without tokens: whoever reaches the "
+        "port can change every table (--tls_cert, --tls_key, "
+        "--train_token_file: docs/security.md)",
+        options->host);
   }
   // Signals are taken by one thread with sigwait, so no handler runs in an
   // arbitrary gRPC thread. Block them before any thread starts.
@@ -246,12 +293,22 @@ int Run() {
   }
   const int port = (*shard)->port();
   const int metrics_port = (*shard)->metrics_port();
-  log->info("{} shard {} of {} listening on {}:{}",
-            options->serving ? "serving" : "training",
-            options->service.shard_index, options->service.num_shards,
-            options->host, port);
+  log->info(
+      "{} shard {} of {} listening on {}:{} ({}{})",
+      options->serving ? "serving" : "training", options->service.shard_index,
+      options->service.num_shards, options->host, port,
+      options->security.tls()
+          ? (options->security.client_ca_file.empty() ? "TLS" : "mutual TLS")
+          : "plain text",
+      options->security.train_token_file.empty() &&
+              options->security.read_token_file.empty()
+          ? ""
+          : ", tokens");
   if (metrics_port >= 0) {
-    log->info("metrics on http://{}:{}/metrics", options->host, metrics_port);
+    log->info(
+        "metrics on http://{}:{}/metrics",
+        options->metrics_host.empty() ? options->host : options->metrics_host,
+        metrics_port);
   }
   std::printf("port %d\n", port);
   if (metrics_port >= 0) std::printf("metrics_port %d\n", metrics_port);

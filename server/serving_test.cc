@@ -70,6 +70,7 @@ class ServingTest : public ::testing::Test {
     std::filesystem::remove_all(root_);
     std::filesystem::create_directories(root_);
     ShardOptions training;
+    training.checkpoint_root = ::testing::TempDir();
     training.publisher.history_bytes = history_bytes_;
     ASSERT_OK_AND_ASSIGN(training_, Shard::Start(training));
     client::ClientOptions options;

@@ -24,7 +24,8 @@ struct Shard::Parts {
       : options(o),
         registry(o.num_workers, o.spill_root, o.spill_block_cache_bytes,
                  o.spill_read_around),
-        checkpointer(o.service.shard_index, o.service.num_shards, &registry),
+        checkpointer(o.service.shard_index, o.service.num_shards, &registry,
+                     o.checkpoint_root),
         publisher(PublisherFor(o), &registry),
         service(ServiceFor(o), &registry, &checkpointer, &metrics,
                 o.serving ? nullptr : &publisher),
@@ -97,6 +98,8 @@ absl::Status CheckOptions(const ShardOptions& o) {
 
 absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
   RETURN_IF_ERROR(CheckOptions(options));
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   security::MakeServerCredentials(options.security));
   auto parts = std::make_unique<Parts>(options);
   for (const proto::TableConfig& config : options.tables.table()) {
     absl::StatusOr<TableRegistry::CreateResult> created =
@@ -138,8 +141,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   const std::string address = absl::StrCat(options.host, ":", options.port);
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(),
-                           &parts->port);
+  builder.AddListeningPort(address, credentials, &parts->port);
   // gRPC binds with SO_REUSEPORT by default: a second server on a port in
   // use would start and silently take half of its connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
@@ -162,16 +164,18 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
           res.set_content(RenderPrometheus(p->service.CollectStats()),
                           "text/plain; version=0.0.4");
         });
+    const std::string& metrics_host =
+        options.metrics_host.empty() ? options.host : options.metrics_host;
     p->metrics_port =
         options.metrics_port == 0
-            ? p->metrics_http.bind_to_any_port(options.host)
-            : (p->metrics_http.bind_to_port(options.host, options.metrics_port)
+            ? p->metrics_http.bind_to_any_port(metrics_host)
+            : (p->metrics_http.bind_to_port(metrics_host, options.metrics_port)
                    ? options.metrics_port
                    : -1);
     if (p->metrics_port < 0) {
       p->server->Shutdown();
       return absl::UnavailableError(
-          absl::StrCat("cannot listen for metrics on ", options.host, ":",
+          absl::StrCat("cannot listen for metrics on ", metrics_host, ":",
                        options.metrics_port));
     }
     p->metrics_thread =

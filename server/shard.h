@@ -18,6 +18,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "proto/embedps.pb.h"
+#include "security/credentials.h"
 #include "server/embedding_service.h"
 #include "server/follower.h"
 #include "server/publisher.h"
@@ -45,11 +46,21 @@ struct ShardOptions {
   // A checkpoint (directory, or a root: its latest complete checkpoint) to
   // restore before serving. Default: none.
   std::string restore;
+  // Where checkpoints may be written and read (Save, Load, `restore`, and
+  // the files their manifests name): paths elsewhere are refused with
+  // PERMISSION_DENIED. Empty: Save and Load requests are refused
+  // (FAILED_PRECONDITION); `restore` may name any path. Default: empty.
+  std::string checkpoint_root;
   // Largest gRPC message accepted or sent. Default: 1 GiB.
   int max_message_bytes = 1 << 30;
-  // Port of the Prometheus page on `host`: 0 picks one, -1 none.
-  // Default: -1.
+  // Port of the Prometheus page: 0 picks one, -1 none. Default: -1.
   int metrics_port = -1;
+  // Address of the Prometheus page (plain HTTP, read-only: it serves
+  // /metrics and nothing else). Default: empty, `host`.
+  std::string metrics_host;
+  // TLS and tokens of the gRPC port (security/credentials.h). Default:
+  // plain text, no tokens.
+  security::ServerSecurity security;
   // A training shard's publications to serving replicas (publisher.h).
   PublisherOptions publisher;
   // A serving replica instead of a training shard: it follows training

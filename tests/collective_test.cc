@@ -19,7 +19,10 @@ TEST(CollectiveTest, GlooRendezvousThroughTheCoordinationService) {
   std::vector<std::thread> ranks;
   for (int rank = 0; rank < kRanks; ++rank) {
     ranks.emplace_back([&, rank] {
-      worker::CoordinationStore store(server->address());
+      ASSERT_OK_AND_ASSIGN(
+          std::unique_ptr<client::CoordinationClient> client,
+          client::CoordinationClient::Create(server->address()));
+      worker::CoordinationStore store(std::move(client));
       dense::GlooOptions options;
       options.rank = rank;
       options.world_size = kRanks;

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "client/coordination_client.h"
@@ -17,9 +18,9 @@ namespace embedps::worker {
 
 class CoordinationStore final : public dense::Store {
  public:
-  // `address`: "host:port" of the server hosting the store (shard 0).
-  explicit CoordinationStore(const std::string& address)
-      : client_(client::CoordinationClient::Create(address)) {}
+  // `client`: of the server hosting the store (shard 0).
+  explicit CoordinationStore(std::unique_ptr<client::CoordinationClient> client)
+      : client_(std::move(client)) {}
 
   absl::Status Set(const std::string& key, const std::string& value) override {
     return client_->Set(key, value);

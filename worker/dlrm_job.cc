@@ -175,6 +175,7 @@ absl::Status DlrmWorker::Setup() {
   client::ClientOptions client_options;
   client_options.servers = o_.servers;
   client_options.retry.retry_deadline = o_.retry_deadline;
+  client_options.security = o_.security;
   ASSIGN_OR_RETURN(client_, client::Client::Connect(client_options));
   RETURN_IF_ERROR(RestoreTables());
   absl::flat_hash_map<std::string, int> table_index;

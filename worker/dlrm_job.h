@@ -27,6 +27,7 @@
 #include "absl/time/time.h"
 #include "dense/collective/store.h"
 #include "dense/model.h"
+#include "security/credentials.h"
 #include "worker/collective.h"
 #include "worker/dlrm_config.h"
 #include "worker/worker_config.pb.h"
@@ -54,6 +55,8 @@ struct DlrmJobOptions {
   // servers (which must not hold them yet); every rank loads the dense
   // parameters and optimizer state and skips the steps already trained.
   std::string restore;
+  // TLS and the token of calls to the servers. Default: plain text.
+  security::ChannelSecurity security;
 };
 
 struct EvalPoint {

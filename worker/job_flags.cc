@@ -11,6 +11,7 @@
 #include "common/malloc_options.h"
 #include "dense/collective/file_store.h"
 #include "dense/collective/in_memory_store.h"
+#include "security/flags.h"
 #include "worker/coordination_store.h"
 
 ABSL_FLAG(int32_t, rank, 0, "this worker's rank, in [0, world_size)");
@@ -80,7 +81,11 @@ absl::StatusOr<JobFromFlags> ReadJobFlags(
       return absl::InvalidArgumentError(
           "--world_size > 1 needs --rendezvous_dir or --coordinator");
     }
-    out.store = std::make_unique<CoordinationStore>(coordinator);
+    absl::StatusOr<std::unique_ptr<client::CoordinationClient>> client =
+        client::CoordinationClient::Create(
+            coordinator, security::ChannelSecurityFromFlags());
+    if (!client.ok()) return client.status();
+    out.store = std::make_unique<CoordinationStore>(*std::move(client));
   }
   job.store = out.store.get();
   return out;

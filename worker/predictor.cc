@@ -10,6 +10,7 @@
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/embedps.grpc.pb.h"
+#include "security/credentials.h"
 #include "worker/dlrm_config.h"
 
 namespace embedps::worker {
@@ -70,9 +71,15 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::Start(
   }
   ASSIGN_OR_RETURN(predictor->client_,
                    client::ServingClient::Connect(predictor->options_.serving));
+  const security::ChannelSecurity& security =
+      predictor->options_.serving.security;
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
+                   security::MakeChannelCredentials(security));
+  grpc::ChannelArguments args;
+  security::AddChannelArguments(security, &args);
   for (const std::string& address : predictor->options_.serving.replicas[0]) {
     predictor->dense_sources_.push_back(proto::ServingService::NewStub(
-        grpc::CreateChannel(address, grpc::InsecureChannelCredentials())));
+        grpc::CreateCustomChannel(address, credentials, args)));
   }
   const absl::Time deadline = absl::Now() + predictor->options_.start_wait;
   absl::Status loaded = predictor->Refresh();

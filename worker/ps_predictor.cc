@@ -28,6 +28,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "proto/embedps.grpc.pb.h"
+#include "security/flags.h"
 #include "worker/predictor.h"
 
 ABSL_FLAG(std::string, config, "",
@@ -108,6 +109,7 @@ absl::StatusOr<PredictorOptions> OptionsFromFlags() {
   options.serving.attempt_timeout = options.serving.deadline / 2;
   options.serving.cache_rows = absl::GetFlag(FLAGS_cache_rows);
   options.serving.cache_ttl = absl::GetFlag(FLAGS_cache_ttl);
+  options.serving.security = security::ChannelSecurityFromFlags();
   return options;
 }
 
@@ -130,13 +132,19 @@ int Run() {
     log->error("{}", predictor.status().ToString());
     return 1;
   }
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      security::MakeServerCredentials(security::ServerSecurityFromFlags());
+  if (!credentials.ok()) {
+    log->error("{}", credentials.status().ToString());
+    return 2;
+  }
   PredictorService service(predictor->get());
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string address =
       absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
-  builder.AddListeningPort(address, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(address, *credentials, &port);
   // gRPC binds with SO_REUSEPORT by default: a second server on a port in
   // use would start and silently take half of its connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);

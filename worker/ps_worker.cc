@@ -21,6 +21,7 @@
 #include "common/program_usage.h"
 #include "common/status_macros.h"
 #include "google/protobuf/text_format.h"
+#include "security/flags.h"
 #include "worker/dlrm_job.h"
 #include "worker/job_flags.h"
 
@@ -153,6 +154,7 @@ absl::Status Configure(DlrmJobOptions& options, JobFromFlags& job) {
   options.progress_in_place = isatty(STDERR_FILENO) != 0;
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
+  options.security = security::ChannelSecurityFromFlags();
   options.metrics_port_file = absl::GetFlag(FLAGS_metrics_port_file);
   if (absl::Status s = ValidateWorkerConfig(config); !s.ok()) {
     return absl::Status(s.code(),

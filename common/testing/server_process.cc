@@ -2,8 +2,10 @@
 
 #include <signal.h>
 
+#include <cstdlib>
 #include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -17,6 +19,13 @@ absl::StatusOr<std::unique_ptr<ServerProcess>> ServerProcess::Start(
   std::vector<std::string> argv = {"--host=127.0.0.1", "--port=0",
                                    "--port_file=" + port_file,
                                    "--log_level=warn"};
+  if (absl::EndsWith(binary, "ps_server")) {
+    // The test's own directory, as a deployment names its checkpoint
+    // volume; `args` may name another (the last flag wins).
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    argv.push_back(
+        absl::StrCat("--checkpoint_root=", tmp != nullptr ? tmp : "/tmp"));
+  }
   argv.insert(argv.end(), args.begin(), args.end());
   // The server prints its port on stdout for people; we read the file.
   absl::StatusOr<std::unique_ptr<ChildProcess>> process =

@@ -21,7 +21,9 @@ namespace embedps::testing {
 class ServerProcess {
  public:
   // Starts `binary` (a path relative to the test's runfiles, e.g.
-  // "server/ps_server") with `args` plus --host, --port=0 and --port_file.
+  // "server/ps_server") with `args` plus --host, --port=0 and --port_file,
+  // and for ps_server --checkpoint_root=$TEST_TMPDIR unless `args` name
+  // one.
   // Waits up to `start_timeout` for the port file (a replica restoring a
   // large checkpoint takes a while).
   static absl::StatusOr<std::unique_ptr<ServerProcess>> Start(

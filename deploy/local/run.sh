@@ -80,6 +80,8 @@ if [ "$restore" = 1 ]; then
 else
   rm -rf "$checkpoints"
 fi
+# The servers write and read checkpoints only inside it (--checkpoint_root).
+mkdir -p "$checkpoints"
 pids=()
 cleanup() {
   for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; done
@@ -107,7 +109,8 @@ echo "== cluster: $servers ps_server shards on 127.0.0.1"
 for ((s = 0; s < servers; s++)); do
   bazel-bin/server/ps_server --host=127.0.0.1 --port=0 --metrics_port=0 \
     --port_file="$run/port$s" --shard_index=$s --num_shards="$servers" \
-    --num_workers="$workers" --data_dir="$run/data$s" --log_level=warn \
+    --num_workers="$workers" --data_dir="$run/data$s" \
+    --checkpoint_root="$checkpoints" --log_level=warn \
     >"$run/server$s.log" 2>&1 &
   pids+=($!)
 done
@@ -138,7 +141,8 @@ if [ "$replicas" -gt 0 ]; then
     rm -f "$run/serving_port$r"
     bazel-bin/server/ps_server --role=serving --host=127.0.0.1 --port=0 \
       --metrics_port=0 --port_file="$run/serving_port$r" \
-      --follow_checkpoints="$checkpoints" --training_servers="$addresses" \
+      --follow_checkpoints="$checkpoints" --checkpoint_root="$checkpoints" \
+      --training_servers="$addresses" \
       --checkpoint_poll=1s --log_level=warn >"$run/serving$r.log" 2>&1 &
     pids+=($!)
   done
@@ -256,8 +260,13 @@ for ((s = 0; s < servers; s++)); do kill -TERM "${pids[$s]}"; done
 for ((s = 0; s < servers; s++)); do wait "${pids[$s]}" || true; done
 
 bayes=$(/usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["bayes_test_auc"])' "$data/meta.json")
-gnuplot -e "history='$out/history.csv'; output='$out/training.png'; bayes=$bayes" \
-  tools/plot_training.gp
+# A job resumed at its last step trains nothing: no curve to draw.
+if [ "$(grep -c '^[0-9]*,[0-9]' "$out/history.csv")" -gt 0 ]; then
+  gnuplot -e "history='$out/history.csv'; output='$out/training.png'; bayes=$bayes" \
+    tools/plot_training.gp
+else
+  echo "(no training steps ran: no plot)"
+fi
 
 echo
 echo "== summary"

@@ -52,11 +52,17 @@ class Client(_embedps._Client):
 
     Client(servers, *, rpc_timeout=30.0, retry_deadline=60.0,
            wire="float32", max_keys_per_request=262144,
-           channels_per_shard=1)
+           channels_per_shard=1, tls_ca="", tls_cert="", tls_key="",
+           token_file="", tls_server_name="")
 
     ``servers``: "host:port" of every shard, in shard order. Calls retry
     UNAVAILABLE and DEADLINE_EXCEEDED until ``retry_deadline`` seconds;
     ``wire="float16"`` halves the bytes of rows and gradients.
+    ``tls_ca``: PEM CA file the servers are verified with (TLS on);
+    ``tls_cert``/``tls_key``: this client's certificate for servers that
+    require one; ``token_file``: a file whose one line is the token sent
+    with every call (needs TLS); ``tls_server_name``: the name the servers'
+    certificates carry when it is not the host of their addresses.
 
     pull(table, keys, *, step=0, unique=False, out=None) -> (n, dim) float32
         The rows of ``keys`` (1-D uint64 or int64; any order, duplicates

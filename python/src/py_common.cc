@@ -273,4 +273,16 @@ absl::Duration SecondsOf(double seconds, absl::string_view name) {
   return absl::Seconds(seconds);
 }
 
+security::ChannelSecurity SecurityOf(std::string ca, std::string cert,
+                                     std::string key, std::string token_file,
+                                     std::string server_name) {
+  security::ChannelSecurity security;
+  security.ca_file = std::move(ca);
+  security.cert_file = std::move(cert);
+  security.key_file = std::move(key);
+  security.token_file = std::move(token_file);
+  security.server_name = std::move(server_name);
+  return security;
+}
+
 }  // namespace embedps::python

@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "google/protobuf/message.h"
+#include "security/credentials.h"
 
 namespace embedps::python {
 
@@ -70,6 +71,13 @@ py::object DictOf(const google::protobuf::Message& message);
 
 // Seconds (a Python float) as a duration; ValueError if negative.
 absl::Duration SecondsOf(double seconds, absl::string_view name);
+
+// The keyword arguments every client takes for TLS and tokens
+// (security/credentials.h): tls_ca, tls_cert, tls_key, token_file,
+// tls_server_name, all paths or names, "" for none.
+security::ChannelSecurity SecurityOf(std::string ca, std::string cert,
+                                     std::string key, std::string token_file,
+                                     std::string server_name);
 
 }  // namespace embedps::python
 

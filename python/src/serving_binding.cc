@@ -40,9 +40,10 @@ class PyServingClient {
  public:
   PyServingClient(std::vector<std::vector<std::string>> replicas,
                   double deadline, double attempt_timeout, double down_for,
-                  size_t cache_rows, double cache_ttl,
-                  const std::string& wire) {
+                  size_t cache_rows, double cache_ttl, const std::string& wire,
+                  security::ChannelSecurity security) {
     client::ServingClientOptions options;
+    options.security = std::move(security);
     options.replicas = std::move(replicas);
     options.deadline = SecondsOf(deadline, "deadline");
     options.attempt_timeout = SecondsOf(attempt_timeout, "attempt_timeout");
@@ -126,10 +127,17 @@ class PyServingClient {
 
 class PyPredictor {
  public:
-  PyPredictor(const std::string& address, double timeout)
-      : timeout_(SecondsOf(timeout, "timeout")),
-        stub_(proto::Predictor::NewStub(grpc::CreateChannel(
-            address, grpc::InsecureChannelCredentials()))) {}
+  PyPredictor(const std::string& address, double timeout,
+              const security::ChannelSecurity& security)
+      : timeout_(SecondsOf(timeout, "timeout")) {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+        security::MakeChannelCredentials(security);
+    Check(credentials.status());
+    grpc::ChannelArguments args;
+    security::AddChannelArguments(security, &args);
+    stub_ = proto::Predictor::NewStub(
+        grpc::CreateCustomChannel(address, *credentials, args));
+  }
 
   // (probabilities, version) of raw Criteo lines without their label.
   py::tuple Predict(const std::vector<std::string>& lines) {
@@ -184,14 +192,29 @@ bag); pooling 'sum', 'mean' or 'none' (the rows).)")
 from serving replicas (ps_server --role=serving).
 
 ServingClient(replicas, deadline=0.05, attempt_timeout=0.02, down_for=0.5,
-cache_rows=0, cache_ttl=1.0, wire='float32'): replicas[s] lists the
-"host:port" of every replica of serving shard s; times in seconds.)")
-      .def(py::init<std::vector<std::vector<std::string>>, double, double,
-                    double, size_t, double, std::string>(),
+cache_rows=0, cache_ttl=1.0, wire='float32', tls_ca='', tls_cert='',
+tls_key='', token_file='', tls_server_name=''): replicas[s] lists the
+"host:port" of every replica of serving shard s; times in seconds; the tls_
+and token arguments as for Client.)")
+      .def(py::init([](std::vector<std::vector<std::string>> replicas,
+                       double deadline, double attempt_timeout, double down_for,
+                       size_t cache_rows, double cache_ttl,
+                       const std::string& wire, std::string tls_ca,
+                       std::string tls_cert, std::string tls_key,
+                       std::string token_file, std::string tls_server_name) {
+             return std::make_unique<PyServingClient>(
+                 std::move(replicas), deadline, attempt_timeout, down_for,
+                 cache_rows, cache_ttl, wire,
+                 SecurityOf(std::move(tls_ca), std::move(tls_cert),
+                            std::move(tls_key), std::move(token_file),
+                            std::move(tls_server_name)));
+           }),
            py::arg("replicas"), py::kw_only(), py::arg("deadline") = 0.05,
            py::arg("attempt_timeout") = 0.02, py::arg("down_for") = 0.5,
            py::arg("cache_rows") = 0, py::arg("cache_ttl") = 1.0,
-           py::arg("wire") = "float32")
+           py::arg("wire") = "float32", py::arg("tls_ca") = "",
+           py::arg("tls_cert") = "", py::arg("tls_key") = "",
+           py::arg("token_file") = "", py::arg("tls_server_name") = "")
       .def("lookup", &PyServingClient::Lookup, py::arg("slots"), py::kw_only(),
            py::arg("version") = 0,
            "(list of arrays: bags × dim, or keys × dim for 'none'; the "
@@ -204,10 +227,23 @@ cache_rows=0, cache_ttl=1.0, wire='float32'): replicas[s] lists the
   py::class_<PyPredictor>(m, "Predictor", R"(Click probabilities from
 ps_predictor.
 
-Predictor(address, timeout=1.0); predict(lines) takes Criteo TSV lines
+Predictor(address, timeout=1.0, tls_ca='', tls_cert='', tls_key='',
+token_file='', tls_server_name=''); predict(lines) takes Criteo TSV lines
 without their label and returns (probabilities, version).)")
-      .def(py::init<std::string, double>(), py::arg("address"), py::kw_only(),
-           py::arg("timeout") = 1.0)
+      .def(py::init([](const std::string& address, double timeout,
+                       std::string tls_ca, std::string tls_cert,
+                       std::string tls_key, std::string token_file,
+                       std::string tls_server_name) {
+             return std::make_unique<PyPredictor>(
+                 address, timeout,
+                 SecurityOf(std::move(tls_ca), std::move(tls_cert),
+                            std::move(tls_key), std::move(token_file),
+                            std::move(tls_server_name)));
+           }),
+           py::arg("address"), py::kw_only(), py::arg("timeout") = 1.0,
+           py::arg("tls_ca") = "", py::arg("tls_cert") = "",
+           py::arg("tls_key") = "", py::arg("token_file") = "",
+           py::arg("tls_server_name") = "")
       .def("predict", &PyPredictor::Predict, py::arg("lines"));
 }
 

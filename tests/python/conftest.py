@@ -54,6 +54,10 @@ class Server:
     kill servers whose clients keep retrying, and a server of ours that
     got such a port would receive their requests (a request names a table
     by its id on the server, so it would land in our table).
+
+    Its checkpoint root is the test's directory (the parent of
+    `directory`), as a deployment names its checkpoint volume; `args` may
+    name another (the last flag wins), or none with "--checkpoint_root=".
     """
 
     def __init__(self, directory: pathlib.Path, name: str, args=()):
@@ -64,7 +68,8 @@ class Server:
             port = _ports.randrange(20000, 30000)
             self.process = spawn([binary("server/ps_server"), f"--port={port}",
                                   f"--port_file={self.port_file}", "--metrics_port=-1",
-                                  "--log_level=warn", *args], self.log)
+                                  "--log_level=warn", f"--checkpoint_root={directory.parent}",
+                                  *args], self.log)
             if self._started():
                 break
         else:

@@ -286,3 +286,62 @@ def test_a_package_without_its_cpp_part_says_what_to_build():
     assert result.returncode != 0
     assert "bazel build //python:embedps" in result.stderr
     assert "ImportError" in result.stderr
+
+
+def test_checkpoint_paths_stay_inside_the_servers_root(start_servers, tmp_path):
+    """ps_server --checkpoint_root: Save and Load requests resolve inside it;
+    '..', absolute paths elsewhere and links that leave it are refused with
+    PERMISSION_DENIED, and the server writes nothing there."""
+    root = tmp_path / "root"
+    elsewhere = tmp_path / "elsewhere"
+    root.mkdir()
+    elsewhere.mkdir()
+    (root / "out").symlink_to(elsewhere)
+    servers = start_servers(2, f"--checkpoint_root={root}")
+    client = embedps.Client([s.address for s in servers])
+    table = client.create_table(name="emb", dim=4, optimizer=SGD)
+    keys = np.arange(50, dtype=np.uint64)
+    client.push(table, keys, np.ones((50, 4), np.float32))
+    rows = client.pull(table, keys)
+    assert int(client.checkpoint(str(root), step=1)["step"]) == 1
+    for bad in (elsewhere, root / "out", root / ".." / "elsewhere"):
+        with pytest.raises(embedps.PermissionDeniedError, match="outside the checkpoint root"):
+            client.checkpoint(str(bad), step=2)
+    assert not list(elsewhere.rglob("shard-*")), "a shard wrote outside its root"
+    for bad in ("/etc", str(elsewhere), "../elsewhere", str(root / "out")):
+        with pytest.raises(embedps.PermissionDeniedError):
+            client.load(bad)
+    # Inside the root: restored, relative or absolute.
+    fresh = start_servers(2, f"--checkpoint_root={root}")
+    other = embedps.Client([s.address for s in fresh])
+    assert int(other.load(".")["step"]) == 1
+    restored = other.create_table(name="emb", dim=4, optimizer=SGD)
+    np.testing.assert_array_equal(other.lookup(restored, keys), rows)
+    np.testing.assert_array_equal(client.pull(table, keys), rows)  # unchanged
+
+
+def test_a_server_without_a_checkpoint_root_refuses_save_and_load(start_servers, tmp_path):
+    server = start_servers(1, "--checkpoint_root=")[0]
+    client = embedps.Client([server.address])
+    table = client.create_table(name="emb", dim=4, optimizer=SGD)
+    keys = np.arange(10, dtype=np.uint64)
+    rows = client.pull(table, keys)
+    for call in (lambda: client.checkpoint(str(tmp_path / "root"), step=1),
+                 lambda: client.load(str(tmp_path))):
+        with pytest.raises(embedps.FailedPreconditionError, match="no --checkpoint_root"):
+            call()
+    assert not list((tmp_path / "root").rglob("shard-*"))
+    np.testing.assert_array_equal(client.pull(table, keys), rows)
+
+
+def test_the_checkpoint_root_flag_is_checked_at_start(tmp_path):
+    from conftest import binary
+    root = tmp_path / "root"
+    root.mkdir()
+    for args, message in (
+            ([f"--checkpoint_root={tmp_path / 'none'}"], "is not a directory"),
+            ([f"--checkpoint_root={root}", f"--restore={tmp_path}"], "outside the checkpoint root")):
+        result = subprocess.run([binary("server/ps_server"), "--port=0", *args],
+                                capture_output=True, text=True, timeout=60)
+        assert result.returncode == 2, result.stderr
+        assert message in result.stderr

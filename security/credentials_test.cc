@@ -1,0 +1,309 @@
+// TLS and tokens end to end over a real gRPC port: certificates made by
+// make_certs.sh (openssl) at test time, a server whose handlers answer OK,
+// and clients that should and should not get through.
+#include "security/credentials.h"
+
+#include <condition_variable>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "gtest/gtest.h"
+#include "proto/embedps.grpc.pb.h"
+#include "security/token_auth.h"
+
+namespace embedps::security {
+namespace {
+
+using ::embedps::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// Answers the calls the tests make; what matters is whether they arrive.
+class AnsweringService : public proto::EmbeddingService::Service {
+ public:
+  grpc::Status Stats(grpc::ServerContext*, const proto::StatsRequest*,
+                     proto::StatsResponse* response) override {
+    response->set_shard_index(7);
+    return grpc::Status::OK;
+  }
+  grpc::Status CreateTable(grpc::ServerContext* context,
+                           const proto::CreateTableRequest*,
+                           proto::CreateTableResponse*) override {
+    ++created;
+    const auto access =
+        context->auth_context()->FindPropertyValues(kAccessProperty);
+    last_access =
+        access.empty() ? "" : std::string(access[0].data(), access[0].size());
+    return grpc::Status::OK;
+  }
+  int created = 0;
+  std::string last_access;
+};
+
+class CredentialsTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::string(absl::StrCat(std::getenv("TEST_TMPDIR"), "/certs"));
+    const std::string command =
+        absl::StrCat("security/make_certs.sh ", *dir_, " >/dev/null");
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+
+  static std::string File(const std::string& name) {
+    return absl::StrCat(*dir_, "/", name);
+  }
+
+  // Starts the server with `security`; fails the test if it cannot.
+  void Serve(const ServerSecurity& security) {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+        MakeServerCredentials(security);
+    ASSERT_OK(credentials.status());
+    grpc::EnableDefaultHealthCheckService(true);
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", *credentials, &port);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    address_ = absl::StrCat("localhost:", port);
+  }
+
+  ServerSecurity TlsServer() const {
+    ServerSecurity security;
+    security.cert_file = File("node.pem");
+    security.key_file = File("node.key");
+    return security;
+  }
+  ServerSecurity TokenServer() const {
+    ServerSecurity security = TlsServer();
+    security.train_token_file = File("train.token");
+    security.read_token_file = File("read.token");
+    return security;
+  }
+  ChannelSecurity TrustingClient() const {
+    ChannelSecurity security;
+    security.ca_file = File("ca.pem");
+    return security;
+  }
+
+  std::unique_ptr<proto::EmbeddingService::Stub> Stub(
+      const ChannelSecurity& security) {
+    absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+        MakeChannelCredentials(security);
+    EXPECT_OK(credentials.status());
+    grpc::ChannelArguments args;
+    AddChannelArguments(security, &args);
+    return proto::EmbeddingService::NewStub(
+        grpc::CreateCustomChannel(address_, *credentials, args));
+  }
+
+  static grpc::Status CallStats(proto::EmbeddingService::Stub& stub) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(5));
+    proto::StatsResponse response;
+    return stub.Stats(&context, proto::StatsRequest(), &response);
+  }
+  static grpc::Status CallCreate(proto::EmbeddingService::Stub& stub) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(5));
+    proto::CreateTableResponse response;
+    return stub.CreateTable(&context, proto::CreateTableRequest(), &response);
+  }
+
+  static std::string* dir_;
+  AnsweringService service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::string address_;
+};
+
+std::string* CredentialsTest::dir_ = nullptr;
+
+TEST_F(CredentialsTest, AClientThatTrustsTheCaGetsThrough) {
+  Serve(TlsServer());
+  auto stub = Stub(TrustingClient());
+  EXPECT_TRUE(CallStats(*stub).ok());
+  EXPECT_TRUE(CallCreate(*stub).ok());
+}
+
+TEST_F(CredentialsTest, APlainTextClientIsRefused) {
+  Serve(TlsServer());
+  auto stub = Stub(ChannelSecurity());
+  const grpc::Status status = CallStats(*stub);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << status.error_message();
+}
+
+TEST_F(CredentialsTest, AClientTrustingAnotherCaRefusesTheServer) {
+  Serve(TlsServer());
+  ChannelSecurity security;
+  security.ca_file = File("other-ca.pem");
+  auto stub = Stub(security);
+  EXPECT_EQ(CallStats(*stub).error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(CredentialsTest, AServerNameTheCertificateLacksIsRefused) {
+  Serve(TlsServer());
+  ChannelSecurity security = TrustingClient();
+  security.server_name = "elsewhere.example";
+  auto stub = Stub(security);
+  EXPECT_EQ(CallStats(*stub).error_code(), grpc::StatusCode::UNAVAILABLE);
+}
+
+TEST_F(CredentialsTest, MutualTlsWantsACertificateFromTheClientCa) {
+  ServerSecurity server = TlsServer();
+  server.client_ca_file = File("ca.pem");
+  Serve(server);
+  // No client certificate.
+  EXPECT_EQ(CallStats(*Stub(TrustingClient())).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  // One from a CA the server does not trust.
+  ChannelSecurity stranger = TrustingClient();
+  stranger.cert_file = File("other.pem");
+  stranger.key_file = File("other.key");
+  EXPECT_EQ(CallStats(*Stub(stranger)).error_code(),
+            grpc::StatusCode::UNAVAILABLE);
+  ChannelSecurity member = TrustingClient();
+  member.cert_file = File("node.pem");
+  member.key_file = File("node.key");
+  EXPECT_TRUE(CallStats(*Stub(member)).ok());
+  EXPECT_EQ(service_.created, 0);
+}
+
+TEST_F(CredentialsTest, TheTrainingTokenCallsEverything) {
+  Serve(TokenServer());
+  ChannelSecurity security = TrustingClient();
+  security.token_file = File("train.token");
+  auto stub = Stub(security);
+  EXPECT_TRUE(CallStats(*stub).ok());
+  const grpc::Status created = CallCreate(*stub);
+  EXPECT_TRUE(created.ok()) << created.error_message();
+  EXPECT_EQ(service_.created, 1);
+  EXPECT_EQ(service_.last_access, "train");
+}
+
+TEST_F(CredentialsTest, TheReadOnlyTokenReadsButChangesNothing) {
+  Serve(TokenServer());
+  ChannelSecurity security = TrustingClient();
+  security.token_file = File("read.token");
+  auto stub = Stub(security);
+  EXPECT_TRUE(CallStats(*stub).ok());
+  const grpc::Status created = CallCreate(*stub);
+  EXPECT_EQ(created.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(created.error_message(),
+              HasSubstr("read-only token cannot call "
+                        "/embedps.proto.EmbeddingService/CreateTable"));
+  EXPECT_EQ(service_.created, 0);
+}
+
+TEST_F(CredentialsTest, AMissingOrWrongTokenIsRefused) {
+  Serve(TokenServer());
+  const grpc::Status none = CallCreate(*Stub(TrustingClient()));
+  EXPECT_EQ(none.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(none.error_message(), HasSubstr("no token"));
+  EXPECT_EQ(CallStats(*Stub(TrustingClient())).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+
+  const std::string wrong = File("wrong.token");
+  std::ofstream(wrong) << "not-the-token\n";
+  ChannelSecurity security = TrustingClient();
+  security.token_file = wrong;
+  const grpc::Status refused = CallCreate(*Stub(security));
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(refused.error_message(), HasSubstr("not one this server"));
+  EXPECT_EQ(service_.created, 0);
+}
+
+TEST_F(CredentialsTest, HealthNeedsNoToken) {
+  Serve(TokenServer());
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      MakeChannelCredentials(TrustingClient());
+  ASSERT_OK(credentials.status());
+  auto channel = grpc::CreateChannel(address_, *credentials);
+  grpc::GenericStub stub(channel);
+  // grpc.health.v1.HealthCheckRequest{service: ""} is the empty message.
+  grpc::ByteBuffer request, response;
+  grpc::Slice empty("");
+  request = grpc::ByteBuffer(&empty, 1);
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(5));
+  std::mutex mu;
+  std::condition_variable done_cv;
+  bool done = false;
+  grpc::Status status;
+  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
+                 &request, &response, [&](grpc::Status s) {
+                   std::lock_guard<std::mutex> lock(mu);
+                   status = s;
+                   done = true;
+                   done_cv.notify_all();
+                 });
+  std::unique_lock<std::mutex> lock(mu);
+  done_cv.wait(lock, [&] { return done; });
+  EXPECT_TRUE(status.ok()) << status.error_message();
+}
+
+TEST_F(CredentialsTest, CombinationsThatCannotWorkAreRefused) {
+  ServerSecurity token_in_clear;
+  token_in_clear.train_token_file = File("train.token");
+  EXPECT_THAT(MakeServerCredentials(token_in_clear).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("tokens need TLS")));
+  ServerSecurity key_alone;
+  key_alone.key_file = File("node.key");
+  EXPECT_THAT(MakeServerCredentials(key_alone).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  ServerSecurity same_tokens = TlsServer();
+  same_tokens.train_token_file = File("train.token");
+  same_tokens.read_token_file = File("train.token");
+  EXPECT_THAT(
+      MakeServerCredentials(same_tokens).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("differ")));
+  ServerSecurity missing = TlsServer();
+  missing.cert_file = File("absent.pem");
+  EXPECT_THAT(MakeServerCredentials(missing).status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr("absent.pem")));
+  ServerSecurity not_pem = TlsServer();
+  not_pem.cert_file = File("train.token");
+  EXPECT_THAT(
+      MakeServerCredentials(not_pem).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("no PEM block")));
+
+  ChannelSecurity client_token_in_clear;
+  client_token_in_clear.token_file = File("train.token");
+  EXPECT_THAT(MakeChannelCredentials(client_token_in_clear).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("token needs TLS")));
+  ChannelSecurity empty_token = TrustingClient();
+  empty_token.token_file = File("empty.token");
+  std::ofstream(empty_token.token_file) << "\n";
+  EXPECT_THAT(MakeChannelCredentials(empty_token).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("one non-empty line")));
+}
+
+TEST(AccessForTest, WritesNeedTheTrainingTokenAndUnknownMethodsToo) {
+  EXPECT_EQ(AccessFor("/embedps.proto.EmbeddingService/Push"), Access::kTrain);
+  EXPECT_EQ(AccessFor("/embedps.proto.EmbeddingService/Pull"), Access::kTrain);
+  EXPECT_EQ(AccessFor("/embedps.proto.EmbeddingService/Save"), Access::kTrain);
+  EXPECT_EQ(AccessFor("/embedps.proto.Coordination/Get"), Access::kTrain);
+  EXPECT_EQ(AccessFor("/embedps.proto.Future/Anything"), Access::kTrain);
+  EXPECT_EQ(AccessFor(""), Access::kTrain);
+  EXPECT_EQ(AccessFor("/embedps.proto.ServingService/Lookup"), Access::kRead);
+  EXPECT_EQ(AccessFor("/embedps.proto.Predictor/Predict"), Access::kRead);
+  EXPECT_EQ(AccessFor("/grpc.health.v1.Health/Check"), Access::kOpen);
+}
+
+}  // namespace
+}  // namespace embedps::security
