@@ -268,6 +268,28 @@ absl::StatusOr<TableHandle> Client::CreateTable(
   return handle;
 }
 
+absl::Status Client::DropTable(const std::string& name) {
+  proto::DropTableRequest request;
+  request.set_name(name);
+  std::atomic<int> dropped{0};
+  const absl::Status status = RunParts(num_shards(), [&](size_t shard) {
+    proto::DropTableResponse response;
+    absl::Status s = impl_->Call(static_cast<int32_t>(shard), "DropTable",
+                                 [&](grpc::ClientContext* context) {
+                                   return impl_->Stub(shard)->DropTable(
+                                       context, request, &response);
+                                 });
+    if (s.ok()) dropped.fetch_add(1);
+    return absl::IsNotFound(s) ? absl::OkStatus() : s;
+  });
+  if (!status.ok()) return status;
+  if (dropped.load() == 0) {
+    return absl::NotFoundError(
+        absl::StrCat("no table named '", name, "' on any shard"));
+  }
+  return absl::OkStatus();
+}
+
 namespace {
 
 // A ready future holding `status`.

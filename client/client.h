@@ -80,6 +80,11 @@ class Client {
   // same spec is fine) and returns its handle.
   absl::StatusOr<TableHandle> CreateTable(const proto::TableConfig& config);
 
+  // Drops the table named `name` on every shard, freeing its memory; its
+  // handles stop working (NOT_FOUND). A shard that no longer holds it (a
+  // retried drop) is fine; NOT_FOUND if no shard held it.
+  absl::Status DropTable(const std::string& name);
+
   // What the caller knows about its keys.
   enum class Keys {
     // Any order, any duplicates: the client deduplicates them (one hash

@@ -18,7 +18,9 @@ class CoordinationServiceImpl final : public proto::Coordination::Service {
   static constexpr absl::Duration kMaxTimeout = absl::Hours(1);
 
   // `metrics` must outlive the service; every call is recorded there.
-  explicit CoordinationServiceImpl(RpcMetrics* metrics) : metrics_(metrics) {}
+  explicit CoordinationServiceImpl(RpcMetrics* metrics,
+                                   CoordinationLimits limits = {})
+      : metrics_(metrics), store_(limits) {}
 
   grpc::Status Set(grpc::ServerContext* context,
                    const proto::SetRequest* request,

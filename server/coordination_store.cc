@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 
 namespace embedps::server {
 namespace {
@@ -32,9 +33,34 @@ absl::Status CoordinationStore::Set(const std::string& key, std::string value) {
   }
   {
     MutexLock lock(&mu_);
-    values_[key] = std::move(value);
+    auto it = values_.find(key);
+    if (it == values_.end()) {
+      RETURN_IF_ERROR(CheckRoomLocked(1, key.size() + value.size()));
+      bytes_ += key.size() + value.size();
+      values_.emplace(key, std::move(value));
+    } else {
+      if (value.size() > it->second.size()) {
+        RETURN_IF_ERROR(CheckRoomLocked(0, value.size() - it->second.size()));
+      }
+      bytes_ = bytes_ - it->second.size() + value.size();
+      it->second = std::move(value);
+    }
   }
   changed_.SignalAll();
+  return absl::OkStatus();
+}
+
+absl::Status CoordinationStore::CheckRoomLocked(size_t new_entries,
+                                                size_t bytes) const {
+  const size_t entries = values_.size() + barriers_.size();
+  if (entries + new_entries > limits_.max_entries ||
+      bytes_ + bytes > limits_.max_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the coordination store is full: ", entries, " keys and barriers, ",
+        bytes_, " bytes; this server keeps at most ", limits_.max_entries,
+        " and ", limits_.max_bytes,
+        " bytes (--max_coordination_keys, --max_coordination_mb)"));
+  }
   return absl::OkStatus();
 }
 
@@ -86,6 +112,10 @@ absl::StatusOr<uint64_t> CoordinationStore::Barrier(const std::string& name,
         absl::StrCat("barrier '", name, "' needs at least one participant"));
   }
   MutexLock lock(&mu_);
+  if (!barriers_.contains(name)) {
+    RETURN_IF_ERROR(CheckRoomLocked(1, name.size()));
+    bytes_ += name.size();
+  }
   BarrierState& state = barriers_[name];
   if (state.arrived > 0 && state.participants != participants) {
     return absl::InvalidArgumentError(

@@ -90,5 +90,29 @@ TEST(CoordinationStoreTest, BarrierParticipantCountsMustAgree) {
   waiter.join();
 }
 
+TEST(CoordinationStoreTest, AFullStoreRefusesMoreAndKeepsWhatItHolds) {
+  CoordinationStore store(
+      CoordinationLimits{.max_entries = 3, .max_bytes = 100});
+  ASSERT_OK(store.Set("a", std::string(40, 'x')));
+  ASSERT_OK(store.Set("b", std::string(40, 'y')));
+  // Bytes: a new key past 100 bytes, and a value grown past them.
+  EXPECT_THAT(store.Set("c", std::string(30, 'z')),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("coordination store is full")));
+  EXPECT_THAT(store.Set("a", std::string(60, 'x')),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  // Overwriting with the same or fewer bytes is fine.
+  ASSERT_OK(store.Set("a", std::string(10, 'w')));
+  EXPECT_EQ(store.Get("a").value_or(""), std::string(10, 'w'));
+  // Entries: keys and barrier names together.
+  ASSERT_OK(store.Set("c", "1"));
+  EXPECT_THAT(store.Barrier("d", 1, absl::Seconds(1)),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_THAT(store.Set("e", "1"),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  EXPECT_EQ(store.Get("b").value_or(""), std::string(40, 'y'));
+  EXPECT_THAT(store.Get("e"), StatusIs(absl::StatusCode::kNotFound));
+}
+
 }  // namespace
 }  // namespace embedps::server

@@ -59,7 +59,8 @@ EmbeddingServiceImpl::EmbeddingServiceImpl(ServiceOptions options,
       registry_(registry),
       checkpointer_(checkpointer),
       metrics_(metrics),
-      publisher_(publisher) {}
+      publisher_(publisher),
+      memory_(options.memory_limit_bytes) {}
 
 namespace {
 
@@ -129,12 +130,33 @@ grpc::Status EmbeddingServiceImpl::CreateTableImpl(
     grpc::ServerContext*, const proto::CreateTableRequest* request,
     proto::CreateTableResponse* response) {
   if (options_.serving_replica) return ReadOnlyReplica("CreateTable");
+  const proto::TableConfig& config = request->config();
+  if (config.admission().sketch_counters() > options_.max_sketch_counters) {
+    return Reject(
+        Rejection::kOverLimit,
+        absl::ResourceExhaustedError(absl::StrCat(
+            "table '", config.name(), "': admission.sketch_counters ",
+            config.admission().sketch_counters(),
+            " (a byte each) is more than this server gives one "
+            "table: ",
+            options_.max_sketch_counters, " (--max_sketch_counters)")));
+  }
+  if (!registry_->FindByName(config.name()).ok()) {
+    if (absl::Status room =
+            memory_.Admit(config.admission().sketch_counters(),
+                          absl::StrCat("CreateTable '", config.name(), "'"));
+        !room.ok()) {
+      return Reject(Rejection::kOverLimit, room);
+    }
+  }
   absl::StatusOr<TableRegistry::CreateResult> result =
-      registry_->Create(request->config());
+      registry_->Create(config, options_.max_tables);
   if (!result.ok()) {
     return Reject(
         result.status().code() == absl::StatusCode::kFailedPrecondition
             ? Rejection::kSpecConflict
+        : result.status().code() == absl::StatusCode::kResourceExhausted
+            ? Rejection::kOverLimit
             : Rejection::kInvalidSpec,
         result.status());
   }
@@ -174,6 +196,31 @@ grpc::Status EmbeddingServiceImpl::ParsePull(const grpc::ByteBuffer& request,
   absl::StatusOr<std::vector<uint64_t>> keys =
       CheckedKeys(view->keys, options_, /*allow_empty=*/false, &rejection);
   if (!keys.ok()) return Reject(rejection, keys.status());
+  // The response is sized before anything is pulled.
+  const uint64_t value_bytes =
+      call->header.value_type() == proto::FLOAT16 ? 2 : sizeof(float);
+  const uint64_t dim = call->entry.table->spec().dim;
+  const uint64_t response_bytes = keys->size() * dim * value_bytes;
+  if (response_bytes > options_.max_response_bytes) {
+    return Reject(
+        Rejection::kOverLimit,
+        absl::ResourceExhaustedError(absl::StrCat(
+            "a Pull of ", keys->size(), " keys at dim ", dim, " answers ",
+            response_bytes, " bytes; this server sends at most ",
+            options_.max_response_bytes,
+            " in one response (--max_message_bytes): split the "
+            "batch")));
+  }
+  // A Pull may create a row for every key (its values and optimizer
+  // state, about twice the values) besides the response.
+  if (absl::Status room = memory_.Admit(
+          response_bytes + (call->header.read_only()
+                                ? 0
+                                : 3 * keys->size() * dim * sizeof(float)),
+          absl::StrCat("a Pull of ", keys->size(), " keys"));
+      !room.ok()) {
+    return Reject(Rejection::kOverLimit, room);
+  }
   call->keys = *std::move(keys);
   return grpc::Status::OK;
 }
@@ -242,6 +289,13 @@ grpc::Status EmbeddingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
                       keys->size(), " keys of table '", table->spec().name,
                       "' (dim ", dim, "): ", gradients.status().message())));
   }
+  // A Push may create a row for every key.
+  if (absl::Status room =
+          memory_.Admit(3 * keys->size() * dim * sizeof(float),
+                        absl::StrCat("a Push of ", keys->size(), " keys"));
+      !room.ok()) {
+    return Reject(Rejection::kOverLimit, room);
+  }
   // Exactly once: a retry of an applied Push gets the first outcome.
   const PushDeduplicator::Decision decision =
       deduplicator_.Begin(request.client_id(), request.sequence());
@@ -308,6 +362,8 @@ grpc::Status EmbeddingServiceImpl::StatsImpl(grpc::ServerContext*,
   }
   if (stats_source_) stats_source_(response);
   response->set_duplicate_pushes(deduplicator_.duplicates());
+  response->set_resident_bytes(memory_.resident_bytes());
+  response->set_memory_limit_bytes(memory_.limit_bytes());
   metrics_->Fill(response);
   for (size_t r = 0; r < rejected_.size(); ++r) {
     (*response->mutable_rejected_requests())[RejectionName(
@@ -322,6 +378,18 @@ grpc::Status EmbeddingServiceImpl::CreateTable(
     proto::CreateTableResponse* response) {
   return metrics_->Measure(RpcMethod::kCreateTable, [&] {
     return CreateTableImpl(context, request, response);
+  });
+}
+
+grpc::Status EmbeddingServiceImpl::DropTable(
+    grpc::ServerContext*, const proto::DropTableRequest* request,
+    proto::DropTableResponse* response) {
+  return metrics_->Measure(RpcMethod::kDropTable, [&] {
+    if (options_.serving_replica) return ReadOnlyReplica("DropTable");
+    absl::StatusOr<uint32_t> id = registry_->Drop(request->name());
+    if (!id.ok()) return Reject(Rejection::kUnknownTable, id.status());
+    response->set_table_id(*id);
+    return grpc::Status::OK;
   });
 }
 

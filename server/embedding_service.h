@@ -19,6 +19,7 @@
 #include "common/mutex.h"
 #include "proto/embedps.grpc.pb.h"
 #include "server/checkpointer.h"
+#include "server/memory_guard.h"
 #include "server/publisher.h"
 #include "server/push_deduplicator.h"
 #include "server/rpc_metrics.h"
@@ -37,6 +38,18 @@ struct ServiceOptions {
   int32_t num_shards = 1;
   // Keys one Pull or Push may carry. Default: 4 Mi.
   uint64_t max_keys_per_request = uint64_t{4} << 20;
+  // Bytes the values of one Pull's response may take (keys x dim x 4, or
+  // 2 in float16): checked before anything is pulled. Default: 1 GiB
+  // (ps_server: --max_message_bytes).
+  uint64_t max_response_bytes = uint64_t{1} << 30;
+  // Counters (a byte each) a table's admission sketch may ask for.
+  // Default: 256 Mi.
+  uint64_t max_sketch_counters = uint64_t{1} << 28;
+  // Tables held at once (DropTable frees a place). Default: 256.
+  size_t max_tables = 256;
+  // The process's resident memory past which calls that would allocate
+  // are refused (memory_guard.h); 0: no limit. Default: 0.
+  uint64_t memory_limit_bytes = 0;
   // Test only: after applying a Push, answer UNAVAILABLE with this
   // probability, as if the response were lost (the client retries; the
   // retry must not be applied again). Default: 0.
@@ -85,6 +98,10 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
   grpc::Status CreateTable(grpc::ServerContext* context,
                            const proto::CreateTableRequest* request,
                            proto::CreateTableResponse* response) override;
+  // Removes a table from this shard (the client drops it on every shard).
+  grpc::Status DropTable(grpc::ServerContext* context,
+                         const proto::DropTableRequest* request,
+                         proto::DropTableResponse* response) override;
   grpc::Status ListTables(grpc::ServerContext* context,
                           const proto::ListTablesRequest* request,
                           proto::ListTablesResponse* response) override;
@@ -158,6 +175,7 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
   Publisher* const publisher_;
   std::function<void(proto::StatsResponse*)> stats_source_;
   PushDeduplicator deduplicator_;
+  MemoryGuard memory_;
   std::array<std::atomic<uint64_t>, static_cast<size_t>(Rejection::kCount)>
       rejected_{};
   Mutex detached_mu_;

@@ -80,6 +80,20 @@ ABSL_FLAG(std::string, checkpoint_root, "",
           "otherwise); empty: Save and Load requests are refused");
 ABSL_FLAG(uint64_t, max_keys_per_request, uint64_t{4} << 20,
           "most keys one Pull or Push may carry (RESOURCE_EXHAUSTED above)");
+ABSL_FLAG(uint64_t, max_sketch_counters, uint64_t{1} << 28,
+          "most admission sketch counters (a byte each) one table may ask "
+          "for (RESOURCE_EXHAUSTED above)");
+ABSL_FLAG(uint64_t, max_tables, 256,
+          "most tables this server holds at once (DropTable frees a place)");
+ABSL_FLAG(uint64_t, memory_limit_mb, 0,
+          "resident memory (MiB) past which calls that would allocate "
+          "(Pull, Push, CreateTable) are refused with RESOURCE_EXHAUSTED "
+          "before allocating; 0: no limit. Set it below the container's "
+          "limit");
+ABSL_FLAG(uint64_t, max_coordination_keys, uint64_t{64} << 10,
+          "most keys and barrier names the Coordination store holds");
+ABSL_FLAG(uint64_t, max_coordination_mb, 64,
+          "most MiB of keys and values the Coordination store holds");
 ABSL_FLAG(int32_t, max_message_bytes, 1 << 30,
           "largest gRPC message accepted or sent, in bytes");
 ABSL_FLAG(absl::Duration, shutdown_grace, absl::Seconds(10),
@@ -188,6 +202,19 @@ absl::StatusOr<ShardOptions> OptionsFromFlags() {
     }
   }
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  if (options.max_message_bytes < 1 << 20) {
+    return absl::InvalidArgumentError("--max_message_bytes must be >= 1 MiB");
+  }
+  options.service.max_response_bytes =
+      static_cast<uint64_t>(options.max_message_bytes) - (uint64_t{64} << 10);
+  options.service.max_sketch_counters =
+      absl::GetFlag(FLAGS_max_sketch_counters);
+  options.service.max_tables = absl::GetFlag(FLAGS_max_tables);
+  options.service.memory_limit_bytes = absl::GetFlag(FLAGS_memory_limit_mb)
+                                       << 20;
+  options.coordination.max_entries = absl::GetFlag(FLAGS_max_coordination_keys);
+  options.coordination.max_bytes = absl::GetFlag(FLAGS_max_coordination_mb)
+                                   << 20;
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   options.security = security::ServerSecurityFromFlags();

@@ -53,6 +53,8 @@ const char* RpcMethodName(RpcMethod method) {
       return "Serving.Lookup";
     case RpcMethod::kServingVersion:
       return "Serving.Version";
+    case RpcMethod::kDropTable:
+      return "DropTable";
     case RpcMethod::kCount:
       break;
   }
@@ -222,6 +224,15 @@ std::string RenderPrometheus(const proto::StatsResponse& stats) {
          "Retried pushes acknowledged without applying them again.");
   absl::StrAppend(&out, "embedps_duplicate_pushes_total ",
                   stats.duplicate_pushes(), "\n");
+  Metric(out, "embedps_resident_bytes", "gauge",
+         "Resident memory of the process.");
+  absl::StrAppend(&out, "embedps_resident_bytes ", stats.resident_bytes(),
+                  "\n");
+  Metric(out, "embedps_memory_limit_bytes", "gauge",
+         "Resident memory past which calls that would allocate are refused "
+         "(0: no limit).");
+  absl::StrAppend(&out, "embedps_memory_limit_bytes ",
+                  stats.memory_limit_bytes(), "\n");
   return out;
 }
 

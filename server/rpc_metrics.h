@@ -35,6 +35,7 @@ enum class RpcMethod {
   kSubscribe,
   kServingLookup,
   kServingVersion,
+  kDropTable,
   kCount,  // number of methods
 };
 const char* RpcMethodName(RpcMethod method);

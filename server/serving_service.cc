@@ -1,5 +1,6 @@
 #include "server/serving_service.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -97,6 +98,7 @@ grpc::Status ServingServiceImpl::LookupImpl(const proto::LookupRequest& request,
   const bool half = request.value_type() == proto::FLOAT16;
   std::vector<float> rows, pooled;
   std::vector<uint64_t> keys;
+  uint64_t response_bytes = 0;
   for (int s = 0; s < request.slot_size(); ++s) {
     const proto::LookupSlot& slot = request.slot(s);
     auto table = version->tables.find(slot.table());
@@ -138,6 +140,19 @@ grpc::Status ServingServiceImpl::LookupImpl(const proto::LookupRequest& request,
     absl::StatusOr<std::vector<int32_t>> offsets = Offsets(slot, n, s);
     if (!offsets.ok()) return wire::ToGrpcStatus(offsets.status());
     const size_t dim = table->second->dim();
+    // What this slot reads and answers (bags may outnumber keys: empty
+    // bags), before any of it is allocated.
+    response_bytes += std::max<uint64_t>(n, offsets->size()) * dim *
+                      (half ? sizeof(uint16_t) : sizeof(float));
+    if (response_bytes > options_.max_response_bytes) {
+      return Refuse(
+          grpc::StatusCode::RESOURCE_EXHAUSTED,
+          absl::StrCat("this Lookup's rows and bags take more than the ",
+                       options_.max_response_bytes,
+                       " bytes one response may carry (--max_message_bytes) "
+                       "by slot ",
+                       s, ": split it"));
+    }
     rows.resize(n * dim);
     if (absl::Status read = table->second->Read(keys, absl::MakeSpan(rows));
         !read.ok()) {

@@ -27,6 +27,9 @@ struct ServingServiceOptions {
   int32_t num_shards = 1;
   // Keys one Lookup may carry, all slots together. Default: 1 Mi.
   uint64_t max_keys_per_request = uint64_t{1} << 20;
+  // Bytes one Lookup's rows and bags may take, all slots together
+  // (checked before they are read). Default: 1 GiB.
+  uint64_t max_response_bytes = uint64_t{1} << 30;
   // How long a Lookup of an exact version waits for it to arrive.
   // Default: 2 s.
   absl::Duration version_wait = absl::Seconds(2);

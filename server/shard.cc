@@ -29,7 +29,7 @@ struct Shard::Parts {
         publisher(PublisherFor(o), &registry),
         service(ServiceFor(o), &registry, &checkpointer, &metrics,
                 o.serving ? nullptr : &publisher),
-        coordination(&metrics) {}
+        coordination(&metrics, o.coordination) {}
 
   static PublisherOptions PublisherFor(const ShardOptions& o) {
     PublisherOptions p = o.publisher;
@@ -120,6 +120,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
     serving.shard_index = options.follow.shard_index;
     serving.num_shards = options.follow.num_shards;
     serving.max_keys_per_request = options.max_lookup_keys;
+    serving.max_response_bytes = options.service.max_response_bytes;
     parts->serving = std::make_unique<ServingServiceImpl>(
         serving, parts->follower.get(), &parts->metrics);
     Follower* follower = parts->follower.get();

@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "proto/embedps.pb.h"
 #include "security/credentials.h"
+#include "server/coordination_store.h"
 #include "server/embedding_service.h"
 #include "server/follower.h"
 #include "server/publisher.h"
@@ -72,6 +73,8 @@ struct ShardOptions {
   FollowerOptions follow;
   // Keys one serving Lookup may carry. Default: 1 Mi.
   uint64_t max_lookup_keys = uint64_t{1} << 20;
+  // What the Coordination store may hold. Default: see CoordinationLimits.
+  CoordinationLimits coordination;
 };
 
 class Shard {

@@ -26,12 +26,14 @@ absl::Status ValidateConsistency(const proto::ConsistencyConfig& c) {
 
 }  // namespace
 
-TableRegistry::Entry TableRegistry::EntryOf(uint32_t id, const Slot& slot) {
-  return Entry{id, slot.table.get(), slot.synchronizer.get(), &slot.config};
+TableRegistry::Entry TableRegistry::EntryOf(uint32_t id,
+                                            const std::shared_ptr<Slot>& slot) {
+  return Entry{id, slot->table.get(), slot->synchronizer.get(), &slot->config,
+               slot};
 }
 
 absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
-    const proto::TableConfig& config) {
+    const proto::TableConfig& config, size_t max_tables) {
   ASSIGN_OR_RETURN(const embedding::TableSpec spec, SpecFromConfig(config));
   RETURN_IF_ERROR(ValidateConsistency(config.consistency()));
   proto::TableConfig canonical = ConfigFromSpec(spec);
@@ -53,7 +55,14 @@ absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
     }
     return CreateResult{it->second, false};
   }
-  auto slot = std::make_unique<Slot>();
+  if (id_by_name_.size() >= max_tables) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("table '", spec.name, "' not created: this server holds ",
+                     id_by_name_.size(),
+                     " tables, its limit (--max_tables); drop one "
+                     "(DropTable) or raise the limit"));
+  }
+  auto slot = std::make_shared<Slot>();
   embedding::TableOptions options;
   if (!spill_root_.empty()) {
     options.spill_directory =
@@ -88,7 +97,11 @@ absl::StatusOr<TableRegistry::Entry> TableRegistry::Find(
                      static_cast<int64_t>(slots_.size()) - 1,
                      " exist; resolve ids with CreateTable or ListTables)"));
   }
-  return EntryOf(table_id, *slots_[table_id]);
+  if (slots_[table_id] == nullptr) {
+    return absl::NotFoundError(
+        absl::StrCat("table id ", table_id, " was dropped"));
+  }
+  return EntryOf(table_id, slots_[table_id]);
 }
 
 absl::StatusOr<TableRegistry::Entry> TableRegistry::FindByName(
@@ -99,14 +112,39 @@ absl::StatusOr<TableRegistry::Entry> TableRegistry::FindByName(
     return absl::NotFoundError(
         absl::StrCat("no table named '", name, "' on this server"));
   }
-  return EntryOf(it->second, *slots_[it->second]);
+  return EntryOf(it->second, slots_[it->second]);
+}
+
+absl::StatusOr<uint32_t> TableRegistry::Drop(const std::string& name) {
+  std::shared_ptr<Slot> dropped;
+  uint32_t id = 0;
+  {
+    MutexLock lock(&mu_);
+    auto it = id_by_name_.find(name);
+    if (it == id_by_name_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("no table named '", name, "' on this server"));
+    }
+    id = it->second;
+    dropped = std::move(slots_[id]);
+    id_by_name_.erase(it);
+  }
+  // Freed here, outside the lock, unless a call in flight still holds it.
+  dropped.reset();
+  return id;
+}
+
+size_t TableRegistry::size() const {
+  ReaderMutexLock lock(&mu_);
+  return id_by_name_.size();
 }
 
 std::vector<TableRegistry::Entry> TableRegistry::List() const {
   ReaderMutexLock lock(&mu_);
   std::vector<Entry> entries;
-  for (uint32_t id = 0; id < slots_.size(); ++id)
-    entries.push_back(EntryOf(id, *slots_[id]));
+  for (uint32_t id = 0; id < slots_.size(); ++id) {
+    if (slots_[id] != nullptr) entries.push_back(EntryOf(id, slots_[id]));
+  }
   return entries;
 }
 

@@ -1,13 +1,15 @@
 // The tables one ps_server holds, by name and by numeric id, each with its
 // consistency mode.
 //
-// Tables are never removed while the server runs, so the pointers in an
-// Entry stay valid for the registry's lifetime.
+// An Entry holds its table: the pointers in it stay valid while the Entry
+// (or a copy) lives, also after the table is dropped; a dropped table is
+// freed when its last Entry goes. Ids are never reused.
 // Thread safety: all methods are thread-safe.
 #ifndef EMBEDPS_SERVER_TABLE_REGISTRY_H_
 #define EMBEDPS_SERVER_TABLE_REGISTRY_H_
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,8 +48,16 @@ class TableRegistry {
   // Creates the table, or returns the existing one if a table of that name
   // has the same configuration (idempotent). FAILED_PRECONDITION if the
   // name exists with a different one; INVALID_ARGUMENT (naming the field)
-  // for an invalid config.
-  absl::StatusOr<CreateResult> Create(const proto::TableConfig& config);
+  // for an invalid config; RESOURCE_EXHAUSTED if `max_tables` are held.
+  absl::StatusOr<CreateResult> Create(
+      const proto::TableConfig& config,
+      size_t max_tables = std::numeric_limits<size_t>::max());
+
+  // Removes the table named `name` (NOT_FOUND if none) and returns its id.
+  absl::StatusOr<uint32_t> Drop(const std::string& name);
+
+  // Tables held now.
+  size_t size() const;
 
   struct Entry {
     uint32_t table_id;
@@ -56,6 +66,8 @@ class TableRegistry {
     StepSynchronizer* synchronizer;
     // Every field explicit.
     const proto::TableConfig* config;
+    // Keeps the above alive.
+    std::shared_ptr<const void> hold;
   };
 
   // The table with `table_id`, or NOT_FOUND naming the known ids.
@@ -73,15 +85,15 @@ class TableRegistry {
     std::unique_ptr<embedding::Table> table;
     std::unique_ptr<StepSynchronizer> synchronizer;
   };
-  static Entry EntryOf(uint32_t id, const Slot& slot);
+  static Entry EntryOf(uint32_t id, const std::shared_ptr<Slot>& slot);
 
   const int32_t num_workers_;
   const std::string spill_root_;
   const uint64_t spill_block_cache_bytes_;
   const bool spill_read_around_;
   mutable Mutex mu_;
-  // Index = table id.
-  std::vector<std::unique_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
+  // Index = table id; null once dropped.
+  std::vector<std::shared_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint32_t> id_by_name_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -10,7 +10,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "client/client.h"
+#include "client/coordination_client.h"
 #include "common/status_matchers.h"
 #include "common/testing/child_process.h"
 #include "common/testing/server_process.h"
@@ -171,6 +173,29 @@ TEST(ServerProcessTest, APortInUseIsRefused) {
   const std::string log_text((std::istreambuf_iterator<char>(log_file)),
                              std::istreambuf_iterator<char>());
   EXPECT_NE(log_text.find("cannot listen on"), std::string::npos) << log_text;
+}
+
+// The Coordination store of a real server is bounded: Sets past its
+// limits are refused, what it holds stays, and it keeps serving.
+TEST(ServerProcessTest, TheCoordinationStoreRefusesPastItsLimits) {
+  ASSERT_OK_AND_ASSIGN(
+      auto server, testing::ServerProcess::Start(
+                       "server/ps_server", {"--max_coordination_mb=1",
+                                            "--max_coordination_keys=100"}));
+  ASSERT_OK_AND_ASSIGN(auto store,
+                       client::CoordinationClient::Create(server->address()));
+  const std::string big(600 << 10, 'x');
+  ASSERT_OK(store->Set("a", big));
+  EXPECT_THAT(store->Set("b", big),
+              StatusIs(absl::StatusCode::kResourceExhausted,
+                       HasSubstr("--max_coordination_mb")));
+  for (int i = 0; i < 99; ++i) ASSERT_OK(store->Set(absl::StrCat("k", i), "v"));
+  EXPECT_THAT(store->Set("one-more", "v"),
+              StatusIs(absl::StatusCode::kResourceExhausted));
+  ASSERT_OK_AND_ASSIGN(std::string a, store->Get("a"));
+  EXPECT_EQ(a.size(), big.size());
+  EXPECT_THAT(store->Get("b"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(server->Stop(), 0);
 }
 
 }  // namespace

@@ -75,6 +75,8 @@ class Client(_embedps._Client):
         servers; duplicate keys' gradients are summed. For SYNC/SSP tables a
         push is the caller's whole step ``step``.
     pull_async / lookup_async / push_async: the same, returning a Future.
+    drop_table(name): removes the table from every shard (frees a place
+        under ps_server --max_tables, and its memory).
     checkpoint(root, *, step, incremental=False) -> manifest dict
     load(path) -> dict (a checkpoint directory, or a root: its latest)
     publish(step, dense_parameters=b"") -> rows published to serving

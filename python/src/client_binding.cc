@@ -166,6 +166,15 @@ class PyClient {
     return *table;
   }
 
+  void DropTable(const std::string& name) {
+    absl::Status status;
+    {
+      py::gil_scoped_release release;
+      status = client_->DropTable(name);
+    }
+    Check(status);
+  }
+
   py::array Read(const TableHandle& table, const py::handle& keys_arg,
                  uint64_t step, bool unique, const py::object& out,
                  bool read_only) {
@@ -400,6 +409,9 @@ The arrays it was given stay borrowed until then.)")
       .def_property_readonly("client_id", &PyClient::client_id)
       .def("_create_table", &PyClient::CreateTable, py::arg("config"),
            py::arg("json"))
+      .def("drop_table", &PyClient::DropTable, py::arg("name"),
+           "Drops the table on every shard, freeing its memory; its Table "
+           "handles stop working (NotFoundError).")
       .def(
           "pull",
           [](PyClient& c, const TableHandle& t, const py::object& keys,

@@ -1,0 +1,107 @@
+"""No single call exhausts a ps_server: requests past each limit are
+refused with RESOURCE_EXHAUSTED before anything is allocated, what the
+server holds stays as it was, and it keeps serving. Real processes."""
+
+import os
+
+import numpy as np
+import pytest
+
+import embedps
+
+SGD = {"kind": "sgd", "learning_rate": 1.0}
+ZEROS = {"kind": "zeros"}
+
+
+def resident_mib(server) -> float:
+    with open(f"/proc/{server.process.pid}/statm") as statm:
+        return int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def test_a_pull_whose_response_is_too_big_is_refused(start_servers):
+    # 2 MiB messages: 64 keys at dim 4096 (1 MiB) fit, 200 (3.2 MiB) do not.
+    server = start_servers(1, "--max_message_bytes=2097152")[0]
+    client = embedps.Client([server.address])
+    table = client.create_table(name="wide", dim=4096, optimizer=SGD)
+    small = np.arange(64, dtype=np.uint64)
+    rows = client.pull(table, small)
+    before = resident_mib(server)
+    with pytest.raises(embedps.ResourceExhaustedError, match="split the batch"):
+        client.pull(table, np.arange(1000, 1200, dtype=np.uint64))
+    with pytest.raises(embedps.ResourceExhaustedError):
+        client.lookup(table, np.arange(1000, 1200, dtype=np.uint64))
+    assert resident_mib(server) < before + 16
+    np.testing.assert_array_equal(client.pull(table, small), rows)
+    assert client.stats()[0]["table"][0]["rows"] == 64
+    assert client.stats()[0]["rejected_requests"]["over_limit"] == 2
+
+
+def test_a_huge_admission_sketch_is_refused(start_servers):
+    server = start_servers(1)[0]
+    client = embedps.Client([server.address])
+    before = resident_mib(server)
+    with pytest.raises(embedps.ResourceExhaustedError, match="--max_sketch_counters"):
+        client.create_table(name="sketchy", dim=8,
+                            admission={"kind": "count", "sketch_counters": 4294967296,
+                                       "min_count": 2})
+    assert resident_mib(server) < before + 16
+    assert client.stats()[0]["table"] == []
+    table = client.create_table(name="fine", dim=8, optimizer=SGD,
+                                admission={"kind": "count", "sketch_counters": 1 << 16,
+                                           "min_count": 2})
+    assert client.pull(table, np.arange(4, dtype=np.uint64)).shape == (4, 8)
+
+
+def test_tables_are_limited_and_drop_table_frees_a_place(start_servers):
+    servers = start_servers(2, "--max_tables=3")
+    client = embedps.Client([s.address for s in servers])
+    tables = [client.create_table(name=f"t{i}", dim=4, optimizer=SGD, initializer=ZEROS) for i in range(3)]
+    keys = np.arange(100, dtype=np.uint64)
+    client.push(tables[0], keys, np.ones((100, 4), np.float32))
+    with pytest.raises(embedps.ResourceExhaustedError, match="--max_tables"):
+        client.create_table(name="t3", dim=4, optimizer=SGD, initializer=ZEROS)
+    # The same spec again is not a new table.
+    client.create_table(name="t1", dim=4, optimizer=SGD, initializer=ZEROS)
+    client.drop_table("t2")
+    with pytest.raises(embedps.NotFoundError, match="dropped"):
+        client.pull(tables[2], keys)
+    with pytest.raises(embedps.NotFoundError):
+        client.drop_table("t2")
+    client.create_table(name="t3", dim=4, optimizer=SGD, initializer=ZEROS)
+    np.testing.assert_array_equal(client.lookup(tables[0], keys), -np.ones((100, 4), np.float32))
+    assert sorted(t["name"] for t in client.stats()[0]["table"]) == ["t0", "t1", "t3"]
+    # A dropped name can be created afresh (new rows, new id).
+    client.drop_table("t0")
+    again = client.create_table(name="t0", dim=4, optimizer=SGD, initializer=ZEROS)
+    np.testing.assert_array_equal(client.lookup(again, keys), np.zeros((100, 4), np.float32))
+
+
+def test_the_memory_limit_refuses_before_the_process_grows_past_it(start_servers):
+    """Rows are created until the limit: then Pulls and Pushes that would
+    create more are refused, the rows held stay readable, and resident
+    memory stays near the limit."""
+    probe = start_servers(1)[0]
+    limit = int(resident_mib(probe)) + 96
+    probe.stop()
+    server = start_servers(1, f"--memory_limit_mb={limit}")[0]
+    client = embedps.Client([server.address])
+    table = client.create_table(name="emb", dim=256, optimizer=SGD)
+    batch = 20000  # 20 MB of rows per Pull
+    created = 0
+    with pytest.raises(embedps.ResourceExhaustedError, match="--memory_limit_mb"):
+        for start in range(0, 100 * batch, batch):
+            client.pull(table, np.arange(start, start + batch, dtype=np.uint64))
+            created += batch
+    assert created > 0
+    stats = client.stats()[0]
+    assert stats["memory_limit_bytes"] == limit << 20
+    assert stats["resident_bytes"] <= (limit + 32) << 20
+    assert resident_mib(server) <= limit + 32
+    assert stats["table"][0]["rows"] == created
+    # What it holds is still served, read-only.
+    held = np.arange(0, 1000, dtype=np.uint64)
+    assert client.lookup(table, held).shape == (1000, 256)
+    with pytest.raises(embedps.ResourceExhaustedError):
+        client.push(table, np.arange(10**7, 10**7 + batch, dtype=np.uint64),
+                    np.ones((batch, 256), np.float32))
+    assert client.stats()[0]["table"][0]["rows"] == created
