@@ -20,6 +20,10 @@
 
 namespace embedps::security {
 
+// The files defining them, for SetProgramUsage (--help lists their flags).
+inline constexpr char kClientFlagsFile[] = "security/client_flags.cc";
+inline constexpr char kServerFlagsFile[] = "security/server_flags.cc";
+
 // From :client_flags.
 ChannelSecurity ChannelSecurityFromFlags();
 

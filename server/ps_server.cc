@@ -367,7 +367,8 @@ int main(int argc, char** argv) {
       "one shard of the embedps parameter server.\n"
       "  ps_server --port=50051 --shard_index=0 --num_shards=2 "
       "--tables=tables.txtpb",
-      {"server/ps_server.cc"});
+      {"server/ps_server.cc", embedps::security::kClientFlagsFile,
+       embedps::security::kServerFlagsFile});
   absl::ParseCommandLine(argc, argv);
   embedps::ReuseLargeAllocations();
   return embedps::server::Run();

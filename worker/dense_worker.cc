@@ -15,6 +15,7 @@
 #include "common/logging.h"
 #include "common/program_usage.h"
 #include "common/status_macros.h"
+#include "security/flags.h"
 #include "worker/dense_job.h"
 #include "worker/job_flags.h"
 
@@ -148,7 +149,8 @@ int main(int argc, char** argv) {
       "one rank of a data-parallel dense job (an MLP on a "
       "synthetic teacher task), no parameter server.\n"
       "  dense_worker [--rank=R --world_size=N --rendezvous_dir=DIR]",
-      {"worker/dense_worker.cc", embedps::worker::kJobFlagsFile});
+      {"worker/dense_worker.cc", embedps::worker::kJobFlagsFile,
+       embedps::security::kClientFlagsFile});
   if (const int code = embedps::worker::ParseJobCommandLine(argc, argv);
       code >= 0) {
     return code;

@@ -182,7 +182,8 @@ int main(int argc, char** argv) {
       "serves click probabilities for raw Criteo features from the serving "
       "replicas' embeddings and the dense model of the same step.\n"
       "  ps_predictor --config=dlrm.txtpb --serving=H:P,H:P;H:P,H:P",
-      {"worker/ps_predictor.cc"});
+      {"worker/ps_predictor.cc", embedps::security::kClientFlagsFile,
+       embedps::security::kServerFlagsFile});
   absl::ParseCommandLine(argc, argv);
   if (absl::Status s = embedps::SetLogLevel(absl::GetFlag(FLAGS_log_level));
       !s.ok()) {

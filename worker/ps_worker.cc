@@ -193,7 +193,8 @@ int main(int argc, char** argv) {
       "[--rank=R --world_size=N]\n"
       "The config (worker/worker_config.proto) describes the job; the flags "
       "override parts of it (docs/operations.md).",
-      {"worker/ps_worker.cc", embedps::worker::kJobFlagsFile});
+      {"worker/ps_worker.cc", embedps::worker::kJobFlagsFile,
+       embedps::security::kClientFlagsFile});
   if (const int code = embedps::worker::ParseJobCommandLine(argc, argv);
       code >= 0) {
     return code;

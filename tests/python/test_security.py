@@ -189,3 +189,19 @@ def test_a_job_trains_checkpoints_and_serves_with_tls_and_tokens(start_servers, 
     finally:
         predictor.kill()
         predictor.wait()
+
+
+def test_the_health_probe_speaks_tls_and_needs_no_token(start_servers, certs):
+    server = start_servers(1, *tls_server_flags(certs))[0]
+    probe = binary("tools/embedps_health")
+
+    def health(*flags):
+        return subprocess.run([probe, f"--address={localhost(server)}", "--timeout=5s", *flags],
+                              capture_output=True, text=True, timeout=60)
+
+    assert health(f"--tls_ca={certs / 'ca.pem'}").returncode == 0
+    assert health().returncode == 1  # plain text to a TLS port
+    refused = health(f"--tls_ca={certs / 'other-ca.pem'}")
+    assert refused.returncode == 1 and "certificate verify failed" in refused.stderr
+    server.stop()
+    assert health(f"--tls_ca={certs / 'ca.pem'}").returncode == 1
