@@ -18,6 +18,8 @@ packages=(
   # The Python module (python/) and its tests: headers, pybind11, and the
   # numpy, PyTorch and pytest of Debian's /usr/bin/python3.
   python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
+  # The manifests' tests (python3-yaml) and their schema check's venv.
+  python3-yaml python3-venv
   # Formatting and tooling used by the scripts (gnuplot: the training plot).
   clang-format procps gnuplot-nox
 )

@@ -25,5 +25,15 @@ failed=$(grep -cE '^//[^ ]+ +(\(cached\) +)?(FAILED|TIMEOUT|FLAKY|NO STATUS|INCO
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
   failed=1  # the build itself failed before any test could report
 fi
+# The Kubernetes manifests against the API's schemas (a PyPI validator).
+if tests/k8s/validate_schema.sh >"$log" 2>&1; then
+  passed=$((passed + 1))
+  tail -1 "$log"
+else
+  failed=$((failed + 1))
+  status=1
+  echo "FAILED: tests/k8s/validate_schema.sh"
+  tail -20 "$log"
+fi
 echo "$passed passed, $failed failed"
 [ "$status" -eq 0 ] && [ "$failed" -eq 0 ]
