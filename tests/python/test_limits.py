@@ -105,3 +105,30 @@ def test_the_memory_limit_refuses_before_the_process_grows_past_it(start_servers
         client.push(table, np.arange(10**7, 10**7 + batch, dtype=np.uint64),
                     np.ones((batch, 256), np.float32))
     assert client.stats()[0]["table"][0]["rows"] == created
+
+
+def test_the_capacity_planner_agrees_with_a_real_table(start_servers, tmp_path):
+    """tools/capacity's memory and checkpoint bytes per shard against the
+    Stats and the checkpoint files of real shards holding the same keys."""
+    import json
+    import subprocess
+    from conftest import binary
+    config = 'name: "emb" dim: 32 optimizer { kind: ADAGRAD learning_rate: 0.1 }'
+    keys = 400000
+    plan = json.loads(subprocess.run(
+        [binary("tools/capacity"), f"--table={config}", f"--keys={keys}", "--shards=2"],
+        check=True, capture_output=True, text=True, timeout=120).stdout)
+    servers = start_servers(2)
+    client = embedps.Client([s.address for s in servers])
+    table = client.create_table(config)
+    for start in range(0, keys, 50000):
+        client.pull(table, np.arange(start, start + 50000, dtype=np.uint64) * 0x9E3779B1 + 7)
+    for shard in client.stats():
+        stats = shard["table"][0]
+        assert abs(stats["rows"] - keys / 2) < keys * 0.01
+        assert stats["resident_bytes"] == pytest.approx(plan["memory_bytes_per_shard"], rel=0.15)
+    manifest = client.checkpoint(str(tmp_path / "ckpt"), step=1)
+    files = [f for t in manifest["table"] for f in t["file"]]
+    assert len(files) == 2
+    for f in files:
+        assert int(f["bytes"]) == pytest.approx(plan["checkpoint_bytes_per_shard"], rel=0.1)

@@ -1,0 +1,178 @@
+// capacity: memory and disk per shard for a table of N keys, measured
+// rather than guessed: it builds the table in this process with the
+// engine's own code, fills a sample of keys, reads the table's resident
+// bytes (TableStats: rows, index, optimizer state) and writes a real
+// checkpoint file of it, and scales both to N keys over the shards.
+//
+//   capacity --table='name: "emb" dim: 64 optimizer { kind: ADAGRAD }'
+//            --keys=1000000000 --shards=16 --replicas=1
+//
+// Prints one JSON object: per-shard and total memory and checkpoint bytes,
+// the bytes per row they come from, and with --replicas the serving
+// replicas' memory (a replica holds its serving shard's rows). A table
+// with a memory budget keeps at most the budget in memory per shard; the
+// rest goes to its spill tier on disk (about a checkpoint row's size each).
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/strings/str_cat.h"
+#include "common/program_usage.h"
+#include "common/status_macros.h"
+#include "embedding/checkpoint_file.h"
+#include "embedding/table.h"
+#include "google/protobuf/text_format.h"
+#include "nlohmann/json.hpp"
+#include "server/table_config.h"
+
+ABSL_FLAG(std::string, table, "",
+          "the table: a text-format embedps.proto.TableConfig");
+ABSL_FLAG(std::string, table_file, "", "or a file holding it");
+ABSL_FLAG(uint64_t, keys, 0, "distinct keys the table will hold");
+ABSL_FLAG(int32_t, shards, 1, "training shards (keys spread evenly)");
+ABSL_FLAG(int32_t, replicas, 0,
+          "serving replicas of each shard's rows (0: no serving)");
+ABSL_FLAG(uint64_t, sample, 200000, "keys filled to measure");
+
+namespace embedps::tools {
+namespace {
+
+absl::StatusOr<proto::TableConfig> ReadConfig() {
+  std::string text = absl::GetFlag(FLAGS_table);
+  if (const std::string path = absl::GetFlag(FLAGS_table_file); !path.empty()) {
+    std::ifstream file(path);
+    std::stringstream s;
+    s << file.rdbuf();
+    if (!file) return absl::NotFoundError(absl::StrCat("cannot read ", path));
+    text = s.str();
+  }
+  proto::TableConfig config;
+  if (text.empty() ||
+      !google::protobuf::TextFormat::ParseFromString(text, &config)) {
+    return absl::InvalidArgumentError(
+        "--table (or --table_file) must be a text-format TableConfig");
+  }
+  return config;
+}
+
+struct Measured {
+  double memory_bytes_per_row = 0;
+  double checkpoint_bytes_per_row = 0;
+  uint64_t fixed_bytes = 0;  // the admission sketch
+};
+
+absl::StatusOr<Measured> Measure(embedding::TableSpec spec, uint64_t sample) {
+  Measured m;
+  if (spec.admission.kind == embedding::AdmissionSpec::Kind::kCount) {
+    m.fixed_bytes = spec.admission.sketch_counters;
+  }
+  // Every key admitted, all in memory: the rows as they will be held.
+  spec.admission = embedding::AdmissionSpec();
+  spec.memory_budget_bytes = 0;
+  ASSIGN_OR_RETURN(std::unique_ptr<embedding::Table> table,
+                   embedding::Table::Create(spec));
+  const embedding::TableStats empty = table->Stats();
+  constexpr uint64_t kBatch = 10000;
+  std::vector<uint64_t> keys(kBatch);
+  std::vector<float> values(kBatch * spec.dim);
+  for (uint64_t begin = 0; begin < sample; begin += kBatch) {
+    // Spread like hashed ids: the index sees no pattern.
+    for (uint64_t i = 0; i < kBatch; ++i) {
+      keys[i] = (begin + i + 1) * 0x9E3779B97F4A7C15ull;
+    }
+    RETURN_IF_ERROR(table->Pull(keys, absl::MakeSpan(values)));
+  }
+  const embedding::TableStats full = table->Stats();
+  m.memory_bytes_per_row =
+      static_cast<double>(full.resident_bytes - empty.resident_bytes) /
+      static_cast<double>(full.rows);
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            absl::StrCat("embedps-capacity-", getpid(), ".tbl"))
+                               .string();
+  ASSIGN_OR_RETURN(std::unique_ptr<embedding::TableSnapshot> snapshot,
+                   table->TakeSnapshot(/*incremental=*/false));
+  absl::StatusOr<embedding::TableFileSummary> written =
+      embedding::WriteTableFile(*snapshot, path);
+  std::filesystem::remove(path);
+  if (!written.ok()) return written.status();
+  m.checkpoint_bytes_per_row =
+      static_cast<double>(written->bytes) / static_cast<double>(written->rows);
+  return m;
+}
+
+int Run() {
+  absl::StatusOr<proto::TableConfig> config = ReadConfig();
+  const uint64_t keys = absl::GetFlag(FLAGS_keys);
+  const int32_t shards = absl::GetFlag(FLAGS_shards);
+  const int32_t replicas = absl::GetFlag(FLAGS_replicas);
+  if (!config.ok() || keys == 0 || shards < 1 || replicas < 0) {
+    std::fprintf(stderr, "%s\n",
+                 !config.ok() ? std::string(config.status().message()).c_str()
+                              : "--keys must be > 0, --shards >= 1, "
+                                "--replicas >= 0");
+    return 2;
+  }
+  absl::StatusOr<embedding::TableSpec> spec = server::SpecFromConfig(*config);
+  if (!spec.ok()) {
+    std::fprintf(stderr, "%s\n", spec.status().ToString().c_str());
+    return 2;
+  }
+  absl::StatusOr<Measured> m = Measure(*spec, absl::GetFlag(FLAGS_sample));
+  if (!m.ok()) {
+    std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
+    return 1;
+  }
+  const uint64_t per_shard = (keys + shards - 1) / shards;
+  const double rows_bytes = m->memory_bytes_per_row * per_shard;
+  const double budget = static_cast<double>(spec->memory_budget_bytes);
+  const double memory =
+      (budget > 0 ? std::min(rows_bytes, budget) : rows_bytes) + m->fixed_bytes;
+  const double spilled_rows = budget > 0 && rows_bytes > budget
+                                  ? per_shard * (1.0 - budget / rows_bytes)
+                                  : 0.0;
+  const double checkpoint = m->checkpoint_bytes_per_row * per_shard;
+  nlohmann::json out = {
+      {"table", spec->name},
+      {"dim", spec->dim},
+      {"keys", keys},
+      {"shards", shards},
+      {"keys_per_shard", per_shard},
+      {"memory_bytes_per_row", m->memory_bytes_per_row},
+      {"checkpoint_bytes_per_row", m->checkpoint_bytes_per_row},
+      {"admission_sketch_bytes", m->fixed_bytes},
+      {"memory_bytes_per_shard", std::llround(memory)},
+      {"spill_disk_bytes_per_shard",
+       std::llround(spilled_rows * m->checkpoint_bytes_per_row)},
+      {"checkpoint_bytes_per_shard", std::llround(checkpoint)},
+      {"memory_bytes_total", std::llround(memory * shards)},
+      {"checkpoint_bytes_total", std::llround(checkpoint * shards)},
+      {"serving_replicas", replicas},
+      // A serving replica holds rows without optimizer state only when the
+      // checkpoint says so; count them as training holds them.
+      {"serving_memory_bytes_total",
+       std::llround(rows_bytes * shards * replicas)},
+  };
+  std::printf("%s\n", out.dump(2).c_str());
+  return 0;
+}
+
+}  // namespace
+}  // namespace embedps::tools
+
+int main(int argc, char** argv) {
+  embedps::SetProgramUsage(
+      "memory and disk per shard for a table of N keys, measured with the "
+      "engine's own code.\n"
+      "  capacity --table='name: \"emb\" dim: 64' --keys=1000000000 "
+      "--shards=16",
+      {"tools/capacity.cc"});
+  absl::ParseCommandLine(argc, argv);
+  return embedps::tools::Run();
+}
