@@ -54,6 +54,9 @@ class Hosts:
         self.veths = []
         atexit.register(self.close)
         sh("ip", "link", "add", self.bridge, "type", "bridge")
+        # No address on the bridge: this namespace's own network may use
+        # the same range (this machine's eth0 does), and nothing here is to
+        # reach the hosts but through a host of its own.
         sh("ip", "link", "set", self.bridge, "up")
         for i, name in enumerate(names):
             ns = f"ep{tag}{name}"
@@ -72,6 +75,11 @@ class Hosts:
 
     def run(self, host, *args):
         return sh("ip", "netns", "exec", self.namespaces[host], *args)
+
+    def run_unchecked(self, host, *args):
+        """`args` on `host`, with this process's environment; its result."""
+        return subprocess.run(["ip", "netns", "exec", self.namespaces[host], *args],
+                              capture_output=True, text=True, timeout=300)
 
     def spawn(self, host, args, log_path):
         """A process on `host` (None: this namespace) that dies with us."""
