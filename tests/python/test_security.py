@@ -80,6 +80,14 @@ def test_tokens_guard_every_call_and_the_table_stays_as_it_was(start_servers, ce
         reader.create_table(name="emb", dim=4, optimizer=SGD)
     with pytest.raises(embedps.PermissionDeniedError):
         reader.create_table(name="other", dim=4)
+    # Its handle of the table, as the training client's: Pull (it creates
+    # rows) and Push need the training token.
+    with pytest.raises(embedps.PermissionDeniedError, match="Push"):
+        reader.push(table, keys, np.ones((100, 4), np.float32))
+    with pytest.raises(embedps.PermissionDeniedError, match="Pull"):
+        reader.pull(table, keys)
+    with pytest.raises(embedps.PermissionDeniedError):
+        reader.drop_table("emb")
     with pytest.raises(embedps.PermissionDeniedError):
         reader.checkpoint(str(root), step=1)
     with pytest.raises(embedps.PermissionDeniedError):
