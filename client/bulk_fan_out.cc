@@ -12,20 +12,22 @@ std::shared_ptr<BulkFanOut> BulkFanOut::Create(const std::string& method_path,
                                                std::string method,
                                                const RetryPolicy& policy,
                                                absl::Duration extra_time,
-                                               OnResponse on_response) {
+                                               OnResponse on_response,
+                                               CheckServer check_server) {
   return std::shared_ptr<BulkFanOut>(
       new BulkFanOut(method_path, std::move(method), policy, extra_time,
-                     std::move(on_response)));
+                     std::move(on_response), std::move(check_server)));
 }
 
 BulkFanOut::BulkFanOut(const std::string& method_path, std::string method,
                        const RetryPolicy& policy, absl::Duration extra_time,
-                       OnResponse on_response)
+                       OnResponse on_response, CheckServer check_server)
     : method_path_(method_path),
       method_(std::move(method)),
       policy_(policy),
       extra_time_(extra_time),
-      on_response_(std::move(on_response)) {}
+      on_response_(std::move(on_response)),
+      check_server_(std::move(check_server)) {}
 
 BulkFanOut::~BulkFanOut() = default;
 
@@ -59,6 +61,15 @@ void BulkFanOut::Attempt(Call* call) {
 }
 
 void BulkFanOut::Completed(Call* call, grpc::Status status) {
+  if (check_server_ != nullptr &&
+      status.error_code() != grpc::StatusCode::UNAVAILABLE) {
+    if (absl::Status who = check_server_(call->shard, *call->context);
+        !who.ok()) {
+      call->response.Clear();
+      Finished(std::move(who));
+      return;
+    }
+  }
   if (status.ok()) {
     absl::Status handled = on_response_(call->index, call->response);
     call->response.Clear();

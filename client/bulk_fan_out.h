@@ -43,17 +43,23 @@ class BulkFanOut : public std::enable_shared_from_this<BulkFanOut> {
   using OnResponse =
       std::function<absl::Status(size_t call, const grpc::ByteBuffer&)>;
   using Done = absl::AnyInvocable<void(absl::Status) &&>;
+  // Asked of every attempt the server answered (any code but UNAVAILABLE),
+  // with the call's context (the server's metadata): an error ends the
+  // call with it, unretried, whatever the server said.
+  using CheckServer =
+      std::function<absl::Status(int32_t shard, const grpc::ClientContext&)>;
 
   // `method_path`: "/package.Service/Method"; `method`: its name in error
   // messages. `extra_time`: how long a server may legitimately hold a call
   // beyond rpc_timeout (a SYNC Pull waiting for other workers).
   // `on_response(call, response)` runs for each call that succeeded; its
-  // first error becomes the fan-out's.
+  // first error becomes the fan-out's. `check_server`: may be null.
   static std::shared_ptr<BulkFanOut> Create(const std::string& method_path,
                                             std::string method,
                                             const RetryPolicy& policy,
                                             absl::Duration extra_time,
-                                            OnResponse on_response);
+                                            OnResponse on_response,
+                                            CheckServer check_server = nullptr);
   BulkFanOut(const BulkFanOut&) = delete;
   BulkFanOut& operator=(const BulkFanOut&) = delete;
   ~BulkFanOut();
@@ -87,7 +93,7 @@ class BulkFanOut : public std::enable_shared_from_this<BulkFanOut> {
   };
   BulkFanOut(const std::string& method_path, std::string method,
              const RetryPolicy& policy, absl::Duration extra_time,
-             OnResponse on_response);
+             OnResponse on_response, CheckServer check_server);
   // Starts the next attempt of `call`.
   void Attempt(Call* call);
   // An attempt of `call` ended with `status` (on a gRPC thread).
@@ -100,6 +106,7 @@ class BulkFanOut : public std::enable_shared_from_this<BulkFanOut> {
   const RetryPolicy policy_;
   const absl::Duration extra_time_;
   const OnResponse on_response_;
+  const CheckServer check_server_;
   // Stable addresses: gRPC and the callbacks hold pointers to calls (never
   // an index into the deque, which Start may grow meanwhile). Each call's
   // fields are touched by one attempt at a time.

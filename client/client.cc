@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "checkpoint/manifest.h"
 #include "client/bulk_fan_out.h"
@@ -161,6 +162,53 @@ struct Client::Impl {
   }
   uint64_t client_id = 0;
   std::atomic<uint64_t> next_sequence{1};
+  // Per shard: the incarnation of the server process that answered first
+  // (0: none yet).
+  std::unique_ptr<std::atomic<uint64_t>[]> incarnations;
+
+  // OK if the server that answered `context` is the process this client
+  // has been talking to (or the first); ABORTED naming it otherwise.
+  absl::Status CheckIncarnation(int32_t shard,
+                                const grpc::ClientContext& context) {
+    std::string value, restored;
+    for (const auto* metadata : {&context.GetServerInitialMetadata(),
+                                 &context.GetServerTrailingMetadata()}) {
+      if (auto it = metadata->find("embedps-incarnation");
+          it != metadata->end() && value.empty()) {
+        value.assign(it->second.data(), it->second.size());
+      }
+      if (auto it = metadata->find("embedps-restored-step");
+          it != metadata->end() && restored.empty()) {
+        restored.assign(it->second.data(), it->second.size());
+      }
+    }
+    uint64_t incarnation = 0;
+    if (value.empty() || !absl::SimpleHexAtoi(value, &incarnation) ||
+        incarnation == 0) {
+      return absl::OkStatus();  // a server that does not say
+    }
+    uint64_t known = 0;
+    std::atomic<uint64_t>& slot = incarnations[shard];
+    if (slot.compare_exchange_strong(known, incarnation) ||
+        known == incarnation) {
+      return absl::OkStatus();
+    }
+    if (options.accept_restarted_shards) {
+      slot.store(incarnation);
+      return absl::OkStatus();
+    }
+    return absl::AbortedError(absl::StrCat(
+        "shard ", shard, " (", options.servers[shard],
+        ") is a new server process since this client's first call to it: "
+        "it was restarted",
+        restored.empty()
+            ? " empty"
+            : absl::StrCat(" from a checkpoint of step ", restored),
+        ", so the updates it had applied since are gone and training on it "
+        "would silently mix steps. Stop the job and restart it, with every "
+        "shard, from its last complete checkpoint (ps_worker --restore=ROOT; "
+        "docs/operations.md)"));
+  }
 
   // Calls `rpc(context)` until it succeeds, fails with a non-retryable code,
   // or the retry deadline passes.
@@ -229,6 +277,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
            std::make_unique<grpc::GenericStub>(channel)});
     }
   }
+  impl->incarnations =
+      std::make_unique<std::atomic<uint64_t>[]>(options.servers.size());
   impl->client_id = std::random_device{}() * uint64_t{0x100000001} ^
                     static_cast<uint64_t>(absl::ToUnixNanos(absl::Now()));
   impl->options = std::move(options);
@@ -391,6 +441,9 @@ std::future<absl::Status> Client::StartPull(const TableHandle& table,
                            " answered a malformed Pull: ", decoded.message()));
         }
         return absl::OkStatus();
+      },
+      [impl = impl_.get()](int32_t shard, const grpc::ClientContext& context) {
+        return impl->CheckIncarnation(shard, context);
       });
   // Each part's call starts as soon as its request is built.
   for (const Part& part : op->parts) {
@@ -474,7 +527,10 @@ std::future<absl::Status> Client::StartPush(const TableHandle& table,
   std::future<absl::Status> result = done->get_future();
   std::shared_ptr<BulkFanOut> calls = BulkFanOut::Create(
       impl_->push_path, "Push", impl_->options.retry, absl::ZeroDuration(),
-      [](size_t, const grpc::ByteBuffer&) { return absl::OkStatus(); });
+      [](size_t, const grpc::ByteBuffer&) { return absl::OkStatus(); },
+      [impl = impl_.get()](int32_t shard, const grpc::ClientContext& context) {
+        return impl->CheckIncarnation(shard, context);
+      });
   // Each part's call starts as soon as its request is built.
   for (const Part& part : parts) {
     proto::PushRequest header;

@@ -51,6 +51,14 @@ struct ClientOptions {
   // TLS and the token calls carry (security/credentials.h). Default:
   // plain text.
   security::ChannelSecurity security;
+  // A shard that answers as a different server process than before (it
+  // was restarted, and holds only what it restored, if anything) fails
+  // every Pull and Push to it with ABORTED, naming the shard and the step
+  // it restored: training on it would silently lose the updates since its
+  // checkpoint. True: the client carries on with the new process (a
+  // client that knows this is safe, e.g. one that only reads). Default:
+  // false.
+  bool accept_restarted_shards = false;
 };
 
 // A table as this client addresses it: its id on each shard.

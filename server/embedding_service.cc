@@ -60,7 +60,24 @@ EmbeddingServiceImpl::EmbeddingServiceImpl(ServiceOptions options,
       checkpointer_(checkpointer),
       metrics_(metrics),
       publisher_(publisher),
-      memory_(options.memory_limit_bytes) {}
+      memory_(options.memory_limit_bytes),
+      incarnation_(absl::StrCat(absl::Hex(
+          options.incarnation != 0 ? options.incarnation
+                                   : (uint64_t{std::random_device{}()} << 32 |
+                                      std::random_device{}()) |
+                                         1))),
+      restored_step_() {}
+
+void EmbeddingServiceImpl::Identify(grpc::CallbackServerContext* context) {
+  // Initial metadata for answers with a message; trailing for errors,
+  // which travel as trailers only.
+  context->AddInitialMetadata(kIncarnationMetadata, incarnation_);
+  context->AddTrailingMetadata(kIncarnationMetadata, incarnation_);
+  if (!restored_step_.empty()) {
+    context->AddInitialMetadata(kRestoredStepMetadata, restored_step_);
+    context->AddTrailingMetadata(kRestoredStepMetadata, restored_step_);
+  }
+}
 
 namespace {
 
@@ -420,6 +437,7 @@ grpc::ServerUnaryReactor* EmbeddingServiceImpl::Pull(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* const reactor = context->DefaultReactor();
+  Identify(context);
   auto timer = std::make_unique<RpcMetrics::Timer>(metrics_, RpcMethod::kPull);
   auto call = std::make_unique<PullCall>();
   grpc::Status status = ParsePull(*request, call.get());
@@ -445,6 +463,7 @@ grpc::ServerUnaryReactor* EmbeddingServiceImpl::Push(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* const reactor = context->DefaultReactor();
+  Identify(context);
   FinishBulkCall(
       reactor,
       metrics_->Measure(RpcMethod::kPush,

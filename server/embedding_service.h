@@ -13,9 +13,11 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <string>
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
+#include "absl/strings/str_cat.h"
 #include "common/mutex.h"
 #include "proto/embedps.grpc.pb.h"
 #include "server/checkpointer.h"
@@ -50,11 +52,21 @@ struct ServiceOptions {
   // The process's resident memory past which calls that would allocate
   // are refused (memory_guard.h); 0: no limit. Default: 0.
   uint64_t memory_limit_bytes = 0;
+  // Who this server is: a number drawn at start, sent with every Pull and
+  // Push answer (kIncarnationMetadata) so that a client notices a shard
+  // that was restarted under it (its updates since the last checkpoint
+  // gone) instead of training on it. 0: drawn here. Default: 0.
+  uint64_t incarnation = 0;
   // Test only: after applying a Push, answer UNAVAILABLE with this
   // probability, as if the response were lost (the client retries; the
   // retry must not be applied again). Default: 0.
   double TEST_drop_push_response_probability = 0.0;
 };
+
+// Metadata of every Pull and Push answer (initial and trailing): the
+// server's incarnation (hex) and the step it restored at start (decimal).
+inline constexpr char kIncarnationMetadata[] = "embedps-incarnation";
+inline constexpr char kRestoredStepMetadata[] = "embedps-restored-step";
 
 // Why a request was refused (counted per reason, reported by Stats).
 enum class Rejection {
@@ -136,6 +148,10 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
       grpc::ServerWriter<proto::Publication>* writer) override;
 
   // Stats of a serving replica come from its follower: set before serving.
+  // The step of the checkpoint this server restored at start, sent beside
+  // the incarnation (kRestoredStepMetadata). Set before serving.
+  void set_restored_step(uint64_t step) { restored_step_ = absl::StrCat(step); }
+
   void set_stats_source(std::function<void(proto::StatsResponse*)> source) {
     stats_source_ = std::move(source);
   }
@@ -163,6 +179,8 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
                         grpc::ByteBuffer* response);
   // Runs `work` on a thread of its own (counted in detached_running_).
   void RunDetached(absl::AnyInvocable<void() &&> work);
+  // Adds this server's incarnation (and restored step) to the answer.
+  void Identify(grpc::CallbackServerContext* context);
   grpc::Status StatsImpl(grpc::ServerContext* context,
                          const proto::StatsRequest* request,
                          proto::StatsResponse* response);
@@ -176,6 +194,9 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
   std::function<void(proto::StatsResponse*)> stats_source_;
   PushDeduplicator deduplicator_;
   MemoryGuard memory_;
+  // kIncarnationMetadata's and kRestoredStepMetadata's values.
+  std::string incarnation_;
+  std::string restored_step_;
   std::array<std::atomic<uint64_t>, static_cast<size_t>(Rejection::kCount)>
       rejected_{};
   Mutex detached_mu_;

@@ -113,6 +113,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
   if (!options.restore.empty()) {
     ASSIGN_OR_RETURN(parts->restored,
                      parts->checkpointer.Restore(options.restore));
+    parts->service.set_restored_step(parts->restored.step());
   }
   if (options.serving) {
     ASSIGN_OR_RETURN(parts->follower, Follower::Start(options.follow));

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <shared_mutex>
 #include <string>
@@ -116,10 +117,12 @@ class Cluster {
   }
 
   std::unique_ptr<client::Client> Connect(
-      absl::Duration retry_deadline = absl::Seconds(10)) const {
+      absl::Duration retry_deadline = absl::Seconds(10),
+      bool accept_restarted_shards = false) const {
     client::ClientOptions options;
     options.servers = addresses_;
     options.retry.retry_deadline = retry_deadline;
+    options.accept_restarted_shards = accept_restarted_shards;
     auto client = client::Client::Connect(options);
     EXPECT_OK(client.status());
     return std::move(client).value();
@@ -379,8 +382,10 @@ TEST(CheckpointTest, KilledServerRestartsFromItsLastCompleteCheckpoint) {
   std::atomic<bool> pushing{true};
   std::atomic<uint64_t> pushes{0}, push_errors{0}, unavailable{0};
   std::vector<std::unique_ptr<client::Client>> pusher_clients;
+  // They know the shard they push to may come back from a checkpoint.
   for (int p = 0; p < 2; ++p) {
-    pusher_clients.push_back(cluster->Connect(absl::Seconds(2)));
+    pusher_clients.push_back(
+        cluster->Connect(absl::Seconds(2), /*accept_restarted_shards=*/true));
   }
   const auto pusher = [&](int p, uint64_t seed) {
     std::mt19937_64 rng(seed);
@@ -449,6 +454,12 @@ TEST(CheckpointTest, KilledServerRestartsFromItsLastCompleteCheckpoint) {
       absl::SleepFor(
           absl::Milliseconds(std::uniform_int_distribution<int>(0, 400)(rng)));
     }
+    // A client that does not accept restarts, which has talked to shard 1.
+    auto watcher = cluster->Connect(absl::Seconds(2));
+    std::vector<uint64_t> watched(64);
+    std::iota(watched.begin(), watched.end(), 1);
+    std::vector<float> watched_rows(watched.size() * kDim);
+    ASSERT_OK(watcher->Lookup(table, watched, absl::MakeSpan(watched_rows)));
     cluster->Kill(1);
     if (in_flight != nullptr) {
       EXPECT_THAT(in_flight->Finish().status(),
@@ -474,7 +485,15 @@ TEST(CheckpointTest, KilledServerRestartsFromItsLastCompleteCheckpoint) {
         << "round " << round << ": shard 1 after restoring "
         << complete.back().name;
 
-    // The same clients continue against the restarted shard.
+    // The watcher is told, and touches nothing on shard 1.
+    EXPECT_THAT(
+        watcher->Lookup(table, watched, absl::MakeSpan(watched_rows)),
+        StatusIs(absl::StatusCode::kAborted,
+                 HasSubstr(absl::StrCat("shard 1 (", cluster->addresses()[1],
+                                        ") is a new server process"))));
+    EXPECT_EQ(cluster->Digests()[1], complete.back().digests[1]);
+
+    // The clients that accept it continue against the restarted shard.
     pushing = true;
     const uint64_t pushes_before = pushes.load();
     std::thread c(pusher, 0, 300 + round);

@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <memory>
@@ -319,8 +320,8 @@ TEST_F(TrainingTest, SecondJobOnUsedServersAndASmallTestSet) {
         {std::string("--config=") + kConfig,
          "--servers=" + (*server)->address(),
          "--train_data=" + *data_ + "/train.txt", "--test_data=" + small_test,
-         "--max_steps=12", "--batch_size=512",
-         "--output_dir=" + out, "--log_level=warn"},
+         "--max_steps=12", "--batch_size=512", "--output_dir=" + out,
+         "--log_level=warn"},
         "", log);
     EXPECT_OK(worker.status());
     absl::StatusOr<int> code = (*worker)->WaitFor(absl::Seconds(120));
@@ -462,6 +463,82 @@ TEST_F(TrainingTest, DeadWorkerFailsSyncPeersClearly) {
       << text;
   std::printf("survivor's last lines:\n%s\n",
               text.substr(text.size() > 600 ? text.size() - 600 : 0).c_str());
+}
+
+// A shard killed mid-job and restarted from the job's last checkpoint on
+// its old port holds an earlier step than the job: the workers must not
+// train on it. Both stop, within their timeouts, and the error says what
+// happened and what to do.
+TEST_F(TrainingTest, AShardRestartedBehindTheJobStopsItClearly) {
+  std::vector<std::unique_ptr<ServerProcess>> servers;
+  std::vector<std::string> addresses;
+  for (int s = 0; s < 2; ++s) {
+    ASSERT_OK_AND_ASSIGN(
+        auto server,
+        ServerProcess::Start(kServer, {absl::StrCat("--shard_index=", s),
+                                       "--num_shards=2", "--num_workers=2"}));
+    addresses.push_back(server->address());
+    servers.push_back(std::move(server));
+  }
+  const std::string root = std::string(std::getenv("TEST_TMPDIR")) + "/job";
+  std::vector<std::unique_ptr<ChildProcess>> workers;
+  std::vector<std::string> logs;
+  for (int r = 0; r < 2; ++r) {
+    logs.push_back(TestTempPath(absl::StrCat("restarted_shard_worker", r)));
+    ASSERT_OK_AND_ASSIGN(
+        auto worker,
+        ChildProcess::Spawn(
+            kWorker,
+            {std::string("--config=") + kConfig,
+             "--servers=" + absl::StrJoin(addresses, ","),
+             absl::StrCat("--rank=", r), "--world_size=2", "--mode=sync",
+             "--timeout_s=20", "--step_timeout_s=20", "--epochs=20",
+             "--checkpoint_dir=" + root, "--checkpoint_every_steps=10",
+             "--train_data=" + *data_ + "/train.txt",
+             "--test_data=" + *data_ + "/test.txt"},
+            "", logs.back()));
+    workers.push_back(std::move(worker));
+  }
+  // Once a checkpoint is complete, shard 1 dies and comes back from it.
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  bool checkpointed = false;
+  while (!checkpointed && absl::Now() < give_up) {
+    std::error_code error;
+    for (const auto& entry : std::filesystem::directory_iterator(root, error)) {
+      if (std::filesystem::exists(entry.path() / "MANIFEST")) {
+        checkpointed = true;
+      }
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(checkpointed);
+  absl::SleepFor(absl::Milliseconds(500));
+  const std::string port = addresses[1].substr(addresses[1].rfind(':') + 1);
+  servers[1]->Signal(SIGKILL);
+  servers[1]->Wait();
+  ASSERT_OK_AND_ASSIGN(
+      servers[1],
+      ServerProcess::Start(
+          kServer, {"--shard_index=1", "--num_shards=2", "--num_workers=2",
+                    "--port=" + port, "--restore=" + root}));
+  const absl::Time restarted = absl::Now();
+  std::string told;
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_OK_AND_ASSIGN(int code, workers[r]->WaitFor(absl::Seconds(120)));
+    const std::string text = ReadFile(logs[r]);
+    EXPECT_NE(code, 0) << "worker " << r << " trained on:\n" << text;
+    if (text.find("is a new server process") != std::string::npos) {
+      told = text;
+    }
+  }
+  std::printf("both workers stopped %.1f s after the restart\n",
+              absl::ToDoubleSeconds(absl::Now() - restarted));
+  ASSERT_FALSE(told.empty()) << ReadFile(logs[0]) << ReadFile(logs[1]);
+  const size_t at = told.rfind("shard 1 (");
+  std::printf("what a worker said: %s\n", told.substr(at).c_str());
+  EXPECT_NE(told.find("shard 1"), std::string::npos) << told;
+  EXPECT_NE(told.find("from a checkpoint of step"), std::string::npos) << told;
+  EXPECT_NE(told.find("--restore"), std::string::npos) << told;
 }
 
 }  // namespace
