@@ -170,17 +170,16 @@ struct Client::Impl {
   // has been talking to (or the first); ABORTED naming it otherwise.
   absl::Status CheckIncarnation(int32_t shard,
                                 const grpc::ClientContext& context) {
+    // The trailing metadata: every answer has it, also an error sent as
+    // trailers only (initial metadata may not have been received then).
     std::string value, restored;
-    for (const auto* metadata : {&context.GetServerInitialMetadata(),
-                                 &context.GetServerTrailingMetadata()}) {
-      if (auto it = metadata->find("embedps-incarnation");
-          it != metadata->end() && value.empty()) {
-        value.assign(it->second.data(), it->second.size());
-      }
-      if (auto it = metadata->find("embedps-restored-step");
-          it != metadata->end() && restored.empty()) {
-        restored.assign(it->second.data(), it->second.size());
-      }
+    const auto& metadata = context.GetServerTrailingMetadata();
+    if (auto it = metadata.find("embedps-incarnation"); it != metadata.end()) {
+      value.assign(it->second.data(), it->second.size());
+    }
+    if (auto it = metadata.find("embedps-restored-step");
+        it != metadata.end()) {
+      restored.assign(it->second.data(), it->second.size());
     }
     uint64_t incarnation = 0;
     if (value.empty() || !absl::SimpleHexAtoi(value, &incarnation) ||

@@ -69,12 +69,9 @@ EmbeddingServiceImpl::EmbeddingServiceImpl(ServiceOptions options,
       restored_step_() {}
 
 void EmbeddingServiceImpl::Identify(grpc::CallbackServerContext* context) {
-  // Initial metadata for answers with a message; trailing for errors,
-  // which travel as trailers only.
-  context->AddInitialMetadata(kIncarnationMetadata, incarnation_);
+  // Trailing metadata: every answer ends with it, errors too.
   context->AddTrailingMetadata(kIncarnationMetadata, incarnation_);
   if (!restored_step_.empty()) {
-    context->AddInitialMetadata(kRestoredStepMetadata, restored_step_);
     context->AddTrailingMetadata(kRestoredStepMetadata, restored_step_);
   }
 }

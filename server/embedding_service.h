@@ -63,8 +63,8 @@ struct ServiceOptions {
   double TEST_drop_push_response_probability = 0.0;
 };
 
-// Metadata of every Pull and Push answer (initial and trailing): the
-// server's incarnation (hex) and the step it restored at start (decimal).
+// Trailing metadata of every Pull and Push answer: the server's
+// incarnation (hex) and the step it restored at start (decimal).
 inline constexpr char kIncarnationMetadata[] = "embedps-incarnation";
 inline constexpr char kRestoredStepMetadata[] = "embedps-restored-step";
 
