@@ -20,7 +20,8 @@
 #      dense model of the final step), measures Lookup and Predict
 #      latency, and stops everything.
 #
-#   deploy/local/run.sh [--train_rows=N] [--test_rows=N] [--servers=N]
+#   deploy/local/run.sh [--train_rows=N] [--test_rows=N] [--vocab=A,B,...]
+#       [--servers=N]
 #       [--workers=N] [--replicas=N] [--mode=sync|async|ssp:N]
 #       [--device=cpu|cuda] [--batch_size=N] [--epochs=N] [--max_steps=N]
 #       [--config=FILE] [--out=DIR] [--restore]
@@ -28,7 +29,10 @@
 # --restore resumes from the latest complete checkpoint in OUT/checkpoints
 # (e.g. after a run stopped with --max_steps, or killed), on fresh servers.
 #
-# Defaults: 1,000,000 training rows, 2 servers, 2 workers, 2 serving
+# Defaults: 1,000,000 training rows over vocabularies like Criteo's (the
+# 26 slots cycle through 100, 10k, 300k and 3M values, Zipf 1.05: a few
+# slots with millions of values, ~1.9M distinct keys in the tables), 2
+# servers, 2 workers, 2 serving
 # replicas (0: no serving), sync, cpu,
 # deploy/local/dlrm_small.txtpb, outputs in ./embedps-run. Leaves no
 # process behind.
@@ -37,6 +41,7 @@ cd "$(dirname "$0")/../.."
 
 train_rows=1000000
 test_rows=100000
+vocab=100,10000,300000,3000000
 servers=2
 workers=2
 replicas=2
@@ -52,6 +57,7 @@ for arg in "$@"; do
   case "$arg" in
     --train_rows=*) train_rows="${arg#*=}" ;;
     --test_rows=*) test_rows="${arg#*=}" ;;
+    --vocab=*) vocab="${arg#*=}" ;;
     --servers=*) servers="${arg#*=}" ;;
     --workers=*) workers="${arg#*=}" ;;
     --replicas=*) replicas="${arg#*=}" ;;
@@ -94,14 +100,14 @@ echo "== building"
 bazel build --color=no --curses=no //server:ps_server //worker:ps_worker \
   //worker:ps_predictor //tools:datagen //tools:serve_bench 2>&1 | tail -n 1
 
-data="$out/data-$train_rows-$test_rows"
+data="$out/data-$train_rows-$test_rows-${vocab//,/-}"
 echo
 if [ -s "$data/meta.json" ]; then
   echo "== data: reusing $data"
 else
-  echo "== data: $train_rows training and $test_rows test rows from a planted model"
+  echo "== data: $train_rows training and $test_rows test rows from a planted model (vocabularies $vocab)"
   bazel-bin/tools/datagen --output_dir="$data" --train_rows="$train_rows" \
-    --test_rows="$test_rows"
+    --test_rows="$test_rows" --vocab="$vocab"
 fi
 
 echo
@@ -251,9 +257,13 @@ for ((s = 0; s < servers; s++)); do
   /usr/bin/python3 - "$mport" "$s" <<'PY'
 import sys, urllib.request
 text = urllib.request.urlopen(f"http://127.0.0.1:{sys.argv[1]}/metrics", timeout=5).read().decode()
-rows = [l.split()[-1] for l in text.splitlines() if l.startswith("embedps_table_rows")]
-pulled = [l.split()[-1] for l in text.splitlines() if l.startswith("embedps_keys_pulled_total")]
-print(f"   shard {sys.argv[2]}: {rows[0] if rows else '?'} rows, {pulled[0] if pulled else '?'} keys pulled")
+def first(name):
+    values = [l.split()[-1] for l in text.splitlines() if l.startswith(name)]
+    return float(values[0]) if values else float("nan")
+print(f"   shard {sys.argv[2]}: {first('embedps_table_rows'):,.0f} rows, "
+      f"table {first('embedps_table_resident_bytes') / 2**20:,.0f} MiB in memory, "
+      f"process {first('embedps_resident_bytes ') / 2**20:,.0f} MiB resident, "
+      f"{first('embedps_keys_pulled_total'):,.0f} keys pulled")
 PY
 done
 for ((s = 0; s < servers; s++)); do kill -TERM "${pids[$s]}"; done
