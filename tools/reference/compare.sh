@@ -4,14 +4,19 @@
 # samples/s and test AUC side by side.
 #
 #   tools/reference/compare.sh [--train_rows=N] [--test_rows=N] [--out=DIR]
-#       [--model=small|large]
+#       [--model=small|large] [--vocab=A,B,...] [--torch=pypi|debian|both]
 #
 # embedps: 1 ps_server + 1 ps_worker (sync, batch 512,
 # deploy/local/dlrm_small.txtpb, or dlrm_large.txtpb: dim 64, bottom
 # 512-256-64, top 512-256, ~3 MFLOP a sample, 2 BLAS threads).
-# PyTorch: Debian's python3-torch (1.13) single process, with
-# the pthread and the OpenMP builds of OpenBLAS and 1 and 2 threads; the
-# fastest candidate is the one compared against. Installs python3-torch and
+# PyTorch, one process, 1 and 2 threads: the current PyTorch from PyPI
+# (torch 2.15: MKL and oneDNN inside the wheel) in a venv made under OUT on
+# the first run (several GB: the wheel pulls CUDA libraries; never part of
+# tests/run.sh), and Debian's python3-torch (1.13) with the pthread and the
+# OpenMP builds of OpenBLAS. Each run reports the BLAS it used; the fastest
+# candidate is the one compared against. --vocab: datagen's values per slot
+# (default: like Criteo's, 100, 10k, 300k and 3M cycled over the 26 slots;
+# 10,30,100,1000 is datagen's small default). Installs python3-torch and
 # libopenblas0-openmp if missing (benchmark-only dependencies).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -20,12 +25,16 @@ train_rows=500000
 test_rows=50000
 out=/tmp/embedps-compare
 model=small
+vocab=100,10000,300000,3000000
+which_torch=both
 for arg in "$@"; do
   case "$arg" in
     --train_rows=*) train_rows="${arg#*=}" ;;
     --test_rows=*) test_rows="${arg#*=}" ;;
     --out=*) out="${arg#*=}" ;;
     --model=*) model="${arg#*=}" ;;
+    --vocab=*) vocab="${arg#*=}" ;;
+    --torch=*) which_torch="${arg#*=}" ;;
     *) sed -n '/^#   tools/,/^#$/p' "$0" >&2; exit 2 ;;
   esac
 done
@@ -45,9 +54,16 @@ fi
 bazel build --color=no --curses=no //server:ps_server //worker:ps_worker \
   //tools:datagen 2>&1 | tail -n 1
 mkdir -p "$out"
-data="$out/data-$train_rows-$test_rows"
+out=$(cd "$out" && pwd)
+data="$out/data-$train_rows-$test_rows-${vocab//,/-}"
 [ -s "$data/meta.json" ] || bazel-bin/tools/datagen --output_dir="$data" \
-  --train_rows="$train_rows" --test_rows="$test_rows" >/dev/null
+  --train_rows="$train_rows" --test_rows="$test_rows" --vocab="$vocab" >/dev/null
+if [ "$which_torch" != debian ] && [ ! -x "$out/venv-torch/bin/python" ]; then
+  echo "== a venv with PyPI's current torch: $out/venv-torch"
+  rm -rf "$out/venv-torch"
+  python3 -m venv "$out/venv-torch"
+  "$out/venv-torch/bin/pip" install -q --disable-pip-version-check "torch==2.15.*" numpy
+fi
 
 pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; }
@@ -71,7 +87,16 @@ cleanup
 pids=()
 
 results=("$out/embedps.json")
-for blas in pthread openmp; do
+if [ "$which_torch" != debian ]; then
+  for threads in 1 2; do
+    echo "== pytorch (PyPI), $threads thread(s)"
+    "$out/venv-torch/bin/python" tools/reference/dlrm_torch.py --train="$data/train.txt" \
+      --test="$data/test.txt" --threads="$threads" "${torch_model[@]}" \
+      >"$out/torch-pypi-$threads.json"
+    results+=("$out/torch-pypi-$threads.json")
+  done
+fi
+[ "$which_torch" = pypi ] || for blas in pthread openmp; do
   for threads in 1 2; do
     echo "== pytorch: openblas-$blas, $threads thread(s)"
     LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-$blas \
@@ -87,14 +112,17 @@ import json, sys
 meta = json.load(open(sys.argv[1]))
 runs = [json.load(open(p)) for p in sys.argv[2:]]
 ours, torch_runs = runs[0], runs[1:]
-print(f"\n{'implementation':<34} {'samples/s':>10} {'test AUC':>9} {'logloss':>8}")
-print(f"{'embedps 1 server + 1 worker':<34} {ours['samples_per_second']:>10,.0f} {ours['test_auc']:>9.5f} {ours['test_logloss']:>8.5f}")
+print(f"\n{'implementation':<52} {'samples/s':>10} {'test AUC':>9} {'logloss':>8}")
+print(f"{'embedps 1 server + 1 worker':<52} {ours['samples_per_second']:>10,.0f} {ours['test_auc']:>9.5f} {ours['test_logloss']:>8.5f}")
 for r in torch_runs:
-    blas = "openmp" if "openmp" in r["blas"] else "pthread"
+    blas = r["blas"]
+    if "openblas" in blas:
+        blas = "openblas-openmp" if "openmp" in blas else "openblas-pthread"
     name = f"pytorch {r['torch']} {blas}, {r['threads']} thr"
-    print(f"{name:<34} {r['samples_per_second']:>10,.0f} {r['test_auc']:>9.5f} {r['test_logloss']:>8.5f}")
+    print(f"{name:<52} {r['samples_per_second']:>10,.0f} {r['test_auc']:>9.5f} {r['test_logloss']:>8.5f}")
 best = max(torch_runs, key=lambda r: r["samples_per_second"])
-print(f"{'Bayes-optimal':<34} {'':>10} {meta['bayes_test_auc']:>9.5f} {meta['bayes_test_logloss']:>8.5f}")
-print(f"\nembedps / fastest PyTorch samples/s: {ours['samples_per_second'] / best['samples_per_second']:.2f}x"
+print(f"{'Bayes-optimal':<52} {'':>10} {meta['bayes_test_auc']:>9.5f} {meta['bayes_test_logloss']:>8.5f}")
+print(f"\nfastest PyTorch: {best['torch']} ({best['blas']}, {best['threads']} threads)")
+print(f"embedps / fastest PyTorch samples/s: {ours['samples_per_second'] / best['samples_per_second']:.2f}x"
       f"   AUC difference: {ours['test_auc'] - best['test_auc']:+.5f}")
 PY

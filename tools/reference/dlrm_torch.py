@@ -13,6 +13,7 @@ dense part). Prints one JSON line.
   dlrm_torch.py --train=train.txt --test=test.txt [--threads=2] [--batch_size=512]
 """
 import argparse
+import re
 import json
 import math
 import time
@@ -100,8 +101,14 @@ def auc(scores, labels):
 
 
 def loaded_blas():
-    """The BLAS library this process loaded (pthread or OpenMP OpenBLAS,
-    chosen with LD_LIBRARY_PATH by compare.sh)."""
+    """The BLAS this process computes with: torch's own build configuration
+    (PyPI's wheels link MKL and oneDNN statically), or the OpenBLAS library
+    it loaded (Debian's, chosen with LD_LIBRARY_PATH by compare.sh)."""
+    config = torch.__config__.show()
+    found = re.search(r"BLAS_INFO=(\w+)", config)
+    if found and found.group(1) not in ("open", "generic"):
+        onednn = re.search(r"oneDNN v([\d.]+)", config) or re.search(r"MKL-DNN v([\d.]+)", config)
+        return f"{found.group(1)}" + (f" + oneDNN {onednn.group(1)}" if onednn else "")
     with open("/proc/self/maps") as maps:
         paths = {line.split()[-1] for line in maps if ".so" in line}
     for name in ("libopenblas", "libblas"):
