@@ -5,18 +5,29 @@
 //     cblas_sgemm alone replaying exactly the same GEMM calls (shapes and
 //     transposes) in the same run: the ratio is what the model keeps of
 //     the machine's BLAS.
-//  2. The default DLRM (13 dense, bottom 512-256-64, 26 slots of dim 64
+//  2. GEMM libraries on the same calls, in this one process: the OpenBLAS
+//     linked (pthread), and loaded beside it with dlopen (their own
+//     symbols: RTLD_DEEPBIND) OpenBLAS's OpenMP build, BLIS and oneDNN's
+//     dnnl_sgemm, each at --threads; where one is not installed it says
+//     which package would bring it. The calls: the MLP above, and the
+//     large DLRM's layers (bottom 13-512-256-64, top 415-512-256-1) at the
+//     training job's batch 512.
+//  3. The default DLRM (13 dense, bottom 512-256-64, 26 slots of dim 64
 //     with one row per bag, top 512-256) at batch 8192: samples/s on the
 //     CPU and, where a CUDA device exists, on the GPU with its MFU (model
 //     FLOPs / time / the device's dense FP32 or TF32 peak).
 //
 // Not a test: prints a table. Threads are set explicitly (--threads).
 #include <cblas.h>
+#include <dlfcn.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -144,6 +155,167 @@ void MlpVersusSgemm() {
       sgemm_time / model_time);
 }
 
+// One sgemm implementation: row-major C = A·B (A m×k or its transpose).
+struct GemmLibrary {
+  std::string name;
+  std::string missing;  // what to install, when it could not be loaded
+  std::function<void(const GemmCall&, const float*, const float*, float*)> gemm;
+};
+
+using CblasSgemm = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, int,
+                            int, int, float, const float*, int, const float*,
+                            int, float, float*, int);
+
+std::function<void(const GemmCall&, const float*, const float*, float*)>
+ViaCblas(CblasSgemm sgemm) {
+  return [sgemm](const GemmCall& g, const float* a, const float* b, float* c) {
+    sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans,
+          g.tb ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f, a,
+          g.ta ? g.m : g.k, b, g.tb ? g.k : g.n, 0.0f, c, g.n);
+  };
+}
+
+// The libraries this machine has; each set to `threads`.
+std::vector<GemmLibrary> LoadGemmLibraries(int threads) {
+  constexpr char kLib[] = "/usr/lib/x86_64-linux-gnu/";
+  std::vector<GemmLibrary> libraries;
+  libraries.push_back({"OpenBLAS pthread (linked)", "", ViaCblas(cblas_sgemm)});
+  const auto open = [&](const std::string& path) {
+    return dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+  };
+  if (void* h = open(std::string(kLib) + "openblas-openmp/libopenblas.so.0")) {
+    if (auto set = reinterpret_cast<void (*)(int)>(
+            dlsym(h, "openblas_set_num_threads"))) {
+      set(threads);
+    }
+    libraries.push_back(
+        {"OpenBLAS OpenMP", "",
+         ViaCblas(reinterpret_cast<CblasSgemm>(dlsym(h, "cblas_sgemm")))});
+  } else {
+    libraries.push_back({"OpenBLAS OpenMP", "libopenblas0-openmp", nullptr});
+  }
+  if (void* h = open(std::string(kLib) + "blis-openmp/libblis.so.4")) {
+    if (auto set = reinterpret_cast<void (*)(int64_t)>(
+            dlsym(h, "bli_thread_set_num_threads"))) {
+      set(threads);
+    }
+    libraries.push_back(
+        {"BLIS OpenMP", "",
+         ViaCblas(reinterpret_cast<CblasSgemm>(dlsym(h, "cblas_sgemm")))});
+  } else {
+    libraries.push_back({"BLIS OpenMP", "libblis4-openmp", nullptr});
+  }
+  if (void* h = open(std::string(kLib) + "libdnnl.so.2")) {
+    // oneDNN threads with OpenMP (libgomp, loaded with it).
+    if (auto set = reinterpret_cast<void (*)(int)>(
+            dlsym(RTLD_DEFAULT, "omp_set_num_threads"))) {
+      set(threads);
+    } else if (void* gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL)) {
+      if (auto set_gomp = reinterpret_cast<void (*)(int)>(
+              dlsym(gomp, "omp_set_num_threads"))) {
+        set_gomp(threads);
+      }
+    }
+    using DnnlSgemm =
+        int (*)(char, char, int64_t, int64_t, int64_t, float, const float*,
+                int64_t, const float*, int64_t, float, float*, int64_t);
+    auto sgemm = reinterpret_cast<DnnlSgemm>(dlsym(h, "dnnl_sgemm"));
+    libraries.push_back(
+        {"oneDNN (dnnl_sgemm)", "",
+         [sgemm](const GemmCall& g, const float* a, const float* b, float* c) {
+           sgemm(g.ta ? 'T' : 'N', g.tb ? 'T' : 'N', g.m, g.n, g.k, 1.0f, a,
+                 g.ta ? g.m : g.k, b, g.tb ? g.k : g.n, 0.0f, c, g.n);
+         }});
+  } else {
+    libraries.push_back({"oneDNN (dnnl_sgemm)", "libdnnl2", nullptr});
+  }
+  return libraries;
+}
+
+// The GEMMs of the large DLRM's training step at `batch` (forward, weight
+// and input gradients of the bottom and top MLPs).
+std::vector<GemmCall> LargeDlrmGemms(int batch) {
+  ModelSpec spec;
+  spec.num_dense = 13;
+  spec.bottom = {512, 256, 64};
+  spec.embedding_dim = 64;
+  spec.slots.assign(26, Pooling::kSum);
+  spec.top = {512, 256};
+  const ModelLayout layout = LayoutOf(spec);
+  std::vector<GemmCall> calls;
+  for (const auto* stack : {&layout.bottom, &layout.top}) {
+    for (const LayerShape& l : *stack) {
+      calls.push_back({false, true, batch, l.out, l.in});
+      calls.push_back({true, false, l.out, l.in, batch});
+      calls.push_back({false, false, batch, l.in, l.out});
+    }
+  }
+  return calls;
+}
+
+void GemmLibraries() {
+  const int threads = absl::GetFlag(FLAGS_threads);
+  std::vector<int> hidden;
+  for (absl::string_view w :
+       absl::StrSplit(absl::GetFlag(FLAGS_mlp_hidden), ',')) {
+    hidden.push_back(std::stoi(std::string(w)));
+  }
+  const std::vector<std::pair<std::string, std::vector<GemmCall>>> workloads = {
+      {"MLP, batch " + std::to_string(absl::GetFlag(FLAGS_mlp_batch)),
+       MlpGemms(
+           LayoutOf(MlpModelSpec(absl::GetFlag(FLAGS_mlp_input), hidden, 1)),
+           absl::GetFlag(FLAGS_mlp_batch))},
+      {"large DLRM MLPs, batch 512", LargeDlrmGemms(512)}};
+  const std::vector<GemmLibrary> libraries = LoadGemmLibraries(threads);
+  for (const auto& [name, calls] : workloads) {
+    size_t largest = 0;
+    for (const GemmCall& c : calls) {
+      largest = std::max({largest, static_cast<size_t>(c.m) * c.k,
+                          static_cast<size_t>(c.k) * c.n,
+                          static_cast<size_t>(c.m) * c.n});
+    }
+    const std::vector<float> a = Random(largest, 1), b = Random(largest, 2);
+    std::vector<float> c(largest);
+    const double flops = Flops(calls);
+    std::printf("GEMM libraries, %s, %d threads:\n", name.c_str(), threads);
+    double best = 0;
+    std::string best_name;
+    for (const GemmLibrary& library : libraries) {
+      if (library.gemm == nullptr) {
+        std::printf("  %-28s not installed (apt-get install %s)\n",
+                    library.name.c_str(), library.missing.c_str());
+        continue;
+      }
+      // Each call's result against the linked library's, once.
+      double worst = 0;
+      std::vector<float> expected(largest);
+      for (const GemmCall& g : calls) {
+        libraries[0].gemm(g, a.data(), b.data(), expected.data());
+        library.gemm(g, a.data(), b.data(), c.data());
+        for (size_t i = 0; i < static_cast<size_t>(g.m) * g.n; ++i) {
+          worst = std::max(worst, std::abs(double{c[i]} - expected[i]) /
+                                      (1.0 + std::abs(double{expected[i]})));
+        }
+      }
+      const double t = TimePerCall(absl::GetFlag(FLAGS_seconds), [&] {
+        for (const GemmCall& g : calls) {
+          library.gemm(g, a.data(), b.data(), c.data());
+        }
+      });
+      const double gflops = flops / t / 1e9;
+      std::printf("  %-28s %7.1f GFLOP/s  (max relative difference %.1e)%s\n",
+                  library.name.c_str(), gflops, worst,
+                  worst > 1e-3 ? "  WRONG RESULTS" : "");
+      if (worst > 1e-3) continue;
+      if (gflops > best) {
+        best = gflops;
+        best_name = library.name;
+      }
+    }
+    std::printf("  fastest: %s\n", best_name.c_str());
+  }
+}
+
 // Dense FP32 (and TF32 tensor) peaks, TFLOP/s, by device name.
 double LookUpPeakTflops(const std::string& name, bool tf32) {
   struct Peak {
@@ -233,6 +405,7 @@ int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
   embedps::dense::SetBlasThreads(absl::GetFlag(FLAGS_threads));
   embedps::dense::MlpVersusSgemm();
+  embedps::dense::GemmLibraries();
   for (absl::string_view device :
        absl::StrSplit(absl::GetFlag(FLAGS_devices), ',')) {
     auto backend = embedps::dense::ParseBackend(device);
