@@ -74,6 +74,26 @@ std::vector<GemmCall> MlpGemms(const ModelLayout& layout, int batch) {
   return calls;
 }
 
+// Floats of the largest operand among `calls`.
+size_t LargestOperand(const std::vector<GemmCall>& calls) {
+  size_t largest = 0;
+  for (const GemmCall& c : calls) {
+    largest = std::max({largest, static_cast<size_t>(c.m) * c.k,
+                        static_cast<size_t>(c.k) * c.n,
+                        static_cast<size_t>(c.m) * c.n});
+  }
+  return largest;
+}
+
+std::vector<int> MlpHidden() {
+  std::vector<int> hidden;
+  for (absl::string_view w :
+       absl::StrSplit(absl::GetFlag(FLAGS_mlp_hidden), ',')) {
+    hidden.push_back(std::stoi(std::string(w)));
+  }
+  return hidden;
+}
+
 double Flops(const std::vector<GemmCall>& calls) {
   double flops = 0;
   for (const GemmCall& c : calls) flops += 2.0 * c.m * c.n * c.k;
@@ -105,11 +125,7 @@ std::vector<float> Random(size_t n, uint32_t seed) {
 }
 
 void MlpVersusSgemm() {
-  std::vector<int> hidden;
-  for (absl::string_view w :
-       absl::StrSplit(absl::GetFlag(FLAGS_mlp_hidden), ',')) {
-    hidden.push_back(std::stoi(std::string(w)));
-  }
+  const std::vector<int> hidden = MlpHidden();
   const int batch = absl::GetFlag(FLAGS_mlp_batch);
   const int input = absl::GetFlag(FLAGS_mlp_input);
   const ModelSpec spec = MlpModelSpec(input, hidden, 1);
@@ -118,12 +134,7 @@ void MlpVersusSgemm() {
   const double flops = Flops(calls);
 
   // sgemm alone: the same calls over buffers of the same sizes.
-  size_t largest = 0;
-  for (const GemmCall& c : calls) {
-    largest = std::max({largest, static_cast<size_t>(c.m) * c.k,
-                        static_cast<size_t>(c.k) * c.n,
-                        static_cast<size_t>(c.m) * c.n});
-  }
+  const size_t largest = LargestOperand(calls);
   const std::vector<float> a = Random(largest, 1), b = Random(largest, 2);
   std::vector<float> c(largest);
   const double seconds = absl::GetFlag(FLAGS_seconds);
@@ -175,37 +186,47 @@ ViaCblas(CblasSgemm sgemm) {
   };
 }
 
+// `path` loaded with its own symbols (not the linked OpenBLAS's), or null.
+void* OpenBeside(const std::string& path) {
+  return dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+}
+
+// Calls `symbol(threads)` of library `handle` if it has it.
+template <typename Count>
+void SetThreads(void* handle, const char* symbol, int threads) {
+  if (auto set = reinterpret_cast<void (*)(Count)>(dlsym(handle, symbol))) {
+    set(threads);
+  }
+}
+
+// The CBLAS sgemm of the library at `path` (`package` brings it), after
+// `set_threads(handle)`; without gemm if it is not installed.
+GemmLibrary LoadCblas(const std::string& name, const std::string& path,
+                      const std::string& package,
+                      const std::function<void(void*)>& set_threads) {
+  void* h = OpenBeside(path);
+  if (h == nullptr) return {name, package, nullptr};
+  set_threads(h);
+  return {name, "",
+          ViaCblas(reinterpret_cast<CblasSgemm>(dlsym(h, "cblas_sgemm")))};
+}
+
 // The libraries this machine has; each set to `threads`.
 std::vector<GemmLibrary> LoadGemmLibraries(int threads) {
   constexpr char kLib[] = "/usr/lib/x86_64-linux-gnu/";
   std::vector<GemmLibrary> libraries;
   libraries.push_back({"OpenBLAS pthread (linked)", "", ViaCblas(cblas_sgemm)});
-  const auto open = [&](const std::string& path) {
-    return dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
-  };
-  if (void* h = open(std::string(kLib) + "openblas-openmp/libopenblas.so.0")) {
-    if (auto set = reinterpret_cast<void (*)(int)>(
-            dlsym(h, "openblas_set_num_threads"))) {
-      set(threads);
-    }
-    libraries.push_back(
-        {"OpenBLAS OpenMP", "",
-         ViaCblas(reinterpret_cast<CblasSgemm>(dlsym(h, "cblas_sgemm")))});
-  } else {
-    libraries.push_back({"OpenBLAS OpenMP", "libopenblas0-openmp", nullptr});
-  }
-  if (void* h = open(std::string(kLib) + "blis-openmp/libblis.so.4")) {
-    if (auto set = reinterpret_cast<void (*)(int64_t)>(
-            dlsym(h, "bli_thread_set_num_threads"))) {
-      set(threads);
-    }
-    libraries.push_back(
-        {"BLIS OpenMP", "",
-         ViaCblas(reinterpret_cast<CblasSgemm>(dlsym(h, "cblas_sgemm")))});
-  } else {
-    libraries.push_back({"BLIS OpenMP", "libblis4-openmp", nullptr});
-  }
-  if (void* h = open(std::string(kLib) + "libdnnl.so.2")) {
+  libraries.push_back(LoadCblas(
+      "OpenBLAS OpenMP", std::string(kLib) + "openblas-openmp/libopenblas.so.0",
+      "libopenblas0-openmp", [&](void* h) {
+        SetThreads<int>(h, "openblas_set_num_threads", threads);
+      }));
+  libraries.push_back(
+      LoadCblas("BLIS OpenMP", std::string(kLib) + "blis-openmp/libblis.so.4",
+                "libblis4-openmp", [&](void* h) {
+                  SetThreads<int64_t>(h, "bli_thread_set_num_threads", threads);
+                }));
+  if (void* h = OpenBeside(std::string(kLib) + "libdnnl.so.2")) {
     // oneDNN threads with OpenMP (libgomp, loaded with it).
     if (auto set = reinterpret_cast<void (*)(int)>(
             dlsym(RTLD_DEFAULT, "omp_set_num_threads"))) {
@@ -255,11 +276,7 @@ std::vector<GemmCall> LargeDlrmGemms(int batch) {
 
 void GemmLibraries() {
   const int threads = absl::GetFlag(FLAGS_threads);
-  std::vector<int> hidden;
-  for (absl::string_view w :
-       absl::StrSplit(absl::GetFlag(FLAGS_mlp_hidden), ',')) {
-    hidden.push_back(std::stoi(std::string(w)));
-  }
+  const std::vector<int> hidden = MlpHidden();
   const std::vector<std::pair<std::string, std::vector<GemmCall>>> workloads = {
       {"MLP, batch " + std::to_string(absl::GetFlag(FLAGS_mlp_batch)),
        MlpGemms(
@@ -268,12 +285,7 @@ void GemmLibraries() {
       {"large DLRM MLPs, batch 512", LargeDlrmGemms(512)}};
   const std::vector<GemmLibrary> libraries = LoadGemmLibraries(threads);
   for (const auto& [name, calls] : workloads) {
-    size_t largest = 0;
-    for (const GemmCall& c : calls) {
-      largest = std::max({largest, static_cast<size_t>(c.m) * c.k,
-                          static_cast<size_t>(c.k) * c.n,
-                          static_cast<size_t>(c.m) * c.n});
-    }
+    const size_t largest = LargestOperand(calls);
     const std::vector<float> a = Random(largest, 1), b = Random(largest, 2);
     std::vector<float> c(largest);
     const double flops = Flops(calls);
