@@ -156,9 +156,9 @@ grpc::Status EmbeddingServiceImpl::CreateTableImpl(
             options_.max_sketch_counters, " (--max_sketch_counters)")));
   }
   if (!registry_->FindByName(config.name()).ok()) {
-    if (absl::Status room =
-            memory_.Admit(config.admission().sketch_counters(),
-                          absl::StrCat("CreateTable '", config.name(), "'"));
+    if (absl::Status room = memory_.Admit(
+            config.admission().sketch_counters(),
+            [&] { return absl::StrCat("CreateTable '", config.name(), "'"); });
         !room.ok()) {
       return Reject(Rejection::kOverLimit, room);
     }
@@ -225,13 +225,13 @@ grpc::Status EmbeddingServiceImpl::ParsePull(const grpc::ByteBuffer& request,
             " in one response (--max_message_bytes): split the "
             "batch")));
   }
-  // A Pull may create a row for every key (its values and optimizer
-  // state, about twice the values) besides the response.
+  // A Pull may create a row for every key, besides the response.
   if (absl::Status room = memory_.Admit(
-          response_bytes + (call->header.read_only()
-                                ? 0
-                                : 3 * keys->size() * dim * sizeof(float)),
-          absl::StrCat("a Pull of ", keys->size(), " keys"));
+          response_bytes +
+              (call->header.read_only()
+                   ? 0
+                   : MemoryGuard::RowCreationBytes(keys->size(), dim)),
+          [&] { return absl::StrCat("a Pull of ", keys->size(), " keys"); });
       !room.ok()) {
     return Reject(Rejection::kOverLimit, room);
   }
@@ -304,9 +304,9 @@ grpc::Status EmbeddingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
                       "' (dim ", dim, "): ", gradients.status().message())));
   }
   // A Push may create a row for every key.
-  if (absl::Status room =
-          memory_.Admit(3 * keys->size() * dim * sizeof(float),
-                        absl::StrCat("a Push of ", keys->size(), " keys"));
+  if (absl::Status room = memory_.Admit(
+          MemoryGuard::RowCreationBytes(keys->size(), dim),
+          [&] { return absl::StrCat("a Push of ", keys->size(), " keys"); });
       !room.ok()) {
     return Reject(Rejection::kOverLimit, room);
   }

@@ -38,13 +38,14 @@ uint64_t MemoryGuard::resident_bytes() {
   return resident_.load(std::memory_order_relaxed);
 }
 
-absl::Status MemoryGuard::Admit(uint64_t bytes, absl::string_view what) {
+absl::Status MemoryGuard::Admit(uint64_t bytes,
+                                absl::FunctionRef<std::string()> what) {
   if (limit_bytes_ == 0) return absl::OkStatus();
   const uint64_t resident = resident_bytes();
   if (resident + bytes <= limit_bytes_) return absl::OkStatus();
   refused_.fetch_add(1, std::memory_order_relaxed);
   return absl::ResourceExhaustedError(absl::StrCat(
-      what, " refused: it may take ", (bytes + kMiB - 1) / kMiB,
+      what(), " refused: it may take ", (bytes + kMiB - 1) / kMiB,
       " MiB and this server holds ", resident / kMiB, " MiB of its ",
       limit_bytes_ / kMiB,
       " MiB limit (--memory_limit_mb); nothing was changed. Add shards, "

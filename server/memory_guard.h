@@ -16,9 +16,10 @@
 
 #include <atomic>
 #include <cstdint>
+#include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
-#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
 namespace embedps::server {
@@ -30,8 +31,16 @@ class MemoryGuard {
                        absl::Duration refresh = absl::Milliseconds(20));
 
   // OK if the resident set plus `bytes` stays within the limit;
-  // RESOURCE_EXHAUSTED naming `what`, both figures and the limit otherwise.
-  absl::Status Admit(uint64_t bytes, absl::string_view what);
+  // RESOURCE_EXHAUSTED naming what() (called only then: Pulls and Pushes
+  // ask on every call), both figures and the limit otherwise.
+  absl::Status Admit(uint64_t bytes, absl::FunctionRef<std::string()> what);
+
+  // What a Pull or Push of `keys` keys of width `dim` may add by creating
+  // a row for each: the values and the optimizer's state (about as much
+  // again), and a copy on the way.
+  static uint64_t RowCreationBytes(uint64_t keys, uint64_t dim) {
+    return 3 * keys * dim * sizeof(float);
+  }
 
   // The resident set as last read (reads it if older than `refresh`).
   uint64_t resident_bytes();

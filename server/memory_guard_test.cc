@@ -15,7 +15,7 @@ using ::testing::HasSubstr;
 
 TEST(MemoryGuardTest, NoLimitAdmitsEverything) {
   MemoryGuard guard(0);
-  EXPECT_OK(guard.Admit(uint64_t{1} << 50, "a huge call"));
+  EXPECT_OK(guard.Admit(uint64_t{1} << 50, [] { return "a huge call"; }));
   EXPECT_EQ(guard.refused(), 0u);
 }
 
@@ -31,8 +31,9 @@ TEST(MemoryGuardTest, ReadsTheResidentSetAndRefusesPastTheLimit) {
 
   MemoryGuard tight(guard.resident_bytes() + (uint64_t{16} << 20),
                     absl::ZeroDuration());
-  EXPECT_OK(tight.Admit(uint64_t{1} << 20, "a small call"));
-  EXPECT_THAT(tight.Admit(uint64_t{64} << 20, "Pull of 1000 keys"),
+  EXPECT_OK(tight.Admit(uint64_t{1} << 20, [] { return "a small call"; }));
+  EXPECT_THAT(tight.Admit(uint64_t{64} << 20,
+                          [] { return "Pull of 1000 keys"; }),
               StatusIs(absl::StatusCode::kResourceExhausted,
                        HasSubstr("Pull of 1000 keys refused")));
   EXPECT_EQ(tight.refused(), 1u);
