@@ -19,6 +19,7 @@
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "wire/bulk_codec.h"
+#include "wire/server_identity.h"
 
 namespace embedps::client {
 namespace {
@@ -174,10 +175,11 @@ struct Client::Impl {
     // trailers only (initial metadata may not have been received then).
     std::string value, restored;
     const auto& metadata = context.GetServerTrailingMetadata();
-    if (auto it = metadata.find("embedps-incarnation"); it != metadata.end()) {
+    if (auto it = metadata.find(wire::kIncarnationMetadata);
+        it != metadata.end()) {
       value.assign(it->second.data(), it->second.size());
     }
-    if (auto it = metadata.find("embedps-restored-step");
+    if (auto it = metadata.find(wire::kRestoredStepMetadata);
         it != metadata.end()) {
       restored.assign(it->second.data(), it->second.size());
     }

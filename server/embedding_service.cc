@@ -15,6 +15,7 @@
 #include "embedding/table_digest.h"
 #include "wire/bulk_codec.h"
 #include "wire/grpc_status.h"
+#include "wire/server_identity.h"
 
 namespace embedps::server {
 
@@ -70,9 +71,9 @@ EmbeddingServiceImpl::EmbeddingServiceImpl(ServiceOptions options,
 
 void EmbeddingServiceImpl::Identify(grpc::CallbackServerContext* context) {
   // Trailing metadata: every answer ends with it, errors too.
-  context->AddTrailingMetadata(kIncarnationMetadata, incarnation_);
+  context->AddTrailingMetadata(wire::kIncarnationMetadata, incarnation_);
   if (!restored_step_.empty()) {
-    context->AddTrailingMetadata(kRestoredStepMetadata, restored_step_);
+    context->AddTrailingMetadata(wire::kRestoredStepMetadata, restored_step_);
   }
 }
 

@@ -53,7 +53,7 @@ struct ServiceOptions {
   // are refused (memory_guard.h); 0: no limit. Default: 0.
   uint64_t memory_limit_bytes = 0;
   // Who this server is: a number drawn at start, sent with every Pull and
-  // Push answer (kIncarnationMetadata) so that a client notices a shard
+  // Push answer (wire/server_identity.h) so that a client notices a shard
   // that was restarted under it (its updates since the last checkpoint
   // gone) instead of training on it. 0: drawn here. Default: 0.
   uint64_t incarnation = 0;
@@ -62,11 +62,6 @@ struct ServiceOptions {
   // retry must not be applied again). Default: 0.
   double TEST_drop_push_response_probability = 0.0;
 };
-
-// Trailing metadata of every Pull and Push answer: the server's
-// incarnation (hex) and the step it restored at start (decimal).
-inline constexpr char kIncarnationMetadata[] = "embedps-incarnation";
-inline constexpr char kRestoredStepMetadata[] = "embedps-restored-step";
 
 // Why a request was refused (counted per reason, reported by Stats).
 enum class Rejection {
@@ -149,7 +144,7 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
 
   // Stats of a serving replica come from its follower: set before serving.
   // The step of the checkpoint this server restored at start, sent beside
-  // the incarnation (kRestoredStepMetadata). Set before serving.
+  // the incarnation (wire/server_identity.h). Set before serving.
   void set_restored_step(uint64_t step) { restored_step_ = absl::StrCat(step); }
 
   void set_stats_source(std::function<void(proto::StatsResponse*)> source) {
@@ -194,7 +189,7 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
   std::function<void(proto::StatsResponse*)> stats_source_;
   PushDeduplicator deduplicator_;
   MemoryGuard memory_;
-  // kIncarnationMetadata's and kRestoredStepMetadata's values.
+  // The values of the server-identity metadata.
   std::string incarnation_;
   std::string restored_step_;
   std::array<std::atomic<uint64_t>, static_cast<size_t>(Rejection::kCount)>
