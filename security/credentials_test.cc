@@ -3,21 +3,19 @@
 // and clients that should and should not get through.
 #include "security/credentials.h"
 
-#include <condition_variable>
 #include <cstdlib>
 #include <fstream>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
-#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "gtest/gtest.h"
 #include "proto/embedps.grpc.pb.h"
+#include "security/health_check.h"
 #include "security/token_auth.h"
 
 namespace embedps::security {
@@ -228,32 +226,7 @@ TEST_F(CredentialsTest, AMissingOrWrongTokenIsRefused) {
 
 TEST_F(CredentialsTest, HealthNeedsNoToken) {
   Serve(TokenServer());
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      MakeChannelCredentials(TrustingClient());
-  ASSERT_OK(credentials.status());
-  auto channel = grpc::CreateChannel(address_, *credentials);
-  grpc::GenericStub stub(channel);
-  // grpc.health.v1.HealthCheckRequest{service: ""} is the empty message.
-  grpc::ByteBuffer request, response;
-  grpc::Slice empty("");
-  request = grpc::ByteBuffer(&empty, 1);
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() +
-                       std::chrono::seconds(5));
-  std::mutex mu;
-  std::condition_variable done_cv;
-  bool done = false;
-  grpc::Status status;
-  stub.UnaryCall(&context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
-                 &request, &response, [&](grpc::Status s) {
-                   std::lock_guard<std::mutex> lock(mu);
-                   status = s;
-                   done = true;
-                   done_cv.notify_all();
-                 });
-  std::unique_lock<std::mutex> lock(mu);
-  done_cv.wait(lock, [&] { return done; });
-  EXPECT_TRUE(status.ok()) << status.error_message();
+  EXPECT_OK(CheckHealth(address_, TrustingClient(), absl::Seconds(5)));
 }
 
 TEST_F(CredentialsTest, CombinationsThatCannotWorkAreRefused) {
