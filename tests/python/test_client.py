@@ -340,7 +340,8 @@ def test_the_checkpoint_root_flag_is_checked_at_start(tmp_path):
     root.mkdir()
     for args, message in (
             ([f"--checkpoint_root={tmp_path / 'none'}"], "is not a directory"),
-            ([f"--checkpoint_root={root}", f"--restore={tmp_path}"], "outside the checkpoint root")):
+            ([f"--checkpoint_root={root}", f"--restore={tmp_path}"], "outside the checkpoint root"),
+            (["--max_message_bytes=1000"], "--max_message_bytes must be >= 1 MiB")):
         result = subprocess.run([binary("server/ps_server"), "--port=0", *args],
                                 capture_output=True, text=True, timeout=60)
         assert result.returncode == 2, result.stderr

@@ -132,3 +132,14 @@ def test_the_capacity_planner_agrees_with_a_real_table(start_servers, tmp_path):
     assert len(files) == 2
     for f in files:
         assert int(f["bytes"]) == pytest.approx(plan["checkpoint_bytes_per_shard"], rel=0.1)
+
+
+def test_the_capacity_planner_refuses_what_it_cannot_plan():
+    import subprocess
+    from conftest import binary
+    for args, message in ((["--table=not a config", "--keys=10"], "TableConfig"),
+                          (['--table=name: "t" dim: 8', "--keys=0"], "--keys"),
+                          (['--table=name: "t" dim: 0', "--keys=10"], "dim")):
+        result = subprocess.run([binary("tools/capacity"), *args], capture_output=True,
+                                text=True, timeout=60)
+        assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
