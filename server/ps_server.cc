@@ -11,7 +11,6 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <system_error>
 #include <thread>
@@ -27,7 +26,7 @@
 #include "common/malloc_options.h"
 #include "common/program_usage.h"
 #include "common/status_macros.h"
-#include "google/protobuf/text_format.h"
+#include "common/text_proto.h"
 #include "security/flags.h"
 #include "server/path_confinement.h"
 #include "server/shard.h"
@@ -127,20 +126,9 @@ namespace embedps::server {
 namespace {
 
 absl::StatusOr<proto::TableConfigList> ReadTables(const std::string& path) {
-  std::ifstream file(path);
-  if (!file) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read --tables file '", path, "'"));
-  }
-  std::stringstream text;
-  text << file.rdbuf();
   proto::TableConfigList list;
-  if (!google::protobuf::TextFormat::ParseFromString(text.str(), &list)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--tables file '", path,
-        "' is not a text-format embedps.proto.TableConfigList (the parse "
-        "error is logged above)"));
-  }
+  RETURN_IF_ERROR(ReadTextProtoFile(
+      path, absl::StrCat("--tables file '", path, "'"), &list));
   return list;
 }
 

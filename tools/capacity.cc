@@ -15,9 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <numeric>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -26,9 +24,9 @@
 #include "absl/strings/str_cat.h"
 #include "common/program_usage.h"
 #include "common/status_macros.h"
+#include "common/text_proto.h"
 #include "embedding/checkpoint_file.h"
 #include "embedding/table.h"
-#include "google/protobuf/text_format.h"
 #include "nlohmann/json.hpp"
 #include "server/table_config.h"
 
@@ -46,19 +44,17 @@ namespace {
 
 absl::StatusOr<proto::TableConfig> ReadConfig() {
   std::string text = absl::GetFlag(FLAGS_table);
-  if (const std::string path = absl::GetFlag(FLAGS_table_file); !path.empty()) {
-    std::ifstream file(path);
-    std::stringstream s;
-    s << file.rdbuf();
-    if (!file) return absl::NotFoundError(absl::StrCat("cannot read ", path));
-    text = s.str();
-  }
   proto::TableConfig config;
-  if (text.empty() ||
-      !google::protobuf::TextFormat::ParseFromString(text, &config)) {
+  if (const std::string path = absl::GetFlag(FLAGS_table_file); !path.empty()) {
+    RETURN_IF_ERROR(
+        ReadTextProtoFile(path, absl::StrCat("--table_file ", path), &config));
+    return config;
+  }
+  if (text.empty()) {
     return absl::InvalidArgumentError(
         "--table (or --table_file) must be a text-format TableConfig");
   }
+  RETURN_IF_ERROR(ParseTextProto(text, "--table", &config));
   return config;
 }
 

@@ -46,6 +46,7 @@
 #include "common/mutex.h"
 #include "common/program_usage.h"
 #include "common/testing/server_process.h"
+#include "common/text_proto.h"
 #include "dense/eval_metrics.h"
 #include "dense/model.h"
 #include "google/protobuf/text_format.h"
@@ -325,16 +326,12 @@ std::string RandomLine(std::mt19937_64& rng, const bench::ZipfRanks& zipf) {
 }
 
 bool ReadConfig(const std::string& path, worker::WorkerConfig* config) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in ||
-      !google::protobuf::TextFormat::ParseFromString(text.str(), config)) {
-    std::fprintf(stderr, "serve_bench: cannot read the WorkerConfig %s\n",
-                 path.c_str());
-    return false;
+  const absl::Status status =
+      ReadTextProtoFile(path, absl::StrCat("the WorkerConfig ", path), config);
+  if (!status.ok()) {
+    std::fprintf(stderr, "serve_bench: %s\n", status.ToString().c_str());
   }
-  return true;
+  return status.ok();
 }
 
 // The Predict model's config with its tables renamed ("_predict") so

@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -23,8 +22,8 @@
 #include "common/logging.h"
 #include "common/program_usage.h"
 #include "common/status_macros.h"
+#include "common/text_proto.h"
 #include "dense/blas.h"
-#include "google/protobuf/text_format.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "proto/embedps.grpc.pb.h"
@@ -83,14 +82,8 @@ absl::StatusOr<PredictorOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError(
         "--config=FILE (a WorkerConfig) is required");
   }
-  std::ifstream file(path);
-  std::stringstream text;
-  text << file.rdbuf();
-  if (!file || !google::protobuf::TextFormat::ParseFromString(
-                   text.str(), &options.config)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--config ", path, " is not a readable WorkerConfig"));
-  }
+  RETURN_IF_ERROR(ReadTextProtoFile(path, absl::StrCat("--config ", path),
+                                    &options.config));
   for (absl::string_view shard :
        absl::StrSplit(absl::GetFlag(FLAGS_serving), ';', absl::SkipEmpty())) {
     options.serving.replicas.emplace_back();

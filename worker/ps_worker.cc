@@ -9,8 +9,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -20,7 +18,7 @@
 #include "common/logging.h"
 #include "common/program_usage.h"
 #include "common/status_macros.h"
-#include "google/protobuf/text_format.h"
+#include "common/text_proto.h"
 #include "security/flags.h"
 #include "worker/dlrm_job.h"
 #include "worker/job_flags.h"
@@ -94,19 +92,8 @@ absl::Status Configure(DlrmJobOptions& options, JobFromFlags& job) {
         "--config=FILE is required: a text-format WorkerConfig "
         "(deploy/local/dlrm_small.txtpb is an example)");
   }
-  std::ifstream file(path);
-  if (!file) {
-    return absl::NotFoundError(absl::StrCat("cannot read --config ", path));
-  }
-  std::stringstream text;
-  text << file.rdbuf();
-  if (!google::protobuf::TextFormat::ParseFromString(text.str(),
-                                                     &options.config)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--config ", path,
-                     " is not a text-format WorkerConfig (the parse "
-                     "error is logged above)"));
-  }
+  RETURN_IF_ERROR(ReadTextProtoFile(path, absl::StrCat("--config ", path),
+                                    &options.config));
   WorkerConfig& config = options.config;
   if (!absl::GetFlag(FLAGS_mode).empty()) {
     config.set_mode(absl::GetFlag(FLAGS_mode));

@@ -13,8 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
-#include "google/protobuf/io/tokenizer.h"
-#include "google/protobuf/text_format.h"
+#include "common/text_proto.h"
 #include "google/protobuf/util/json_util.h"
 #include "python/src/bindings.h"
 #include "python/src/py_common.h"
@@ -91,16 +90,6 @@ class Future {
 };
 
 // The first error of a text-format parse.
-struct FirstError : google::protobuf::io::ErrorCollector {
-  void AddError(int line, int column, const std::string& message) override {
-    if (this->message.empty()) {
-      this->message = absl::StrCat("line ", line + 1, ", column ", column + 1,
-                                   ": ", message);
-    }
-  }
-  std::string message;
-};
-
 class PyClient {
  public:
   PyClient(std::vector<std::string> servers, double rpc_timeout,
@@ -149,13 +138,7 @@ class PyClient {
             absl::StrCat("not a TableConfig: ", status.ToString())));
       }
     } else {
-      FirstError error;
-      google::protobuf::TextFormat::Parser parser;
-      parser.RecordErrorsTo(&error);
-      if (!parser.ParseFromString(config, &parsed)) {
-        RaiseStatus(absl::InvalidArgumentError(
-            absl::StrCat("not a TableConfig in text format: ", error.message)));
-      }
+      Check(ParseTextProto(config, "the table config", &parsed));
     }
     absl::StatusOr<TableHandle> table;
     {
