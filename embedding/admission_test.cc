@@ -62,7 +62,7 @@ TEST(AdmissionTest, CountFilterAdmitsOnTheKthPull) {
 TEST(AdmissionTest, MinCountOneAdmitsAtOnce) {
   ASSERT_OK_AND_ASSIGN(auto table, Table::Create(CountSpec(1)));
   std::vector<float> values(kDim);
-  ASSERT_OK(table->Pull({{7}}, absl::MakeSpan(values)));
+  ASSERT_OK(table->Pull({7}, absl::MakeSpan(values)));
   EXPECT_EQ(table->Stats().rows, 1u);
 }
 
@@ -73,11 +73,11 @@ TEST(AdmissionTest, LookupNeverCountsAsASighting) {
   for (int i = 0; i < 5; ++i) {
     ASSERT_OK_AND_ASSIGN(
         uint64_t hits,
-        table->Lookup({{7}}, absl::MakeSpan(values), absl::MakeSpan(found),
+        table->Lookup({7}, absl::MakeSpan(values), absl::MakeSpan(found),
                       Table::MissingRows::kZeros));
     EXPECT_EQ(hits, 0u);
   }
-  ASSERT_OK(table->Pull({{7}}, absl::MakeSpan(values)));
+  ASSERT_OK(table->Pull({7}, absl::MakeSpan(values)));
   EXPECT_EQ(table->Stats().rows, 0u);
 }
 

@@ -330,8 +330,8 @@ TEST_P(CheckpointFileTest, AdmissionCountsSurviveARestore) {
   spec.admission.sketch_counters = 1 << 12;
   auto table = MakeTable(spec);
   std::vector<float> value(kDim);
-  ASSERT_OK(table->Pull({{42}}, absl::MakeSpan(value)));
-  ASSERT_OK(table->Pull({{42}}, absl::MakeSpan(value)));
+  ASSERT_OK(table->Pull({42}, absl::MakeSpan(value)));
+  ASSERT_OK(table->Pull({42}, absl::MakeSpan(value)));
   EXPECT_EQ(table->Stats().rows, 0u);
   ASSERT_OK_AND_ASSIGN(auto snapshot, table->TakeSnapshot(false));
   const std::string path = Dir() + "/admission.sst";
@@ -341,11 +341,11 @@ TEST_P(CheckpointFileTest, AdmissionCountsSurviveARestore) {
   auto restored = MakeTable(spec);
   const TableFileRestore result = Restore(path, summary.xxh3, *restored);
   ASSERT_OK(restored->MergeAdmissionStates(result.admission_states));
-  ASSERT_OK(restored->Pull({{42}}, absl::MakeSpan(value)));
+  ASSERT_OK(restored->Pull({42}, absl::MakeSpan(value)));
   EXPECT_EQ(restored->Stats().rows, 1u) << "third sighting admits";
 
   auto fresh = MakeTable(spec);
-  ASSERT_OK(fresh->Pull({{42}}, absl::MakeSpan(value)));
+  ASSERT_OK(fresh->Pull({42}, absl::MakeSpan(value)));
   EXPECT_EQ(fresh->Stats().rows, 0u);
 
   std::vector<std::string> one_stripe_too_many = result.admission_states;

@@ -77,7 +77,7 @@ uint64_t Value(absl::StatusOr<uint64_t> result) {
 
 std::vector<float> PullOne(Table& table, uint64_t key) {
   std::vector<float> row(table.spec().dim);
-  EXPECT_OK(table.Pull({{key}}, absl::MakeSpan(row)));
+  EXPECT_OK(table.Pull({key}, absl::MakeSpan(row)));
   return row;
 }
 
@@ -119,7 +119,7 @@ TEST_P(TableContractTest, PushAppliesSgdExactly) {
   const std::vector<float> before = PullOne(*table, 12);
   std::vector<float> grad(kDim);
   for (int d = 0; d < kDim; ++d) grad[d] = 0.25f * d;
-  ASSERT_OK(table->Push({{12}}, grad));
+  ASSERT_OK(table->Push({12}, grad));
   const std::vector<float> after = PullOne(*table, 12);
   for (int d = 0; d < kDim; ++d)
     EXPECT_EQ(after[d], before[d] - 0.5f * grad[d]);
@@ -172,7 +172,7 @@ TEST_P(TableContractTest, KeysWithTheSameIndexFingerprintKeepTheirOwnRows) {
     std::vector<float> grads(first_grad);
     grads.insert(grads.end(), second_grad.begin(), second_grad.end());
     ASSERT_OK(table->Push({{first, second}}, grads));
-    ASSERT_OK(table->Push({{second}}, second_grad));
+    ASSERT_OK(table->Push({second}, second_grad));
     std::vector<float> both(2 * kDim);
     ASSERT_OK(table->Pull({{second, first}}, absl::MakeSpan(both)));
     for (int d = 0; d < kDim; ++d) {
@@ -266,7 +266,7 @@ TEST_P(TableContractTest, LookupCanAnswerMissesWithInitialValues) {
   // from its initial values; key 2 has none.
   for (int i = 0; i < 3; ++i) PullOne(*table, 1);
   const std::vector<float> grad(kDim, 1.0f);
-  ASSERT_OK(table->Push({{1}}, grad));
+  ASSERT_OK(table->Push({1}, grad));
   const std::vector<float> trained = PullOne(*table, 1);
   ASSERT_NE(trained, InitialOf(spec, 1));
   const TableStats before = table->Stats();
@@ -299,13 +299,13 @@ TEST_P(TableContractTest, ChangeLogNamesEveryChangedRowOnce) {
   PullOne(*table, 7);  // created
   const std::vector<float> grad(2 * kDim, 0.5f);
   ASSERT_OK(table->Push({{1, 1}}, grad));  // updated (twice in one batch)
-  ASSERT_OK(table->Push({{99}}, absl::MakeConstSpan(grad).subspan(0, kDim)));
+  ASSERT_OK(table->Push({99}, absl::MakeConstSpan(grad).subspan(0, kDim)));
   // Key 99 had no row: admission kAlways creates it on the push.
   EXPECT_EQ(table->TakeChangedKeys(), (std::vector<uint64_t>{1, 7, 99}));
   EXPECT_TRUE(table->TakeChangedKeys().empty()) << "the log starts over";
-  ASSERT_OK_AND_ASSIGN(uint64_t erased, table->Erase({{7}}));
+  ASSERT_OK_AND_ASSIGN(uint64_t erased, table->Erase({7}));
   EXPECT_EQ(erased, 1u);
-  ASSERT_OK(table->Push({{1}}, absl::MakeConstSpan(grad).subspan(0, kDim)));
+  ASSERT_OK(table->Push({1}, absl::MakeConstSpan(grad).subspan(0, kDim)));
   EXPECT_EQ(table->TakeChangedKeys(), (std::vector<uint64_t>{1, 7}));
 }
 
@@ -343,7 +343,7 @@ TEST_P(TableContractTest, ScanVisitsEveryRowOnceWithItsState) {
   for (int i = 0; i < 3000; ++i) keys[i] = i * 7919;
   std::vector<float> values(keys.size() * kDim);
   ASSERT_OK(table->Pull(keys, absl::MakeSpan(values), AccessContext{4}));
-  EXPECT_EQ(Value(table->Erase({{0}})), 1u);
+  EXPECT_EQ(Value(table->Erase({0})), 1u);
   std::map<uint64_t, int> visits;
   ASSERT_OK(table->Scan([&](const RowView& row) {
     ++visits[row.key];
@@ -416,12 +416,12 @@ TEST_P(TableContractTest, TtlInStepsEvictsUntouchedRows) {
   std::vector<float> v(2 * kDim);
   ASSERT_OK(table->Pull({{1, 2}}, absl::MakeSpan(v), AccessContext{100}));
   std::vector<float> g(kDim, 1.0f);
-  ASSERT_OK(table->Push({{2}}, g, AccessContext{105}));  // a push touches too
-  ASSERT_OK(table->Pull({{3}}, absl::MakeSpan(v).subspan(0, kDim),
-                        AccessContext{110}));
+  ASSERT_OK(table->Push({2}, g, AccessContext{105}));  // a push touches too
+  ASSERT_OK(
+      table->Pull({3}, absl::MakeSpan(v).subspan(0, kDim), AccessContext{110}));
   EXPECT_EQ(Value(table->SweepExpired()), 0u);  // 110-100 is not > 10
-  ASSERT_OK(table->Pull({{3}}, absl::MakeSpan(v).subspan(0, kDim),
-                        AccessContext{111}));
+  ASSERT_OK(
+      table->Pull({3}, absl::MakeSpan(v).subspan(0, kDim), AccessContext{111}));
   EXPECT_EQ(Value(table->SweepExpired()), 1u);  // key 1
   bool found[3];
   std::vector<float> lv(3 * kDim);
@@ -432,8 +432,8 @@ TEST_P(TableContractTest, TtlInStepsEvictsUntouchedRows) {
   EXPECT_EQ(hits, 2u);
   EXPECT_FALSE(found[0]);
   EXPECT_EQ(table->Stats().evicted, 1u);
-  ASSERT_OK(table->Pull({{3}}, absl::MakeSpan(v).subspan(0, kDim),
-                        AccessContext{200}));
+  ASSERT_OK(
+      table->Pull({3}, absl::MakeSpan(v).subspan(0, kDim), AccessContext{200}));
   EXPECT_EQ(Value(table->SweepExpired()), 1u);  // key 2 (touched at 105)
   EXPECT_EQ(table->Stats().rows, 1u);
 }
@@ -447,9 +447,9 @@ TEST_P(TableContractTest, TtlInSecondsUsesTheClock) {
   options.clock = [now] { return absl::FromUnixSeconds(now->load()); };
   ASSERT_OK_AND_ASSIGN(auto table, MakeTable(spec, options));
   std::vector<float> v(kDim);
-  ASSERT_OK(table->Pull({{1}}, absl::MakeSpan(v)));
+  ASSERT_OK(table->Pull({1}, absl::MakeSpan(v)));
   now->store(1030);
-  ASSERT_OK(table->Pull({{2}}, absl::MakeSpan(v)));
+  ASSERT_OK(table->Pull({2}, absl::MakeSpan(v)));
   now->store(1061);
   EXPECT_EQ(Value(table->SweepExpired()), 1u);
   now->store(1091);
@@ -460,8 +460,8 @@ TEST_P(TableContractTest, TtlInSecondsUsesTheClock) {
 TEST_P(TableContractTest, TtlOffNeverEvicts) {
   ASSERT_OK_AND_ASSIGN(auto table, MakeTable(SgdSpec()));
   std::vector<float> v(kDim);
-  ASSERT_OK(table->Pull({{1}}, absl::MakeSpan(v), AccessContext{1}));
-  ASSERT_OK(table->Pull({{2}}, absl::MakeSpan(v), AccessContext{1u << 30}));
+  ASSERT_OK(table->Pull({1}, absl::MakeSpan(v), AccessContext{1}));
+  ASSERT_OK(table->Pull({2}, absl::MakeSpan(v), AccessContext{1u << 30}));
   EXPECT_EQ(Value(table->SweepExpired()), 0u);
 }
 

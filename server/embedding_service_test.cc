@@ -251,8 +251,7 @@ TEST_F(EmbeddingServiceTest, PrometheusMetricsMatchTheStatsRpc) {
                        client->CreateTable(SgdTable("seen")));
   std::vector<float> values(3 * kDim);
   ASSERT_OK(client->Pull(table, {{1, 2, 3}}, absl::MakeSpan(values)));
-  ASSERT_OK(
-      client->Pull(table, {{4}}, absl::MakeSpan(values).subspan(0, kDim)));
+  ASSERT_OK(client->Pull(table, {4}, absl::MakeSpan(values).subspan(0, kDim)));
   httplib::Client http("127.0.0.1", cluster_.shard(0).metrics_port());
   auto response = http.Get("/metrics");
   ASSERT_TRUE(response) << "no answer from the metrics port";

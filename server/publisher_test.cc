@@ -49,7 +49,7 @@ TEST(PublisherTest, PublishesTheRowsChangedSinceTheLastPublication) {
   // The first publication turns the change log on: what came before is the
   // checkpoint's business.
   const std::vector<float> grad(kDim, 1.0f);
-  ASSERT_OK(entry.table->Push({{5}}, grad));  // creates the row: not logged
+  ASSERT_OK(entry.table->Push({5}, grad));  // creates the row: not logged
   std::vector<float> row(kDim);
   proto::PublishRequest request;
   request.set_step(0);
@@ -58,9 +58,9 @@ TEST(PublisherTest, PublishesTheRowsChangedSinceTheLastPublication) {
   EXPECT_EQ(first.sequence(), 1u);
   EXPECT_EQ(first.rows(), 0u);
 
-  ASSERT_OK(entry.table->Push({{5}}, grad));
-  ASSERT_OK(entry.table->Pull({{9}}, absl::MakeSpan(row)));  // created
-  ASSERT_OK_AND_ASSIGN(uint64_t erased, entry.table->Erase({{9}}));
+  ASSERT_OK(entry.table->Push({5}, grad));
+  ASSERT_OK(entry.table->Pull({9}, absl::MakeSpan(row)));  // created
+  ASSERT_OK_AND_ASSIGN(uint64_t erased, entry.table->Erase({9}));
   ASSERT_EQ(erased, 1u);
   request.set_step(3);
   request.set_dense_parameters("dense bytes");

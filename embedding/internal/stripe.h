@@ -155,17 +155,17 @@ class Stripe {
 
   mutable Mutex mu;
 
-  float* Row(RowId id) const {
+  float* Row(RowId id) const ABSL_SHARED_LOCKS_REQUIRED(mu) {
     return reinterpret_cast<float*>(arena_.row(id));
   }
-  const RowHeader& Header(RowId id) const {
+  const RowHeader& Header(RowId id) const ABSL_SHARED_LOCKS_REQUIRED(mu) {
     return *reinterpret_cast<const RowHeader*>(Row(id));
   }
-  RowHeader& MutableHeader(RowId id) {
+  RowHeader& MutableHeader(RowId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     return *reinterpret_cast<RowHeader*>(Row(id));
   }
   // The row's record (RowRecordBytes of the table).
-  char* Record(RowId id) const {
+  char* Record(RowId id) const ABSL_SHARED_LOCKS_REQUIRED(mu) {
     return reinterpret_cast<char*>(Row(id)) + kRecordOffset;
   }
 
@@ -261,13 +261,15 @@ class Stripe {
   std::vector<uint64_t> changes_ ABSL_GUARDED_BY(mu);
 };
 
-// The index reads keys from rows; called under the stripe's lock.
-inline size_t RowHash::operator()(const IndexSlot& slot) const {
+// The index reads keys from rows; called under the stripe's lock (the index
+// is only used with it held; the analysis cannot see through the hash set).
+inline size_t RowHash::operator()(const IndexSlot& slot) const
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {
   return KeyHash(stripe->Header(slot.id()).key);
 }
 
-inline bool RowEq::operator()(const KeyProbe& probe,
-                              const IndexSlot& slot) const {
+inline bool RowEq::operator()(const KeyProbe& probe, const IndexSlot& slot)
+    const ABSL_NO_THREAD_SAFETY_ANALYSIS {
   return slot.fingerprint() == IndexFingerprint(probe.hash) &&
          stripe->Header(slot.id()).key == probe.key;
 }

@@ -19,7 +19,8 @@ enum class RowPart { kValues, kWhole };
 
 // Prefetches the cache lines of the row's `part` from `from_byte` on.
 void PrefetchRow(const TableCore& core, const Stripe& stripe, RowId id,
-                 RowPart part, bool for_write, size_t from_byte) {
+                 RowPart part, bool for_write, size_t from_byte)
+    ABSL_SHARED_LOCKS_REQUIRED(stripe.mu) {
   const char* row = reinterpret_cast<const char*>(stripe.Row(id));
   const size_t end =
       sizeof(float) * (part == RowPart::kValues
