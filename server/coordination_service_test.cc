@@ -5,10 +5,13 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "client/coordination_client.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "proto/embedps.grpc.pb.h"
 #include "server/shard_testing.h"
 
 namespace embedps {
@@ -55,6 +58,33 @@ TEST(CoordinationServiceTest, BarrierWaitAndTimeouts) {
   EXPECT_THAT(store->Get("never"), StatusIs(absl::StatusCode::kNotFound));
   EXPECT_THAT(store->Set("", "x"),
               StatusIs(absl::StatusCode::kInvalidArgument));
+}
+
+// A caller that gives up (its call's deadline passes) is withdrawn from the
+// barrier then, not at the longer timeout its request named: the server
+// holds no thread for it, and the barrier's count stays true.
+TEST(CoordinationServiceTest, ACallerWhoseDeadlinePassedLeavesTheBarrier) {
+  server::testing::InProcessCluster cluster;
+  cluster.Start(1);
+  auto stub = proto::Coordination::NewStub(grpc::CreateChannel(
+      cluster.addresses()[0], grpc::InsecureChannelCredentials()));
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::milliseconds(200));
+  proto::BarrierRequest request;
+  request.set_name("b");
+  request.set_participants(2);
+  request.set_timeout_ms(60000);
+  proto::BarrierResponse response;
+  EXPECT_EQ(stub->Barrier(&context, request, &response).error_code(),
+            grpc::StatusCode::DEADLINE_EXCEEDED);
+  absl::SleepFor(absl::Seconds(2));
+
+  auto store = *client::CoordinationClient::Create(cluster.addresses()[0]);
+  EXPECT_THAT(
+      store->Barrier("b", 2, absl::Milliseconds(300)),
+      StatusIs(absl::StatusCode::kDeadlineExceeded, HasSubstr("1 of 2")))
+      << "the first caller is still counted as waiting";
 }
 
 }  // namespace
