@@ -20,6 +20,8 @@ packages=(
   python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
   # The manifests' tests (python3-yaml) and their schema check's venv.
   python3-yaml python3-venv
+  # The fuzz targets (fuzz/run.sh): clang and its libFuzzer runtime.
+  clang libclang-rt-14-dev
   # Formatting and tooling used by the scripts (gnuplot: the training plot).
   clang-format procps gnuplot-nox
 )

@@ -35,5 +35,19 @@ else
   echo "FAILED: tests/k8s/validate_schema.sh"
   tail -20 "$log"
 fi
+# Each fuzz target for a few seconds on its corpus (docs/fuzzing.md); the
+# corpora's replay tests ran above. Skipped with --config=... runs: the
+# fuzzers are ASAN builds of their own.
+if [ $# -eq 0 ]; then
+  if fuzz/run.sh --seconds 5 --out "$(mktemp -d)" >"$log" 2>&1; then
+    passed=$((passed + 1))
+    grep -E "^[a-z_]+_fuzz: " "$log"
+  else
+    failed=$((failed + 1))
+    status=1
+    echo "FAILED: fuzz/run.sh --seconds 5"
+    tail -20 "$log"
+  fi
+fi
 echo "$passed passed, $failed failed"
 [ "$status" -eq 0 ] && [ "$failed" -eq 0 ]
