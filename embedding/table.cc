@@ -23,6 +23,7 @@
 #include "embedding/initializer.h"
 #include "embedding/internal/batch_pipeline.h"
 #include "embedding/internal/row_removal.h"
+#include "embedding/internal/spill_policy.h"
 #include "embedding/internal/spill_store.h"
 #include "embedding/internal/stripe_batch.h"
 #include "embedding/internal/table_core.h"
@@ -266,6 +267,7 @@ class MemoryTable final : public Table {
     if (core_.spill != nullptr) {
       const embedding_internal::SpillStoreStats spill = core_.spill->Stats();
       stats.spilled_disk_bytes = core_.spill->DiskBytes();
+      stats.spill_memory_bytes = core_.spill->MemoryBytes();
       stats.spill_multigets = spill.multiget_calls;
       stats.spill_multiget_keys = spill.multiget_keys;
       stats.spill_multiget_micros = spill.multiget_micros;
@@ -277,7 +279,8 @@ class MemoryTable final : public Table {
         sizeof(float);
     stats.memory_budget_bytes = core_.spec.memory_budget_bytes;
     stats.over_budget = core_.spec.memory_budget_bytes > 0 &&
-                        stats.resident_bytes > core_.spec.memory_budget_bytes;
+                        stats.resident_bytes + stats.spill_memory_bytes >
+                            core_.spec.memory_budget_bytes;
     stats.pulled_keys = pulled_keys_.load(std::memory_order_relaxed);
     stats.pushed_keys = pushed_keys_.load(std::memory_order_relaxed);
     stats.looked_up_keys = looked_up_keys_.load(std::memory_order_relaxed);
@@ -393,7 +396,11 @@ absl::StatusOr<std::unique_ptr<Table>> Table::Create(const TableSpec& spec,
     spill_options.path = options.spill_directory;
     spill_options.record_bytes = RowRecordBytes(
         spec.dim, OptimizerStateFloats(spec.optimizer, spec.dim));
-    spill_options.block_cache_bytes = options.spill_block_cache_bytes;
+    const embedding_internal::SpillReserve reserve =
+        embedding_internal::PlanSpillReserve(spec.memory_budget_bytes,
+                                             options.spill_block_cache_bytes);
+    spill_options.block_cache_bytes = reserve.block_cache_bytes;
+    spill_options.memtable_bytes = reserve.memtable_bytes;
     spill_options.read_around = options.spill_read_around;
     ASSIGN_OR_RETURN(spill,
                      embedding_internal::SpillStore::Open(spill_options));

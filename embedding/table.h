@@ -78,7 +78,10 @@ struct TableOptions {
     "Rows in the spill tier.")                                                \
   X(resident_bytes, "gauge", "embedps_table_resident_bytes",                  \
     "Bytes held: rows, index, free list, admission and frequency "            \
-    "sketches.")                                                              \
+    "sketches, changes tracked for incremental snapshots.")                   \
+  X(spill_memory_bytes, "gauge", "embedps_table_spill_memory_bytes",          \
+    "Bytes the spill tier holds in memory: memtables and block cache "        \
+    "(with index and filter blocks).")                                        \
   X(payload_bytes, "gauge", "embedps_table_payload_bytes",                    \
     "Bytes of embedding vectors and optimizer state.")                        \
   X(memory_budget_bytes, "gauge", "embedps_table_memory_budget_bytes",        \
@@ -130,7 +133,7 @@ struct TableStats {
   uint64_t field = 0;
   EMBEDPS_TABLE_STATS_FIELDS(EMBEDPS_DECLARE_TABLE_STAT)
 #undef EMBEDPS_DECLARE_TABLE_STAT
-  // resident_bytes > memory_budget_bytes > 0.
+  // resident_bytes + spill_memory_bytes > memory_budget_bytes > 0.
   bool over_budget = false;
   // Time in batched reads of the spill tier.
   uint64_t spill_multiget_micros = 0;
@@ -252,7 +255,9 @@ class Table {
 
   // Copies what a checkpoint needs: every row (full) or the rows changed
   // and the keys removed since the previous snapshot (incremental; the
-  // first snapshot of a table is always full). Pushes and Pulls wait while
+  // first snapshot of a table is always full, and so is one after a
+  // spilling table changed more keys than its budget lets it track:
+  // TableSnapshot::incremental() says which). Pushes and Pulls wait while
   // the resident part is copied; rows in the spill tier are read later
   // from a RocksDB snapshot. Every snapshot starts a new change set.
   virtual absl::StatusOr<std::unique_ptr<TableSnapshot>> TakeSnapshot(

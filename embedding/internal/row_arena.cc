@@ -42,7 +42,7 @@ absl::Status RowArena::Reserve(uint64_t rows) {
                      " rows: ", std::strerror(errno)));
   }
   // Advice only: where THP is off this fails harmlessly and pages stay small.
-  madvise(region, new_bytes, MADV_HUGEPAGE);
+  if (huge_pages_) madvise(region, new_bytes, MADV_HUGEPAGE);
   base_ = static_cast<char*>(region);
   capacity_ = new_capacity;
   return absl::OkStatus();

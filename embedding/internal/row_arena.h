@@ -22,8 +22,11 @@ namespace embedps::embedding_internal {
 class RowArena {
  public:
   // Rows of `row_bytes` bytes each; nothing is reserved until Reserve.
-  // REQUIRES: row_bytes is a positive multiple of 16.
-  explicit RowArena(size_t row_bytes) : row_bytes_(row_bytes) {}
+  // `huge_pages`: ask for transparent huge pages (the last one is then
+  // committed whole: up to 2 MiB beyond the rows). REQUIRES: row_bytes is
+  // a positive multiple of 16.
+  RowArena(size_t row_bytes, bool huge_pages)
+      : row_bytes_(row_bytes), huge_pages_(huge_pages) {}
   ~RowArena();
   RowArena(const RowArena&) = delete;
   RowArena& operator=(const RowArena&) = delete;
@@ -44,6 +47,7 @@ class RowArena {
 
  private:
   const size_t row_bytes_;
+  const bool huge_pages_;
   char* base_ = nullptr;
   uint64_t capacity_ = 0;
 };

@@ -13,7 +13,7 @@ namespace {
 
 TEST(RowArenaTest, GrowingKeepsEveryRow) {
   constexpr size_t kRowBytes = 48;
-  RowArena arena(kRowBytes);
+  RowArena arena(kRowBytes, /*huge_pages=*/true);
   EXPECT_EQ(arena.capacity(), 0u);
   for (uint64_t rows = 1; rows <= 200000; rows = rows * 3 + 1) {
     const uint64_t before = arena.capacity();
@@ -32,7 +32,7 @@ TEST(RowArenaTest, GrowingKeepsEveryRow) {
 }
 
 TEST(RowArenaTest, ImpossibleReservationIsAnErrorNotACrash) {
-  RowArena arena(1 << 20);
+  RowArena arena(1 << 20, /*huge_pages=*/false);
   ASSERT_OK(arena.Reserve(4));
   EXPECT_THAT(
       arena.Reserve(uint64_t{1} << 40),

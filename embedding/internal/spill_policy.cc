@@ -7,12 +7,29 @@
 
 namespace embedps::embedding_internal {
 
+SpillReserve PlanSpillReserve(uint64_t budget_bytes,
+                              uint64_t block_cache_limit) {
+  SpillReserve reserve;
+  reserve.memtable_bytes =
+      std::clamp<uint64_t>(budget_bytes / 32, kMinMemtableBytes, 16 << 20);
+  reserve.block_cache_bytes = std::max<uint64_t>(
+      std::min(budget_bytes / 8, block_cache_limit), 64 << 10);
+  reserve.tracked_key_bytes = budget_bytes / 16;
+  return reserve;
+}
+
 SpillBudget PlanSpillBudget(const embedding::TableSpec& spec,
-                            int32_t row_floats, uint64_t admission_bytes) {
-  // The budget covers rows, their index slots (5 bytes over a load factor
-  // of at least 7/16) and their spill copies' metadata (8 bytes, an eighth
-  // spare: Stripe::NoteCurrentSpillCopy).
-  const uint64_t per_stripe = spec.memory_budget_bytes / spec.num_stripes;
+                            int32_t row_floats, uint64_t admission_bytes,
+                            const SpillReserve& reserve) {
+  // The budget covers the reserve, rows, their index slots (5 bytes over a
+  // load factor of at least 7/16) and their spill copies' metadata (8
+  // bytes, an eighth spare: Stripe::NoteCurrentSpillCopy).
+  // (A budget of a few MiB or less is below the reserve's floors, which
+  // then take more than their share: the rows keep 11/16 of it.)
+  const uint64_t for_stripes =
+      spec.memory_budget_bytes -
+      std::min(reserve.total(), spec.memory_budget_bytes / 16 * 5);
+  const uint64_t per_stripe = for_stripes / spec.num_stripes;
   const uint64_t row_cost = sizeof(float) * row_floats + 12 + 9;
   const auto rows_in = [&](uint64_t other_bytes) {
     return std::max<uint64_t>(1, per_stripe > other_bytes
@@ -29,6 +46,9 @@ SpillBudget PlanSpillBudget(const embedding::TableSpec& spec,
   const uint64_t frequency_bytes = CountMinSketch::kDepth * budget.sketch_width;
   budget.max_resident_per_stripe = rows_in(admission_bytes + frequency_bytes);
   budget.sketch_sample = 10 * budget.max_resident_per_stripe;
+  budget.max_tracked_keys_per_stripe = std::max<uint64_t>(
+      kMinTrackedKeysPerStripe,
+      reserve.tracked_key_bytes / kTrackedKeyBytes / spec.num_stripes);
   return budget;
 }
 
@@ -68,7 +88,9 @@ absl::Status SettleSpill(TableCore& core, Stripe& stripe, SpillWrites& writes) {
   }
   for (RowId id : victims) {
     const RowHeader& header = stripe.Header(id);
-    if (header.access_word & kDirtyBit) spill.dirty_keys.insert(header.key);
+    if (header.access_word & kDirtyBit) {
+      core.TrackChange(stripe, spill.dirty_keys, header.key);
+    }
     stripe.FreeRow(id, KeyHash(header.key));
   }
   spill.spilled_rows += victims.size();

@@ -15,11 +15,40 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
+#include "embedding/internal/spill_store.h"
 #include "embedding/internal/stripe.h"
 #include "embedding/internal/table_core.h"
 #include "embedding/table_spec.h"
 
 namespace embedps::embedding_internal {
+
+// What a spilling table's budget sets aside before its rows: its spill
+// tier's memtables and block cache (which holds the index and filter
+// blocks too), and the keys of changed and removed rows it tracks for
+// incremental snapshots (dirty_keys, removed_keys).
+struct SpillReserve {
+  // Each of kMaxMemtables memtables: a 32nd of the budget, within
+  // [kMinMemtableBytes, 16 MiB].
+  uint64_t memtable_bytes;
+  // An eighth of the budget, at most `block_cache_limit` (TableOptions),
+  // at least 64 KiB.
+  uint64_t block_cache_bytes;
+  // A 16th of the budget (each tracked key costs kTrackedKeyBytes).
+  uint64_t tracked_key_bytes;
+  uint64_t total() const {
+    return kMaxMemtables * memtable_bytes + block_cache_bytes +
+           tracked_key_bytes;
+  }
+};
+// RocksDB's smallest memtable.
+inline constexpr uint64_t kMinMemtableBytes = 64 << 10;
+// Keys a stripe tracks however small the budget (~21 KiB a stripe).
+inline constexpr uint64_t kMinTrackedKeysPerStripe = 1024;
+// A key in a flat_hash_set<uint64_t> at its lowest load factor (7/16).
+inline constexpr uint64_t kTrackedKeyBytes = 21;
+
+SpillReserve PlanSpillReserve(uint64_t budget_bytes,
+                              uint64_t block_cache_limit);
 
 // How a spilling table divides its memory budget.
 struct SpillBudget {
@@ -29,13 +58,18 @@ struct SpillBudget {
   uint64_t sketch_width;
   // Sightings after which the sketch halves its counters.
   uint64_t sketch_sample;
+  // Keys a stripe's dirty_keys and removed_keys may hold together.
+  uint64_t max_tracked_keys_per_stripe;
 };
 
-// Each stripe gets an equal share of the budget, less its admission sketch
-// (`admission_bytes`) and its frequency sketch; a resident row costs its
-// floats (`row_floats`), ~12 bytes of index and ~9 of spill-copy metadata.
+// Each stripe gets an equal share of the budget less `reserve` (at most
+// 5/16 of the budget: below a few MiB its floors are more), less its
+// admission sketch (`admission_bytes`) and its frequency sketch; a
+// resident row costs its floats (`row_floats`), ~12 bytes of index and ~9
+// of spill-copy metadata.
 SpillBudget PlanSpillBudget(const embedding::TableSpec& spec,
-                            int32_t row_floats, uint64_t admission_bytes);
+                            int32_t row_floats, uint64_t admission_bytes,
+                            const SpillReserve& reserve);
 
 // Spill-tier writes one stripe collects under its lock.
 struct SpillWrites {

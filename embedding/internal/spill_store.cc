@@ -80,13 +80,13 @@ rocksdb::Options SpillOptions(const SpillStoreOptions& options) {
   rocks.compression = rocksdb::kNoCompression;
   rocks.bottommost_compression = rocksdb::kNoCompression;
   // Small memtables: inserts walk a shallower skip list.
-  rocks.write_buffer_size = 16 << 20;
+  rocks.write_buffer_size = options.memtable_bytes;
   // Most keys a promotion looks up are not in the memtables (they spilled
   // long ago): a bloom filter over each memtable's whole keys answers those
   // without walking the skip list.
   rocks.memtable_prefix_bloom_size_ratio = 0.05;
   rocks.memtable_whole_key_filtering = true;
-  rocks.max_write_buffer_number = 4;
+  rocks.max_write_buffer_number = kMaxMemtables;
   rocks.level0_file_num_compaction_trigger = 8;
   rocks.target_file_size_base = 64 << 20;
   rocks.max_bytes_for_level_base = 256 << 20;
@@ -110,6 +110,18 @@ std::shared_ptr<rocksdb::TableFactory> NewSpillTableFactory(
   // delta-encoded between them) instead of every entry: the index takes a
   // fraction of the memory; lookups measured as fast.
   table.index_block_restart_interval = 16;
+  if (table.block_cache != nullptr) {
+    // A spill tier's memory is its memtables and this cache, whatever its
+    // size: index and filter blocks live in the cache too (partitioned, so
+    // that a lookup loads the 4 KiB partitions it needs, not a file's
+    // whole index and filter), with only the top levels pinned.
+    table.cache_index_and_filter_blocks = true;
+    table.cache_index_and_filter_blocks_with_high_priority = true;
+    table.pin_top_level_index_and_filter = true;
+    table.index_type = rocksdb::BlockBasedTableOptions::kTwoLevelIndexSearch;
+    table.partition_filters = true;
+    table.metadata_block_size = 4096;
+  }
   return std::shared_ptr<rocksdb::TableFactory>(
       rocksdb::NewBlockBasedTableFactory(table));
 }
@@ -401,6 +413,16 @@ SpillStoreStats SpillStore::Stats() const {
   stats.rows_deleted = rows_deleted_.load(std::memory_order_relaxed);
   stats.metadata_updates = metadata_updates_.load(std::memory_order_relaxed);
   return stats;
+}
+
+uint64_t SpillStore::MemoryBytes() const {
+  uint64_t memtables = 0, readers = 0, cache = 0;
+  db_->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables,
+                      &memtables);
+  db_->GetIntProperty(rocksdb::DB::Properties::kEstimateTableReadersMem,
+                      &readers);
+  db_->GetIntProperty(rocksdb::DB::Properties::kBlockCacheUsage, &cache);
+  return memtables + readers + cache;
 }
 
 uint64_t SpillStore::DiskBytes() const {

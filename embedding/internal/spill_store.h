@@ -31,13 +31,19 @@ class TableFactory;
 
 namespace embedps::embedding_internal {
 
+// Memtables a spill tier holds at most (one filling, the rest flushing).
+inline constexpr int kMaxMemtables = 4;
+
 struct SpillStoreOptions {
   // Directory of the RocksDB instance; created, and emptied if it exists.
   std::string path;
   // Bytes of every record.
   size_t record_bytes = 0;
-  // RocksDB block cache (uncompressed blocks of recently read rows).
+  // RocksDB block cache (uncompressed blocks of recently read rows, and
+  // the index and filter blocks).
   uint64_t block_cache_bytes = uint64_t{64} << 20;
+  // Each of the up to kMaxMemtables memtables. Default: 16 MiB.
+  uint64_t memtable_bytes = uint64_t{16} << 20;
   // How the kernel reads the files on a miss. false: they are advised
   // random-access, and a miss reads the page it needs (4 KiB) — right where
   // the spill tier is larger than the page cache, the case it exists for.
@@ -134,6 +140,9 @@ class SpillStore {
   SpillStoreStats Stats() const;
   // Bytes the instance occupies on disk (SST files), from RocksDB.
   uint64_t DiskBytes() const;
+  // Bytes the store holds in memory: memtables, the block cache's contents,
+  // and table readers' memory outside the cache.
+  uint64_t MemoryBytes() const;
 
  private:
   SpillStore(std::string path, size_t record_bytes,
@@ -159,7 +168,9 @@ class SpillStore {
 // block-based with a 10-bit bloom filter per key, no compression, an index
 // with a restart point every 16 blocks; blocks of `block_size` bytes.
 // Checkpoint files use it so that a restored file joins a spill tier as it
-// is (with its own block size). `block_cache` may be null (writers).
+// is (with its own block size). `block_cache` may be null (writers); with
+// one (a spill tier), index and filter blocks are partitioned and held in
+// it, so that the cache bounds the memory they take.
 std::shared_ptr<rocksdb::TableFactory> NewSpillTableFactory(
     std::shared_ptr<rocksdb::Cache> block_cache, size_t block_size);
 // A spill tier's own files: a miss reads one record (~0.5 KiB) from a block

@@ -5,8 +5,9 @@
 
 namespace embedps::embedding_internal {
 
-Stripe::Stripe(int32_t row_floats, std::unique_ptr<AdmissionFilter> admission)
-    : arena_(static_cast<size_t>(row_floats) * sizeof(float)),
+Stripe::Stripe(int32_t row_floats, bool huge_pages,
+               std::unique_ptr<AdmissionFilter> admission)
+    : arena_(static_cast<size_t>(row_floats) * sizeof(float), huge_pages),
       index_(0, RowHash{this}, RowEq{this}),
       admission_(std::move(admission)) {}
 
@@ -35,7 +36,11 @@ uint64_t Stripe::ResidentBytes() const {
           ? 0
           : spill_.frequency->bytes() +
                 spill_.newcomers.capacity() * sizeof(RowId);
-  return row_bytes + index_bytes + free_rows_.capacity() * sizeof(RowId) +
+  const uint64_t tracked_bytes =
+      (spill_.dirty_keys.capacity() + spill_.removed_keys.capacity()) *
+      (sizeof(uint64_t) + 1);
+  return row_bytes + index_bytes + tracked_bytes +
+         free_rows_.capacity() * sizeof(RowId) +
          spill_copy_metadata_.capacity() * sizeof(uint64_t) +
          admission_->bytes() + frequency_bytes +
          changes_.capacity() * sizeof(uint64_t);

@@ -135,6 +135,10 @@ struct SpillState {
   absl::flat_hash_set<uint64_t> dirty_keys;
   // Keys removed since the last snapshot (kept once a snapshot was taken).
   absl::flat_hash_set<uint64_t> removed_keys;
+  // The two sets outgrew their share of the budget
+  // (TableCore::max_tracked_keys_per_stripe) and were dropped: the next
+  // snapshot is full, and nothing is tracked until then.
+  bool tracking_overflowed = false;
   // Recent Pulls and Pushes of the stripe's keys (TinyLFU's frequency
   // sketch, by KeyHash): an eviction round keeps the rows seen more often.
   // Null without a spill tier.
@@ -147,8 +151,10 @@ struct SpillState {
 
 class Stripe {
  public:
-  // `row_floats`: floats a row takes in the arena (header included).
-  Stripe(int32_t row_floats, std::unique_ptr<AdmissionFilter> admission);
+  // `row_floats`: floats a row takes in the arena (header included);
+  // `huge_pages`: RowArena's.
+  Stripe(int32_t row_floats, bool huge_pages,
+         std::unique_ptr<AdmissionFilter> admission);
 
   Stripe(const Stripe&) = delete;
   Stripe& operator=(const Stripe&) = delete;

@@ -33,16 +33,25 @@ TableCore::TableCore(const TableSpec& table_spec, TableOptions table_options,
       epoch(options.clock()),
       spill(std::move(spill_store)) {
   stripes.reserve(spec.num_stripes);
+  // Huge pages, unless a stripe's share of a spilling table's budget is
+  // small enough that its last, partly used huge page (up to 2 MiB) would
+  // be more than ~3% of it.
+  const bool huge_pages =
+      spill == nullptr ||
+      spec.memory_budget_bytes / spec.num_stripes >= (uint64_t{64} << 20);
   for (int32_t s = 0; s < spec.num_stripes; ++s) {
     stripes.push_back(std::make_unique<Stripe>(
-        row_floats,
+        row_floats, huge_pages,
         embedding::AdmissionFilter::Create(
             spec.admission, MixPair(spec.seed, s), spec.num_stripes)));
   }
   if (spill == nullptr) return;
   const SpillBudget budget =
-      PlanSpillBudget(spec, row_floats, stripes[0]->AdmissionBytesUnlocked());
+      PlanSpillBudget(spec, row_floats, stripes[0]->AdmissionBytesUnlocked(),
+                      PlanSpillReserve(spec.memory_budget_bytes,
+                                       options.spill_block_cache_bytes));
   max_resident_per_stripe = budget.max_resident_per_stripe;
+  max_tracked_keys_per_stripe = budget.max_tracked_keys_per_stripe;
   for (auto& stripe : stripes) {
     MutexLock lock(&stripe->mu);
     stripe->spill().frequency = std::make_unique<CountMinSketch>(

@@ -91,8 +91,10 @@ struct TableCore {
   std::vector<std::unique_ptr<Stripe>> stripes;
   // Null for a memory-only table.
   const std::unique_ptr<SpillStore> spill;
-  // With a spill tier: resident rows a stripe may hold (spill_policy.h).
+  // With a spill tier: resident rows a stripe may hold, and keys its
+  // dirty_keys and removed_keys may hold together (spill_policy.h).
   uint64_t max_resident_per_stripe = UINT64_MAX;
+  uint64_t max_tracked_keys_per_stripe = UINT64_MAX;
 
   // Set by the first snapshot: from then on removals are recorded for
   // incremental snapshots.
@@ -137,10 +139,30 @@ struct TableCore {
   // snapshots are taken, and logged.
   void NoteRemoved(Stripe& stripe, uint64_t key) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
-    if (tracking_changes.load(std::memory_order_relaxed)) {
-      stripe.spill().removed_keys.insert(key);
-    }
+    TrackChange(stripe, stripe.spill().removed_keys, key);
     LogChange(stripe, key);
+  }
+
+  // Once snapshots are taken, remembers `key` in `keys` (the stripe's
+  // dirty_keys or removed_keys) for the next incremental snapshot; if the
+  // stripe tracks max_tracked_keys_per_stripe keys already, drops both sets
+  // instead and makes the next snapshot full (SpillState).
+  void TrackChange(Stripe& stripe, absl::flat_hash_set<uint64_t>& keys,
+                   uint64_t key) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+    SpillState& spill = stripe.spill();
+    if (!tracking_changes.load(std::memory_order_relaxed) ||
+        spill.tracking_overflowed) {
+      return;
+    }
+    if (spill.dirty_keys.size() + spill.removed_keys.size() >=
+        max_tracked_keys_per_stripe) {
+      spill.tracking_overflowed = true;
+      spill.dirty_keys = {};  // frees the memory
+      spill.removed_keys = {};
+      return;
+    }
+    keys.insert(key);
   }
 
   // With the change log on: `key`'s row changed, appeared or went.

@@ -132,12 +132,20 @@ class CopiedSnapshot final : public embedding::TableSnapshot {
 absl::StatusOr<std::unique_ptr<embedding::TableSnapshot>> TakeTableSnapshot(
     TableCore& core, bool incremental) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   const bool first = !core.tracking_changes.load(std::memory_order_relaxed);
-  auto snapshot = std::make_unique<CopiedSnapshot>(
-      incremental && !first, core.record_bytes, core.stripe_mask);
-  const bool only_changed = snapshot->incremental();
   std::vector<uint64_t> spilled_dirty;
   const absl::Time paused = absl::Now();
   for (auto& stripe : core.stripes) stripe->mu.Lock();
+  // A stripe that stopped tracking its changes (too many for its budget)
+  // makes the snapshot full.
+  bool overflowed = false;
+  for (auto& stripe : core.stripes) {
+    overflowed = overflowed || stripe->spill().tracking_overflowed;
+    stripe->spill().tracking_overflowed = false;
+  }
+  auto snapshot =
+      std::make_unique<CopiedSnapshot>(incremental && !first && !overflowed,
+                                       core.record_bytes, core.stripe_mask);
+  const bool only_changed = snapshot->incremental();
   if (!only_changed) {
     size_t resident = 0;
     for (auto& stripe : core.stripes) resident += stripe->index().size();
