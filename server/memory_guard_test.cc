@@ -32,10 +32,10 @@ TEST(MemoryGuardTest, ReadsTheResidentSetAndRefusesPastTheLimit) {
   MemoryGuard tight(guard.resident_bytes() + (uint64_t{16} << 20),
                     absl::ZeroDuration());
   EXPECT_OK(tight.Admit(uint64_t{1} << 20, [] { return "a small call"; }));
-  EXPECT_THAT(tight.Admit(uint64_t{64} << 20,
-                          [] { return "Pull of 1000 keys"; }),
-              StatusIs(absl::StatusCode::kResourceExhausted,
-                       HasSubstr("Pull of 1000 keys refused")));
+  EXPECT_THAT(
+      tight.Admit(uint64_t{64} << 20, [] { return "Pull of 1000 keys"; }),
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               HasSubstr("Pull of 1000 keys refused")));
   EXPECT_EQ(tight.refused(), 1u);
   // Keeps the block alive past the reads.
   EXPECT_EQ(block[kBytes - 1], 1);
