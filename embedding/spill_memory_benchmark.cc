@@ -27,6 +27,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/malloc_options.h"
 #include "embedding/table.h"
 
 ABSL_FLAG(uint64_t, keys, 10'000'000, "distinct keys filled");
@@ -151,5 +152,6 @@ int Run() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  embedps::ReuseLargeAllocations();  // as ps_server does
   return embedps::embedding::Run();
 }
