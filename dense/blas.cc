@@ -2,6 +2,8 @@
 
 #include <cblas.h>
 
+#include <atomic>
+
 extern "C" void openblas_set_num_threads(int num_threads);
 
 namespace embedps::dense {
@@ -22,8 +24,15 @@ void Gemm<double>(bool ta, bool tb, int m, int n, int k, double alpha,
               tb ? k : n, beta, c, n);
 }
 
+namespace {
+std::atomic<int> blas_threads{1};
+}  // namespace
+
 void SetBlasThreads(int threads) {
+  blas_threads.store(threads < 1 ? 1 : threads, std::memory_order_relaxed);
   openblas_set_num_threads(threads < 1 ? 1 : threads);
 }
+
+int BlasThreads() { return blas_threads.load(std::memory_order_relaxed); }
 
 }  // namespace embedps::dense

@@ -15,6 +15,9 @@ void Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, T alpha,
 // explicitly: the default is every core, which fights with the server and
 // data threads of a worker.
 void SetBlasThreads(int threads);
+// What SetBlasThreads set last (1 before any call); the CPU model runs its
+// per-sample work (pooling, interaction) on as many threads.
+int BlasThreads();
 
 }  // namespace embedps::dense
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "dense/blas.h"
 
 namespace embedps::dense {
 
@@ -40,18 +41,26 @@ const T* CpuModel<T>::Forward(const Batch<T>& batch) {
   top_input_ = z0;
   if (!spec_.slots.empty()) {
     features_.resize(static_cast<size_t>(n) * f * d);
-    for (int b = 0; b < n; ++b) {
-      std::copy(z0 + static_cast<size_t>(b) * d,
-                z0 + static_cast<size_t>(b + 1) * d,
-                features_.data() + static_cast<size_t>(b) * f * d);
-    }
-    for (size_t s = 0; s < spec_.slots.size(); ++s) {
-      PoolBags(spec_.slots[s], batch.slots[s].rows.data(),
-               batch.slots[s].offsets.data(), n, d, static_cast<int>(s), f,
-               features_.data());
-    }
     interaction_.resize(static_cast<size_t>(n) * layout_.interaction_dim);
-    Interact(features_.data(), n, f, d, interaction_.data());
+    // Per sample range: its features (z0 and the pooled bags), then their
+    // interaction, while they are in cache.
+    dense_internal::ForEachSampleRange(
+        n, BlasThreads(), [&](int begin, int end) {
+          T* features = features_.data() + static_cast<size_t>(begin) * f * d;
+          for (int b = begin; b < end; ++b) {
+            std::copy(z0 + static_cast<size_t>(b) * d,
+                      z0 + static_cast<size_t>(b + 1) * d,
+                      features_.data() + static_cast<size_t>(b) * f * d);
+          }
+          for (size_t s = 0; s < spec_.slots.size(); ++s) {
+            PoolBags(spec_.slots[s], batch.slots[s].rows.data(),
+                     batch.slots[s].offsets.data() + begin, end - begin, d,
+                     static_cast<int>(s), f, features);
+          }
+          Interact(features, end - begin, f, d,
+                   interaction_.data() +
+                       static_cast<size_t>(begin) * layout_.interaction_dim);
+        });
     top_input_ = interaction_.data();
   }
   const T* logits = top_.Forward(parameters_.data(), top_input_, n);
@@ -110,19 +119,25 @@ absl::StatusOr<T> CpuModel<T>::TrainStep(
     dz0_.swap(dinteraction_);
   } else {
     dfeatures_.resize(features_.size());
-    InteractBackward(features_.data(), dinteraction_.data(), n, f, d,
-                     dfeatures_.data());
-    for (size_t s = 0; s < spec_.slots.size(); ++s) {
-      UnpoolBags(spec_.slots[s], dfeatures_.data(),
-                 batch.slots[s].offsets.data(), n, d, static_cast<int>(s), f,
-                 row_gradients[s].data());
-    }
-    // d loss / d z0 is feature 0 of every sample.
     dz0_.resize(static_cast<size_t>(n) * d);
-    for (int b = 0; b < n; ++b) {
-      const T* src = dfeatures_.data() + static_cast<size_t>(b) * f * d;
-      std::copy(src, src + d, dz0_.data() + static_cast<size_t>(b) * d);
-    }
+    dense_internal::ForEachSampleRange(
+        n, BlasThreads(), [&](int begin, int end) {
+          const size_t first = static_cast<size_t>(begin) * f * d;
+          InteractBackward(features_.data() + first,
+                           dinteraction_.data() + static_cast<size_t>(begin) *
+                                                      layout_.interaction_dim,
+                           end - begin, f, d, dfeatures_.data() + first);
+          for (size_t s = 0; s < spec_.slots.size(); ++s) {
+            UnpoolBags(spec_.slots[s], dfeatures_.data() + first,
+                       batch.slots[s].offsets.data() + begin, end - begin, d,
+                       static_cast<int>(s), f, row_gradients[s].data());
+          }
+          // d loss / d z0 is feature 0 of every sample.
+          for (int b = begin; b < end; ++b) {
+            const T* src = dfeatures_.data() + static_cast<size_t>(b) * f * d;
+            std::copy(src, src + d, dz0_.data() + static_cast<size_t>(b) * d);
+          }
+        });
   }
   if (bottom_.empty()) {
     if (!dense_gradients.empty()) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "common/status_matchers.h"
+#include "dense/blas.h"
 #include "dense/internal/cpu_layers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -232,6 +233,42 @@ TEST(CpuModelTest, Float32AgreesWithFloat64) {
   EXPECT_LT(relative(m32->gradients(), m64->gradients()), 1e-4);
   for (size_t s = 0; s < spec.slots.size(); ++s) {
     EXPECT_LT(relative(d32.row_gradients[s], d64.row_gradients[s]), 1e-4);
+  }
+}
+
+TEST(CpuModelTest, TheSameStepOnOneTwoOrThreeThreads) {
+  // The per-sample work runs on BlasThreads() ranges of the batch; each
+  // sample's arithmetic is the same whatever the split, and the GEMMs are
+  // OpenBLAS's (deterministic for a given thread count).
+  const ModelSpec spec = SmallDlrm();
+  std::vector<float> logits_of[4], gradients_of[4], rows_of[4];
+  for (int threads : {1, 2, 3}) {
+    SetBlasThreads(threads);
+    ASSERT_OK_AND_ASSIGN(auto model, CpuModel<float>::Create(spec));
+    BatchData<float> data(spec, 100, 9);
+    auto row_gradients = data.GradientSpans();
+    ASSERT_OK(model->TrainStep(data.View(100), row_gradients).status());
+    gradients_of[threads].assign(model->gradients().begin(),
+                                 model->gradients().end());
+    for (const auto& g : data.row_gradients) {
+      rows_of[threads].insert(rows_of[threads].end(), g.begin(), g.end());
+    }
+    logits_of[threads].resize(100);
+    ASSERT_OK(
+        model->Predict(data.View(100), absl::MakeSpan(logits_of[threads])));
+  }
+  SetBlasThreads(1);
+  for (int threads : {2, 3}) {
+    EXPECT_EQ(rows_of[threads], rows_of[1]) << threads << " threads";
+    EXPECT_EQ(logits_of[threads], logits_of[1]) << threads << " threads";
+    // The weight gradients are GEMMs over the batch: OpenBLAS may split
+    // them differently per thread count.
+    ASSERT_EQ(gradients_of[threads].size(), gradients_of[1].size());
+    for (size_t i = 0; i < gradients_of[1].size(); ++i) {
+      ASSERT_NEAR(gradients_of[threads][i], gradients_of[1][i],
+                  1e-5f + 1e-4f * std::abs(gradients_of[1][i]))
+          << i;
+    }
   }
 }
 
