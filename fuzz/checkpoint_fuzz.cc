@@ -6,7 +6,16 @@
 // table registry.
 //
 // Input: byte 0 picks what the rest is (0: a MANIFEST file; 1: the
-// CheckpointManifest inside one; 2: a table file of "t", dim 4, Adagrad).
+// CheckpointManifest inside one; 2: the entries of a table file of "t",
+// dim 4, Adagrad: [key length: 1 byte][key][value length: 2 bytes,
+// little-endian][value]..., written as an SST file with the checkpoint
+// files' options).
+//
+// Table files reach RocksDB's SST reader only once their XXH3 equals the
+// manifest's (RestoreTableFile); RocksDB trusts the container past that
+// (Debian builds it with assertions, which abort on a crafted block), so
+// mode 2 fuzzes what embedps reads from a valid container — the keys and
+// records — not RocksDB's block format (docs/fuzzing.md).
 //
 // EMBEDPS_FUZZ_WRITE_SEEDS=DIR: Initialize writes the seed checkpoint's
 // MANIFEST, manifest and table file to DIR in those forms, and exits.
@@ -16,14 +25,19 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 
 #include "checkpoint/manifest.h"
 #include "common/file_io.h"
 #include "embedding/checkpoint_file.h"
+#include "embedding/internal/spill_store.h"
 #include "embedding/table.h"
 #include "fuzz/seed_checkpoint.h"
+#include "rocksdb/options.h"
+#include "rocksdb/sst_file_reader.h"
+#include "rocksdb/sst_file_writer.h"
 #include "server/checkpointer.h"
 #include "server/shard.h"
 #include "server/table_config.h"
@@ -92,6 +106,8 @@ void SetUp() {
              "seed table file");
 }
 
+std::string EntriesOf(const std::string& path);
+
 void WriteSeeds(const std::string& dir) {
   std::filesystem::create_directories(dir);
   Write(dir + "/manifest_file",
@@ -102,7 +118,8 @@ void WriteSeeds(const std::string& dir) {
                  : absl::DataLossError("seed MANIFEST"),
              "seed MANIFEST");
   Write(dir + "/manifest", std::string(1, '\1') + file.manifest());
-  Write(dir + "/table_file", std::string(1, '\2') + Read(paths->table_file));
+  Write(dir + "/table_file",
+        std::string(1, '\2') + EntriesOf(paths->table_file));
 }
 
 void Restore() {
@@ -111,8 +128,63 @@ void Restore() {
   (void)checkpointer.Restore(paths->checkpoint);
 }
 
+// Mode 2's entries, sorted by key (duplicates dropped), as an SST file.
+void WriteEntries(const std::string& bytes, const std::string& path) {
+  std::map<std::string, std::string> entries;
+  size_t at = 0;
+  while (at < bytes.size()) {
+    const size_t key_size = static_cast<uint8_t>(bytes[at++]);
+    if (at + key_size + 2 > bytes.size()) break;
+    std::string key = bytes.substr(at, key_size);
+    at += key_size;
+    const size_t value_size =
+        static_cast<uint8_t>(bytes[at]) |
+        static_cast<size_t>(static_cast<uint8_t>(bytes[at + 1])) << 8;
+    at += 2;
+    entries.emplace(std::move(key), bytes.substr(at, value_size));
+    at += std::min(value_size, bytes.size() - at);
+  }
+  rocksdb::Options options;
+  options.compression = rocksdb::kNoCompression;
+  options.table_factory = embedding_internal::NewSpillTableFactory(
+      nullptr, embedding_internal::kCheckpointBlockSize);
+  rocksdb::SstFileWriter writer(rocksdb::EnvOptions(), options);
+  std::filesystem::remove(path);
+  if (!writer.Open(path).ok()) return;
+  for (const auto& [key, value] : entries) {
+    if (key.empty() || !writer.Put(key, value).ok()) return;
+  }
+  if (entries.empty()) {
+    (void)writer.Put("\x01", "");  // SstFileWriter refuses an empty file
+  }
+  (void)writer.Finish();
+}
+
+// A table file's entries in mode 2's form.
+std::string EntriesOf(const std::string& path) {
+  rocksdb::Options options;
+  options.table_factory = embedding_internal::NewSpillTableFactory(
+      nullptr, embedding_internal::kCheckpointBlockSize);
+  rocksdb::SstFileReader reader(options);
+  CheckSetUp(
+      reader.Open(path).ok() ? absl::OkStatus() : absl::DataLossError(path),
+      "seed table file");
+  std::unique_ptr<rocksdb::Iterator> it(
+      reader.NewIterator(rocksdb::ReadOptions()));
+  std::string out;
+  for (it->SeekToFirst(); it->Valid(); it->Next()) {
+    const rocksdb::Slice key = it->key(), value = it->value();
+    out.push_back(static_cast<char>(key.size()));
+    out.append(key.data(), key.size());
+    out.push_back(static_cast<char>(value.size() & 0xff));
+    out.push_back(static_cast<char>(value.size() >> 8));
+    out.append(value.data(), value.size());
+  }
+  return out;
+}
+
 void RestoreTableFile(const std::string& bytes) {
-  Write(paths->table_file, bytes);
+  WriteEntries(bytes, paths->table_file);
   absl::StatusOr<embedding::TableSpec> spec =
       server::SpecFromConfig(SeedTableConfig("t"));
   CheckSetUp(spec.status(), "spec");
@@ -158,10 +230,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Restore();
       break;
     }
-    default:
+    default: {
+      const std::string original = Read(paths->table_file);
       RestoreTableFile(bytes);
-      Write(paths->manifest, paths->original_manifest);
+      Write(paths->table_file, original);
       break;
+    }
   }
   return 0;
 }
