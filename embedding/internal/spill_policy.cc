@@ -46,12 +46,9 @@ SpillBudget PlanSpillBudget(const embedding::TableSpec& spec,
   const uint64_t frequency_bytes = CountMinSketch::kDepth * budget.sketch_width;
   budget.max_resident_per_stripe = rows_in(admission_bytes + frequency_bytes);
   budget.sketch_sample = 10 * budget.max_resident_per_stripe;
-  // A tracked key costs its set entry, and its record when the next
-  // incremental snapshot reads the changed spilled rows back.
   budget.max_tracked_keys_per_stripe = std::max<uint64_t>(
       kMinTrackedKeysPerStripe,
-      reserve.tracked_key_bytes /
-          (kTrackedKeyBytes + sizeof(float) * row_floats) / spec.num_stripes);
+      reserve.tracked_key_bytes / kTrackedKeyBytes / spec.num_stripes);
   return budget;
 }
 

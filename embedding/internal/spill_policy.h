@@ -33,8 +33,9 @@ struct SpillReserve {
   // An eighth of the budget, at most `block_cache_limit` (TableOptions),
   // at least 64 KiB.
   uint64_t block_cache_bytes;
-  // A 16th of the budget (each tracked key costs kTrackedKeyBytes, and its
-  // record while a snapshot reads the changed spilled rows back).
+  // A 16th of the budget (each tracked key costs kTrackedKeyBytes; a
+  // snapshot reads the changed spilled rows back in chunks as it is
+  // written, not all at once).
   uint64_t tracked_key_bytes;
   uint64_t total() const {
     return kMaxMemtables * memtable_bytes + block_cache_bytes +

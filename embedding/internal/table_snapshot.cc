@@ -70,6 +70,29 @@ class CopiedSnapshot final : public embedding::TableSnapshot {
             return visit(key, clean.data());
           }));
     }
+    if (!spilled_dirty_keys_.empty()) {
+      // The changed spilled rows, read from the pause's view in chunks as
+      // they are merged in: memory for one chunk, not for all of them.
+      constexpr size_t kChunk = 4096;
+      std::vector<char> records(kChunk * record_bytes_);
+      std::unique_ptr<bool[]> found(new bool[kChunk]);
+      for (size_t first = 0; first < spilled_dirty_keys_.size();
+           first += kChunk) {
+        const absl::Span<const uint64_t> keys =
+            absl::MakeConstSpan(spilled_dirty_keys_)
+                .subspan(first,
+                         std::min(kChunk, spilled_dirty_keys_.size() - first));
+        RETURN_IF_ERROR(spill_view_->MultiGet(
+            keys, records.data(), absl::MakeSpan(found.get(), keys.size())));
+        for (size_t i = 0; i < keys.size(); ++i) {
+          RETURN_IF_ERROR(emit_until(keys[i], false));
+          if (!found[i]) continue;
+          char* record = records.data() + i * record_bytes_;
+          ClearRecordFlags(record);
+          RETURN_IF_ERROR(visit(keys[i], record));
+        }
+      }
+    }
     return emit_until(UINT64_MAX, true);
   }
 
@@ -95,24 +118,14 @@ class CopiedSnapshot final : public embedding::TableSnapshot {
     pause_ = pause;
   }
 
-  // After the pause: reads the changed spilled rows (incremental) and sorts
-  // everything by key.
-  absl::Status Finish(absl::Span<const uint64_t> spilled_dirty_keys) {
-    if (!spilled_dirty_keys.empty()) {
-      std::vector<char> fetched(spilled_dirty_keys.size() * record_bytes_);
-      std::unique_ptr<bool[]> found(new bool[spilled_dirty_keys.size()]());
-      RETURN_IF_ERROR(spill_view_->MultiGet(
-          spilled_dirty_keys, fetched.data(),
-          absl::MakeSpan(found.get(), spilled_dirty_keys.size())));
-      for (size_t i = 0; i < spilled_dirty_keys.size(); ++i) {
-        if (found[i]) {
-          AddRecord(spilled_dirty_keys[i], fetched.data() + i * record_bytes_);
-        }
-      }
-    }
+  // After the pause: keeps the changed spilled rows' keys (incremental;
+  // ForEach reads their rows from the pause's view) and sorts everything
+  // by key. The two sets of keys are disjoint (a key is in one tier).
+  void Finish(std::vector<uint64_t> spilled_dirty_keys) {
+    spilled_dirty_keys_ = std::move(spilled_dirty_keys);
+    std::sort(spilled_dirty_keys_.begin(), spilled_dirty_keys_.end());
     std::sort(entries_.begin(), entries_.end(),
               [](const Entry& a, const Entry& b) { return a.key < b.key; });
-    return absl::OkStatus();
   }
 
  private:
@@ -123,6 +136,7 @@ class CopiedSnapshot final : public embedding::TableSnapshot {
   std::vector<char> records_;
   std::vector<std::string> admission_states_;
   std::unique_ptr<SpillStore::ReadView> spill_view_;
+  std::vector<uint64_t> spilled_dirty_keys_;
   uint64_t copied_rows_ = 0;
   absl::Duration pause_;
 };
@@ -178,8 +192,7 @@ absl::StatusOr<std::unique_ptr<embedding::TableSnapshot>> TakeTableSnapshot(
     (*it)->mu.Unlock();
   }
   snapshot->Paused(std::move(spill_view), absl::Now() - paused);
-  std::sort(spilled_dirty.begin(), spilled_dirty.end());
-  RETURN_IF_ERROR(snapshot->Finish(spilled_dirty));
+  snapshot->Finish(std::move(spilled_dirty));
   return std::unique_ptr<embedding::TableSnapshot>(std::move(snapshot));
 }
 
