@@ -39,13 +39,15 @@ fi
 # corpora's replay tests ran above. Skipped with --config=... runs: the
 # fuzzers are ASAN builds of their own.
 if [ $# -eq 0 ]; then
-  if fuzz/run.sh --seconds 5 --out "$(mktemp -d)" >"$log" 2>&1; then
+  fuzz_out=$(mktemp -d)
+  if fuzz/run.sh --seconds 5 --out "$fuzz_out" >"$log" 2>&1; then
     passed=$((passed + 1))
     grep -E "^[a-z_]+_fuzz: " "$log"
+    rm -rf "$fuzz_out"
   else
     failed=$((failed + 1))
     status=1
-    echo "FAILED: fuzz/run.sh --seconds 5"
+    echo "FAILED: fuzz/run.sh --seconds 5 (crashing inputs: $fuzz_out/crashes)"
     tail -20 "$log"
   fi
 fi
