@@ -12,13 +12,14 @@
 namespace embedps {
 namespace {
 
-// Keeps the first few errors as "line:column: message" (1-based).
+// Keeps the first few errors as "line L, column C: message" (1-based).
 class Collector : public google::protobuf::io::ErrorCollector {
  public:
   void AddError(int line, google::protobuf::io::ColumnNumber column,
                 const std::string& message) override {
     if (errors_.size() < kMaxErrors) {
-      errors_.push_back(absl::StrCat(line + 1, ":", column + 1, ": ", message));
+      errors_.push_back(absl::StrCat("line ", line + 1, ", column ", column + 1,
+                                     ": ", message));
     }
   }
   void AddWarning(int, google::protobuf::io::ColumnNumber,

@@ -15,7 +15,7 @@
 namespace embedps {
 
 // Parses `text` into `message` (cleared first). INVALID_ARGUMENT naming
-// `what` ("--tables file 'x'") and each error's line and column.
+// `what` ("--tables file 'x'") and each error ("line L, column C: ...").
 absl::Status ParseTextProto(absl::string_view text, absl::string_view what,
                             google::protobuf::Message* message);
 

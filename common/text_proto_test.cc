@@ -28,7 +28,7 @@ TEST(TextProtoTest, NamesWhatAndWhereTheErrorIs) {
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("--tables file 'x'"));
   EXPECT_THAT(status.message(), HasSubstr("embedps.proto.TableConfig"));
-  EXPECT_THAT(status.message(), HasSubstr(": 2:")) << status;
+  EXPECT_THAT(status.message(), HasSubstr("line 2, column")) << status;
   EXPECT_THAT(status.message(), HasSubstr("dimm"));
 }
 
