@@ -30,7 +30,7 @@ grpc::ByteBuffer Received(const uint8_t* data, size_t size, uint8_t split) {
   return grpc::ByteBuffer(slices.data(), slices.size());
 }
 
-void Gradients(const PushRequestView& view, size_t dim) {
+void DecodePushGradients(const PushRequestView& view, size_t dim) {
   const absl::StatusOr<size_t> keys = KeyCount(view.keys);
   if (!keys.ok() || !CheckValueType(view.header.value_type()).ok()) return;
   (void)CopyKeys(view.keys);
@@ -58,7 +58,7 @@ void Run(const uint8_t* data, size_t size) {
   }
   if (absl::StatusOr<PushRequestView> push = ParsePushRequest(buffer);
       push.ok()) {
-    Gradients(*push, dim);
+    DecodePushGradients(*push, dim);
   }
 
   const proto::ValueType type =

@@ -53,6 +53,7 @@ struct Paths {
   std::string manifest;    // its MANIFEST
   std::string table_file;  // its table file of "t"
   std::string original_manifest;
+  std::string original_table_file;
 };
 
 Paths* paths = nullptr;
@@ -104,6 +105,7 @@ void SetUp() {
   CheckSetUp(paths->table_file.empty() ? absl::NotFoundError("no .sst")
                                        : absl::OkStatus(),
              "seed table file");
+  paths->original_table_file = Read(paths->table_file);
 }
 
 std::string EntriesOf(const std::string& path);
@@ -206,10 +208,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     std::error_code error;
     std::filesystem::remove_all(embedps::fuzz::paths->dir, error);
   });
-  if (const char* seeds = std::getenv("EMBEDPS_FUZZ_WRITE_SEEDS")) {
-    embedps::fuzz::WriteSeeds(seeds);
-    std::exit(0);
-  }
+  embedps::fuzz::WriteSeedsIfAsked(embedps::fuzz::WriteSeeds);
   return 0;
 }
 
@@ -230,12 +229,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       Restore();
       break;
     }
-    default: {
-      const std::string original = Read(paths->table_file);
+    default:
       RestoreTableFile(bytes);
-      Write(paths->table_file, original);
+      Write(paths->table_file, paths->original_table_file);
       break;
-    }
   }
   return 0;
 }

@@ -277,10 +277,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
     delete servers;
     servers = nullptr;
   });
-  if (const char* seeds = std::getenv("EMBEDPS_FUZZ_WRITE_SEEDS")) {
-    embedps::fuzz::WriteSeeds(seeds);
-    std::exit(0);
-  }
+  embedps::fuzz::WriteSeedsIfAsked(embedps::fuzz::WriteSeeds);
   return 0;
 }
 

@@ -29,6 +29,13 @@ absl::Status WriteSeedCheckpoint(client::Client& client,
   return client.Checkpoint(checkpoint).status();
 }
 
+void WriteSeedsIfAsked(void (*write)(const std::string& dir)) {
+  if (const char* dir = std::getenv("EMBEDPS_FUZZ_WRITE_SEEDS")) {
+    write(dir);
+    std::exit(0);
+  }
+}
+
 void CheckSetUp(const absl::Status& status, const char* what) {
   if (!status.ok()) {
     std::fprintf(stderr, "fuzz set-up: %s: %s\n", what,

@@ -22,6 +22,10 @@ proto::TableConfig SeedTableConfig(const std::string& name);
 absl::Status WriteSeedCheckpoint(client::Client& client,
                                  const std::string& root);
 
+// With EMBEDPS_FUZZ_WRITE_SEEDS=DIR set: calls write(DIR) (a target's
+// seed inputs; how fuzz/corpus was made) and exits. Otherwise nothing.
+void WriteSeedsIfAsked(void (*write)(const std::string& dir));
+
 // Aborts the process, printing `what` and `status`, unless it is OK (the
 // targets' set-up must work before anything is fuzzed).
 void CheckSetUp(const absl::Status& status, const char* what);
