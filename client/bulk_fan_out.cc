@@ -53,28 +53,39 @@ void BulkFanOut::Attempt(Call* call) {
       absl::ToChronoTime(call->schedule.StartAttempt()));
   call->response.Clear();
   // The callback holds the fan-out: it lives until its last call is done.
-  call->stub->UnaryCall(call->context.get(), method_path_, grpc::StubOptions(),
-                        &call->request, &call->response,
-                        [self = shared_from_this(), call](grpc::Status status) {
-                          self->Completed(call, std::move(status));
-                        });
+  // `done` runs only after the callback has let go of it. Once `done` has
+  // run, the caller may destroy the client and its channels; were the
+  // callback then to drop the last reference, the call contexts it
+  // destroys would release the last reference to a channel on gRPC's own
+  // callback thread, which then shuts down the queue that thread serves
+  // from within (gRPC 1.51 aborts on it: "prior > 0").
+  call->stub->UnaryCall(
+      call->context.get(), method_path_, grpc::StubOptions(), &call->request,
+      &call->response,
+      [self = shared_from_this(), call](grpc::Status status) mutable {
+        Ending ending = self->Completed(call, std::move(status));
+        self.reset();
+        std::move(ending).Run();
+      });
 }
 
-void BulkFanOut::Completed(Call* call, grpc::Status status) {
+void BulkFanOut::Ending::Run() && {
+  if (done != nullptr) std::move(done)(std::move(status));
+}
+
+BulkFanOut::Ending BulkFanOut::Completed(Call* call, grpc::Status status) {
   if (check_server_ != nullptr &&
       status.error_code() != grpc::StatusCode::UNAVAILABLE) {
     if (absl::Status who = check_server_(call->shard, *call->context);
         !who.ok()) {
       call->response.Clear();
-      Finished(std::move(who));
-      return;
+      return Finished(std::move(who));
     }
   }
   if (status.ok()) {
     absl::Status handled = on_response_(call->index, call->response);
     call->response.Clear();
-    Finished(std::move(handled));
-    return;
+    return Finished(std::move(handled));
   }
   if (const std::optional<absl::Duration> backoff =
           call->schedule.BackoffAfter(status, absl::Now())) {
@@ -89,23 +100,17 @@ void BulkFanOut::Completed(Call* call, grpc::Status status) {
           const std::shared_ptr<BulkFanOut> keep = std::move(self);
           keep->Attempt(call);
         });
-    return;
+    return {};
   }
-  Finished(CallFailed(method_, call->shard, call->server,
-                      call->schedule.attempts(), status));
+  return Finished(CallFailed(method_, call->shard, call->server,
+                             call->schedule.attempts(), status));
 }
 
-void BulkFanOut::Finished(absl::Status error) {
-  Done done;
-  absl::Status status;
-  {
-    MutexLock lock(&mu_);
-    first_error_.Update(error);
-    if (--unfinished_ > 0 || !sealed_) return;
-    done = std::move(done_);
-    status = first_error_;
-  }
-  std::move(done)(std::move(status));
+BulkFanOut::Ending BulkFanOut::Finished(absl::Status error) {
+  MutexLock lock(&mu_);
+  first_error_.Update(error);
+  if (--unfinished_ > 0 || !sealed_) return {};
+  return {std::move(done_), first_error_};
 }
 
 void BulkFanOut::Seal(Done done) {

@@ -13,8 +13,10 @@
 //
 // Thread safety: one thread Starts and Seals; on_response may run for
 // different calls at once (on gRPC's threads) and must be safe for that.
-// The fan-out keeps itself alive until `done` has run; the stubs must
-// outlive it. Do not wait for `done` on one of gRPC's callback threads.
+// The fan-out keeps itself alive until its last call has finished and
+// runs `done` after letting go of itself: once `done` has run, nothing of
+// the fan-out holds a channel (the caller may destroy them). The stubs
+// must outlive it. Do not wait for `done` on one of gRPC's callback threads.
 #ifndef EMBEDPS_CLIENT_BULK_FAN_OUT_H_
 #define EMBEDPS_CLIENT_BULK_FAN_OUT_H_
 
@@ -94,12 +96,20 @@ class BulkFanOut : public std::enable_shared_from_this<BulkFanOut> {
   BulkFanOut(const std::string& method_path, std::string method,
              const RetryPolicy& policy, absl::Duration extra_time,
              OnResponse on_response, CheckServer check_server);
+  // What is left once a call's callback has let go of the fan-out: `done`
+  // with the fan-out's status, when the last call has finished (else
+  // nothing).
+  struct Ending {
+    Done done;
+    absl::Status status;
+    void Run() &&;
+  };
   // Starts the next attempt of `call`.
   void Attempt(Call* call);
   // An attempt of `call` ended with `status` (on a gRPC thread).
-  void Completed(Call* call, grpc::Status status);
+  Ending Completed(Call* call, grpc::Status status);
   // The call is finished, with `error` if it failed.
-  void Finished(absl::Status error);
+  Ending Finished(absl::Status error);
 
   const std::string method_path_;
   const std::string method_;

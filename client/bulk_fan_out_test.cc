@@ -229,6 +229,32 @@ TEST_F(BulkFanOutTest, DoneRunsOnceAfterTheLastCallWithoutTheCaller) {
   EXPECT_EQ(server_.times_seen("fail:14:2"), 3);
 }
 
+// By the time `done` runs, the fan-out (and the call contexts, which hold
+// the channel) is gone: the caller may destroy its channels at once. Were
+// the callback thread to drop the last reference after `done`, it could
+// release the last reference to a channel on gRPC's own callback thread
+// (gRPC 1.51 aborts then, "prior > 0", in a later test of the process).
+TEST_F(BulkFanOutTest, DoneRunsAfterTheFanOutIsGone) {
+  for (int round = 0; round < 20; ++round) {
+    std::promise<bool> done;
+    std::future<bool> gone = done.get_future();
+    std::weak_ptr<BulkFanOut> watch;
+    {
+      std::shared_ptr<BulkFanOut> calls = BulkFanOut::Create(
+          "/test.Echo/Echo", "Echo", policy_, absl::ZeroDuration(),
+          [](size_t, const grpc::ByteBuffer&) { return absl::OkStatus(); });
+      watch = calls;
+      calls->Start(&stub_, 0, server_.address(), BufferOf("a"));
+      calls->Start(&stub_, 1, server_.address(), BufferOf("fail:14:1"));
+      calls->Seal([&](absl::Status status) {
+        EXPECT_OK(status);
+        done.set_value(watch.expired());
+      });
+    }
+    EXPECT_TRUE(gone.get()) << "round " << round;
+  }
+}
+
 TEST_F(BulkFanOutTest, SealingWithNoCallsIsDoneAtOnce) {
   std::shared_ptr<BulkFanOut> calls = BulkFanOut::Create(
       "/test.Echo/Echo", "Echo", policy_, absl::ZeroDuration(),
