@@ -277,4 +277,11 @@ absl::StatusOr<proto::LoadResponse> ShardCheckpointer::Restore(
   return response;
 }
 
+void ShardCheckpointer::SnapshotOutsideCheckpoints(
+    absl::FunctionRef<void()> take) {
+  MutexLock save_lock(&save_mu_);
+  take();
+  last_snapshot_.clear();
+}
+
 }  // namespace embedps::server

@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
 #include "proto/embedps.pb.h"
@@ -45,6 +46,11 @@ class ShardCheckpointer {
   // checkpoint root; FAILED_PRECONDITION saying so otherwise (a server
   // without one never writes or reads a path a request names).
   absl::Status AcceptsRequests() const;
+
+  // Runs `take`, which takes snapshots of the tables outside a checkpoint
+  // (a replica's catch-up), between Saves; since that starts the tables'
+  // change sets over, the next Save writes full files.
+  void SnapshotOutsideCheckpoints(absl::FunctionRef<void()> take);
 
   // INVALID_ARGUMENT for a bad name; FAILED_PRECONDITION if the directory
   // does not exist. Returns the pause (seconds, all tables together).

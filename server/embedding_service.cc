@@ -71,7 +71,17 @@ EmbeddingServiceImpl::EmbeddingServiceImpl(ServiceOptions options,
 
 void EmbeddingServiceImpl::Identify(grpc::CallbackServerContext* context) {
   // Trailing metadata: every answer ends with it, errors too.
-  context->AddTrailingMetadata(wire::kIncarnationMetadata, incarnation_);
+  if (replicator_ != nullptr) {
+    // Every replica of the shard answers as its lineage: a failover is the
+    // same shard to the client, lost data a new one.
+    const uint64_t lineage = replicator_->lineage();
+    if (lineage != 0) {
+      context->AddTrailingMetadata(wire::kIncarnationMetadata,
+                                   absl::StrCat(absl::Hex(lineage)));
+    }
+  } else {
+    context->AddTrailingMetadata(wire::kIncarnationMetadata, incarnation_);
+  }
   if (!restored_step_.empty()) {
     context->AddTrailingMetadata(wire::kRestoredStepMetadata, restored_step_);
   }
@@ -196,6 +206,11 @@ grpc::Status EmbeddingServiceImpl::ParsePull(const grpc::ByteBuffer& request,
   if (options_.serving_replica) {
     return ReadOnlyReplica("Pull (use ServingService.Lookup)");
   }
+  if (replicator_ != nullptr) {
+    if (absl::Status primary = replicator_->CheckPrimary(); !primary.ok()) {
+      return wire::ToGrpcStatus(primary);
+    }
+  }
   absl::StatusOr<wire::PullRequestView> view = wire::ParsePullRequest(request);
   if (!view.ok()) return Reject(Rejection::kMalformedRequest, view.status());
   call->header = std::move(view->header);
@@ -275,8 +290,15 @@ grpc::Status EmbeddingServiceImpl::ServePull(const PullCall& call,
 }
 
 grpc::Status EmbeddingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
-                                            grpc::ByteBuffer* response) {
+                                            bool forwarded) {
   if (options_.serving_replica) return ReadOnlyReplica("Push");
+  if (replicator_ != nullptr && !forwarded) {
+    // Before the exactly-once log: a backup must not remember a push it
+    // refused (it may be the primary for the retry).
+    if (absl::Status primary = replicator_->CheckPrimary(); !primary.ok()) {
+      return wire::ToGrpcStatus(primary);
+    }
+  }
   absl::StatusOr<wire::PushRequestView> view = wire::ParsePushRequest(bytes);
   if (!view.ok()) return Reject(Rejection::kMalformedRequest, view.status());
   const proto::PushRequest& request = view->header;
@@ -318,12 +340,41 @@ grpc::Status EmbeddingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
     return wire::ToGrpcStatus(decision.status);
   }
   const absl::Span<const float> grads = gradients->floats();
-  const absl::Status status =
-      entry->synchronizer != nullptr
-          ? entry->synchronizer->Push(request.client_id(), request.step(),
-                                      request.parts_in_step(), *keys, grads)
-          : table->Push(*keys, grads, embedding::AccessContext{request.step()});
-  deduplicator_.Finish(request.client_id(), request.sequence(), status);
+  bool applied = false;
+  auto apply = [&] {
+    const absl::Status pushed =
+        entry->synchronizer != nullptr
+            ? entry->synchronizer->Push(request.client_id(), request.step(),
+                                        request.parts_in_step(), *keys, grads)
+            : table->Push(*keys, grads,
+                          embedding::AccessContext{request.step()});
+    if (pushed.ok()) {
+      applied = true;
+      deduplicator_.MarkApplied(request.client_id(), request.sequence());
+    }
+    return pushed;
+  };
+  absl::Status status;
+  if (replicator_ != nullptr && !forwarded) {
+    proto::ReplicatedOp op;
+    std::string* out = op.mutable_push();
+    std::vector<grpc::Slice> slices;
+    if (bytes.Dump(&slices).ok()) {
+      for (const grpc::Slice& slice : slices) {
+        out->append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+      }
+    }
+    status = replicator_->Write(std::move(op), apply);
+  } else {
+    status = apply();
+  }
+  if (!applied && replicator_ != nullptr) {
+    // Not applied here (this replica is not the primary, or a table error):
+    // a retry, here or at the next primary, must be applied.
+    deduplicator_.Abandon(request.client_id(), request.sequence(), status);
+  } else {
+    deduplicator_.Finish(request.client_id(), request.sequence(), status);
+  }
   if (!status.ok()) {
     // Sizes were checked above: what remains is NaN/Inf gradients
     // (INVALID_ARGUMENT), a SYNC step pushed after it was applied
@@ -336,7 +387,7 @@ grpc::Status EmbeddingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
             : Rejection::kOverLimit;
     return Reject(reason, status);
   }
-  if (options_.TEST_drop_push_response_probability > 0) {
+  if (options_.TEST_drop_push_response_probability > 0 && !forwarded) {
     thread_local std::mt19937_64 rng(std::random_device{}());
     if (std::uniform_real_distribution<double>(0, 1)(rng) <
         options_.TEST_drop_push_response_probability) {
@@ -345,6 +396,26 @@ grpc::Status EmbeddingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
     }
   }
   return grpc::Status::OK;
+}
+
+absl::Status EmbeddingServiceImpl::ApplyForwarded(
+    const proto::ReplicatedOp& op) {
+  switch (op.op_case()) {
+    case proto::ReplicatedOp::kPush: {
+      grpc::Slice slice(op.push());
+      const grpc::ByteBuffer bytes(&slice, 1);
+      return wire::FromGrpcStatus(PushImpl(bytes, /*forwarded=*/true));
+    }
+    case proto::ReplicatedOp::kCreateTable: {
+      proto::CreateTableResponse response;
+      return wire::FromGrpcStatus(
+          CreateTableImpl(nullptr, &op.create_table(), &response));
+    }
+    case proto::ReplicatedOp::kDropTable:
+      return registry_->Drop(op.drop_table().name()).status();
+    default:
+      return absl::InvalidArgumentError("an empty replicated write");
+  }
 }
 
 grpc::Status EmbeddingServiceImpl::StatsImpl(grpc::ServerContext*,
@@ -392,7 +463,17 @@ grpc::Status EmbeddingServiceImpl::CreateTable(
     grpc::ServerContext* context, const proto::CreateTableRequest* request,
     proto::CreateTableResponse* response) {
   return metrics_->Measure(RpcMethod::kCreateTable, [&] {
-    return CreateTableImpl(context, request, response);
+    if (replicator_ == nullptr) {
+      return CreateTableImpl(context, request, response);
+    }
+    grpc::Status created;
+    proto::ReplicatedOp op;
+    *op.mutable_create_table() = *request;
+    const absl::Status written = replicator_->Write(std::move(op), [&] {
+      created = CreateTableImpl(context, request, response);
+      return wire::FromGrpcStatus(created);
+    });
+    return written.ok() ? created : wire::ToGrpcStatus(written);
   });
 }
 
@@ -401,10 +482,25 @@ grpc::Status EmbeddingServiceImpl::DropTable(
     proto::DropTableResponse* response) {
   return metrics_->Measure(RpcMethod::kDropTable, [&] {
     if (options_.serving_replica) return ReadOnlyReplica("DropTable");
-    absl::StatusOr<uint32_t> id = registry_->Drop(request->name());
-    if (!id.ok()) return Reject(Rejection::kUnknownTable, id.status());
-    response->set_table_id(*id);
-    return grpc::Status::OK;
+    grpc::Status dropped;
+    auto drop = [&] {
+      absl::StatusOr<uint32_t> id = registry_->Drop(request->name());
+      if (!id.ok()) {
+        dropped = Reject(Rejection::kUnknownTable, id.status());
+      } else {
+        response->set_table_id(*id);
+        dropped = grpc::Status::OK;
+      }
+      return wire::FromGrpcStatus(dropped);
+    };
+    if (replicator_ == nullptr) {
+      drop().IgnoreError();
+      return dropped;
+    }
+    proto::ReplicatedOp op;
+    *op.mutable_drop_table() = *request;
+    const absl::Status written = replicator_->Write(std::move(op), drop);
+    return written.ok() ? dropped : wire::ToGrpcStatus(written);
   });
 }
 
@@ -462,11 +558,11 @@ grpc::ServerUnaryReactor* EmbeddingServiceImpl::Push(
     grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* const reactor = context->DefaultReactor();
   Identify(context);
-  FinishBulkCall(
-      reactor,
-      metrics_->Measure(RpcMethod::kPush,
-                        [&] { return PushImpl(*request, response); }),
-      response);
+  FinishBulkCall(reactor,
+                 metrics_->Measure(
+                     RpcMethod::kPush,
+                     [&] { return PushImpl(*request, /*forwarded=*/false); }),
+                 response);
   return reactor;
 }
 
@@ -502,6 +598,11 @@ grpc::Status EmbeddingServiceImpl::Save(grpc::ServerContext*,
                                         proto::SaveResponse* response) {
   return metrics_->Measure(RpcMethod::kSave, [&] {
     if (options_.serving_replica) return ReadOnlyReplica("Save");
+    if (replicator_ != nullptr) {
+      if (absl::Status primary = replicator_->CheckPrimary(); !primary.ok()) {
+        return wire::ToGrpcStatus(primary);
+      }
+    }
     if (absl::Status s = checkpointer_->AcceptsRequests(); !s.ok()) {
       return wire::ToGrpcStatus(s);
     }
@@ -529,6 +630,13 @@ grpc::Status EmbeddingServiceImpl::Load(grpc::ServerContext*,
                                         proto::LoadResponse* response) {
   return metrics_->Measure(RpcMethod::kLoad, [&] {
     if (options_.serving_replica) return ReadOnlyReplica("Load");
+    if (replicator_ != nullptr) {
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          "Load refused: this shard is replicated; restore a replicated "
+          "shard by starting one replica with --restore (the others join "
+          "it empty and catch up)");
+    }
     if (absl::Status s = checkpointer_->AcceptsRequests(); !s.ok()) {
       return wire::ToGrpcStatus(s);
     }

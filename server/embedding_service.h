@@ -24,6 +24,7 @@
 #include "server/memory_guard.h"
 #include "server/publisher.h"
 #include "server/push_deduplicator.h"
+#include "server/replicator.h"
 #include "server/rpc_metrics.h"
 #include "server/table_registry.h"
 
@@ -147,6 +148,16 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
   // the incarnation (wire/server_identity.h). Set before serving.
   void set_restored_step(uint64_t step) { restored_step_ = absl::StrCat(step); }
 
+  // A replica of a replicated shard: writes go through `replicator` (the
+  // primary's order, forwarded to the backups) and only the primary serves
+  // Pulls; the incarnation clients see is the shard's lineage. Set before
+  // serving; null (the default): not replicated.
+  void set_replicator(Replicator* replicator) { replicator_ = replicator; }
+  // The exactly-once log (the replicator exports and imports it).
+  PushDeduplicator* deduplicator() { return &deduplicator_; }
+  // Applies a write its primary forwarded (Replicator::ApplyForwarded).
+  absl::Status ApplyForwarded(const proto::ReplicatedOp& op);
+
   void set_stats_source(std::function<void(proto::StatsResponse*)> source) {
     stats_source_ = std::move(source);
   }
@@ -170,8 +181,8 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
   };
   grpc::Status ParsePull(const grpc::ByteBuffer& request, PullCall* call);
   grpc::Status ServePull(const PullCall& call, grpc::ByteBuffer* response);
-  grpc::Status PushImpl(const grpc::ByteBuffer& request,
-                        grpc::ByteBuffer* response);
+  // `forwarded`: a backup applying its primary's write.
+  grpc::Status PushImpl(const grpc::ByteBuffer& request, bool forwarded);
   // Runs `work` on a thread of its own (counted in detached_running_).
   void RunDetached(absl::AnyInvocable<void() &&> work);
   // Adds this server's incarnation (and restored step) to the answer.
@@ -186,6 +197,7 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
   ShardCheckpointer* const checkpointer_;
   RpcMetrics* const metrics_;
   Publisher* const publisher_;
+  Replicator* replicator_ = nullptr;
   std::function<void(proto::StatsResponse*)> stats_source_;
   PushDeduplicator deduplicator_;
   MemoryGuard memory_;

@@ -17,9 +17,11 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/types/span.h"
 #include "common/mutex.h"
 
 namespace embedps::server {
@@ -40,11 +42,28 @@ class PushDeduplicator {
   void Finish(uint64_t client_id, uint64_t sequence,
               const absl::Status& status);
 
+  // The push Begin let through was not applied (nothing changed): forgets
+  // it, so that a retry is applied; attempts waiting on it get `status`.
+  void Abandon(uint64_t client_id, uint64_t sequence,
+               const absl::Status& status);
+
+  // The push Begin let through has changed the table (its outcome may still
+  // be in the making: a replicated push waits for its backups).
+  void MarkApplied(uint64_t client_id, uint64_t sequence);
+
+  // Per client, the sequences applied (MarkApplied) or finished OK: what a
+  // replica catching up must know to refuse a retry of them.
+  absl::flat_hash_map<uint64_t, std::vector<uint64_t>> ExportApplied() const;
+  // Records `sequences` of `client_id` as finished OK (kept within the
+  // window like any other).
+  void ImportApplied(uint64_t client_id, absl::Span<const uint64_t> sequences);
+
   // Pushes acknowledged without applying them again.
   uint64_t duplicates() const;
 
  private:
   struct Attempt {
+    bool applied = false;
     bool done = false;
     absl::Status status;
   };

@@ -55,6 +55,16 @@ const char* RpcMethodName(RpcMethod method) {
       return "Serving.Version";
     case RpcMethod::kDropTable:
       return "DropTable";
+    case RpcMethod::kReplicaHeartbeat:
+      return "ReplicaHeartbeat";
+    case RpcMethod::kReplicaReport:
+      return "ReplicaReport";
+    case RpcMethod::kReplicaView:
+      return "ReplicaView";
+    case RpcMethod::kReplicationApply:
+      return "ReplicationApply";
+    case RpcMethod::kReplicationCatchUp:
+      return "ReplicationCatchUp";
     case RpcMethod::kCount:
       break;
   }

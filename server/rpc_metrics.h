@@ -36,6 +36,11 @@ enum class RpcMethod {
   kServingLookup,
   kServingVersion,
   kDropTable,
+  kReplicaHeartbeat,
+  kReplicaReport,
+  kReplicaView,
+  kReplicationApply,
+  kReplicationCatchUp,
   kCount,  // number of methods
 };
 const char* RpcMethodName(RpcMethod method);

@@ -55,6 +55,11 @@ struct Shard::Parts {
   // Every shard answers Coordination; by convention workers use shard 0's.
   CoordinationServiceImpl coordination;
   proto::LoadResponse restored;
+  // Replication: the directory (a coordinator), or this replica's part.
+  std::unique_ptr<ReplicaDirectory> directory;
+  std::unique_ptr<ReplicaDirectoryServiceImpl> directory_service;
+  std::unique_ptr<Replicator> replicator;
+  std::unique_ptr<ReplicationServiceImpl> replication;
 
   std::unique_ptr<grpc::Server> server;
   int port = 0;
@@ -139,6 +144,31 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
     });
   }
 
+  if (options.replica_directory) {
+    parts->directory = std::make_unique<ReplicaDirectory>(options.directory);
+    parts->directory_service = std::make_unique<ReplicaDirectoryServiceImpl>(
+        parts->directory.get(), &parts->metrics);
+  }
+  if (!options.replication.directory.empty()) {
+    if (options.serving) {
+      return absl::InvalidArgumentError(
+          "a serving replica cannot be a replicated training shard");
+    }
+    ReplicationOptions replication = options.replication;
+    replication.shard = options.service.shard_index;
+    EmbeddingServiceImpl* service = &parts->service;
+    ASSIGN_OR_RETURN(parts->replicator,
+                     Replicator::Create(
+                         replication, &parts->registry, service->deduplicator(),
+                         &parts->checkpointer, &parts->metrics,
+                         [service](const proto::ReplicatedOp& op) {
+                           return service->ApplyForwarded(op);
+                         }));
+    service->set_replicator(parts->replicator.get());
+    parts->replication = std::make_unique<ReplicationServiceImpl>(
+        parts->replicator.get(), &parts->metrics);
+  }
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
@@ -152,6 +182,12 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
   builder.RegisterService(&parts->service);
   builder.RegisterService(&parts->coordination);
   if (parts->serving != nullptr) builder.RegisterService(parts->serving.get());
+  if (parts->directory_service != nullptr) {
+    builder.RegisterService(parts->directory_service.get());
+  }
+  if (parts->replication != nullptr) {
+    builder.RegisterService(parts->replication.get());
+  }
   parts->server = builder.BuildAndStart();
   if (parts->server == nullptr || parts->port == 0) {
     return absl::UnavailableError(
@@ -183,8 +219,15 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
     p->metrics_thread =
         std::thread([p] { p->metrics_http.listen_after_bind(); });
   }
+  if (parts->replicator != nullptr) {
+    parts->replicator->Run(options.replication.member.empty()
+                               ? absl::StrCat(options.host, ":", parts->port)
+                               : options.replication.member);
+  }
   return std::unique_ptr<Shard>(new Shard(std::move(parts)));
 }
+
+Replicator* Shard::replicator() { return parts_->replicator.get(); }
 
 Shard::Shard(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
 

@@ -23,6 +23,8 @@
 #include "server/embedding_service.h"
 #include "server/follower.h"
 #include "server/publisher.h"
+#include "server/replica_directory.h"
+#include "server/replicator.h"
 
 namespace embedps::server {
 
@@ -75,6 +77,15 @@ struct ShardOptions {
   uint64_t max_lookup_keys = uint64_t{1} << 20;
   // What the Coordination store may hold. Default: see CoordinationLimits.
   CoordinationLimits coordination;
+  // A replica of a replicated training shard when replication.directory is
+  // set (replicator.h; replication.shard is set from `service`, and an
+  // empty replication.member is this shard's address()). Default: not
+  // replicated.
+  ReplicationOptions replication;
+  // Serve the ReplicaDirectory (replica_directory.h): the coordinator of
+  // replicated shards. Default: false.
+  bool replica_directory = false;
+  ReplicaDirectoryOptions directory;
 };
 
 class Shard {
@@ -106,6 +117,9 @@ class Shard {
 
   // The Stats RPC's answer, not counted as a call.
   proto::StatsResponse CollectStats();
+
+  // Null unless replicated.
+  Replicator* replicator();
 
  private:
   struct Parts;

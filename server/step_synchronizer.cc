@@ -160,4 +160,84 @@ absl::Status StepSynchronizer::ApplyCompletedSteps() {
   return status;
 }
 
+proto::SynchronizerState StepSynchronizer::ExportState() {
+  MutexLock lock(&mu_);
+  proto::SynchronizerState state;
+  state.set_started(started_);
+  state.set_next_step(next_step_);
+  for (const auto& [step, pending] : pending_) {
+    proto::SynchronizerState::Pending* out = state.add_pending();
+    out->set_step(step);
+    out->mutable_keys()->Add(pending.keys.begin(), pending.keys.end());
+    out->mutable_sums()->Add(pending.sums.begin(), pending.sums.end());
+    for (const auto& [client, progress] : pending.workers) {
+      proto::SynchronizerState::Worker* worker = out->add_workers();
+      worker->set_client_id(client);
+      worker->set_parts_received(progress.parts_received);
+      worker->set_parts_expected(progress.parts_expected);
+    }
+    out->set_completed_workers(pending.completed_workers);
+  }
+  for (const auto& [client, steps] : ssp_parts_) {
+    for (const auto& [step, progress] : steps) {
+      proto::SynchronizerState::Worker* worker = state.add_ssp_parts();
+      worker->set_client_id(client);
+      worker->set_step(step);
+      worker->set_parts_received(progress.parts_received);
+      worker->set_parts_expected(progress.parts_expected);
+    }
+  }
+  for (const auto& [client, through] : ssp_completed_through_) {
+    proto::SynchronizerState::Completed* done = state.add_ssp_completed();
+    done->set_client_id(client);
+    done->set_through(through);
+  }
+  return state;
+}
+
+absl::Status StepSynchronizer::ImportState(
+    const proto::SynchronizerState& state) {
+  std::map<uint64_t, PendingStep> pending;
+  for (const proto::SynchronizerState::Pending& in : state.pending()) {
+    if (in.step() < state.next_step() ||
+        static_cast<size_t>(in.sums_size()) !=
+            static_cast<size_t>(in.keys_size()) * dim_ ||
+        in.completed_workers() < 0 || in.completed_workers() > num_workers_) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("synchronizer state of table '", table_->spec().name,
+                       "': step ", in.step(), " does not fit (", in.keys_size(),
+                       " keys, ", in.sums_size(), " sums, dim ", dim_, ")"));
+    }
+    PendingStep& out = pending[in.step()];
+    out.keys.assign(in.keys().begin(), in.keys().end());
+    out.sums.assign(in.sums().begin(), in.sums().end());
+    for (size_t i = 0; i < out.keys.size(); ++i) {
+      if (!out.slot_of_key.try_emplace(out.keys[i], i).second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("synchronizer state of table '", table_->spec().name,
+                         "': a key repeats in step ", in.step()));
+      }
+    }
+    for (const proto::SynchronizerState::Worker& w : in.workers()) {
+      out.workers[w.client_id()] = {w.parts_received(), w.parts_expected()};
+    }
+    out.completed_workers = in.completed_workers();
+  }
+  MutexLock lock(&mu_);
+  started_ = state.started();
+  next_step_ = state.next_step();
+  pending_ = std::move(pending);
+  ssp_parts_.clear();
+  for (const proto::SynchronizerState::Worker& w : state.ssp_parts()) {
+    ssp_parts_[w.client_id()][w.step()] = {w.parts_received(),
+                                           w.parts_expected()};
+  }
+  ssp_completed_through_.clear();
+  for (const proto::SynchronizerState::Completed& c : state.ssp_completed()) {
+    ssp_completed_through_[c.client_id()] = c.through();
+  }
+  progressed_.SignalAll();
+  return absl::OkStatus();
+}
+
 }  // namespace embedps::server

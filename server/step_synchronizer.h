@@ -30,6 +30,7 @@
 #include "absl/types/span.h"
 #include "common/mutex.h"
 #include "embedding/table.h"
+#include "proto/embedps.pb.h"
 
 namespace embedps::server {
 
@@ -55,6 +56,13 @@ class StepSynchronizer {
   absl::Status Push(uint64_t client_id, uint64_t step, uint32_t parts_in_step,
                     absl::Span<const uint64_t> keys,
                     absl::Span<const float> grads);
+
+  // Its progress (for a replica catching up), and the same restored into a
+  // synchronizer of a table with the same spec. INVALID_ARGUMENT for a
+  // state that does not fit (sizes, steps out of order); nothing changes
+  // then.
+  proto::SynchronizerState ExportState();
+  absl::Status ImportState(const proto::SynchronizerState& state);
 
  private:
   struct WorkerProgress {

@@ -33,7 +33,7 @@ TableRegistry::Entry TableRegistry::EntryOf(uint32_t id,
 }
 
 absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
-    const proto::TableConfig& config, size_t max_tables) {
+    const proto::TableConfig& config, size_t max_tables, uint32_t at_id) {
   ASSIGN_OR_RETURN(const embedding::TableSpec spec, SpecFromConfig(config));
   RETURN_IF_ERROR(ValidateConsistency(config.consistency()));
   proto::TableConfig canonical = ConfigFromSpec(spec);
@@ -53,7 +53,16 @@ absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
                        existing.ShortDebugString(),
                        "; requested: ", canonical.ShortDebugString(), ")"));
     }
+    if (at_id != kNextId && at_id != it->second) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "table '", spec.name, "' has id ", it->second, " here, not ", at_id));
+    }
     return CreateResult{it->second, false};
+  }
+  if (at_id != kNextId && at_id < slots_.size()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("table '", spec.name, "' cannot take id ", at_id,
+                     ": ids up to ", slots_.size() - 1, " are given out here"));
   }
   if (id_by_name_.size() >= max_tables) {
     return absl::ResourceExhaustedError(
@@ -82,6 +91,7 @@ absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
         absl::Milliseconds(consistency.timeout_ms()), slot->table.get());
   }
   slot->config = std::move(canonical);
+  if (at_id != kNextId) slots_.resize(at_id);  // dropped ids stay empty
   const uint32_t id = static_cast<uint32_t>(slots_.size());
   slots_.push_back(std::move(slot));
   id_by_name_.emplace(spec.name, id);

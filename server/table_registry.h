@@ -49,9 +49,14 @@ class TableRegistry {
   // has the same configuration (idempotent). FAILED_PRECONDITION if the
   // name exists with a different one; INVALID_ARGUMENT (naming the field)
   // for an invalid config; RESOURCE_EXHAUSTED if `max_tables` are held.
+  // `at_id` (a replica catching up takes its primary's ids): the id the
+  // table must have; FAILED_PRECONDITION if it is taken by another table or
+  // below an id already given out. Default: the next id.
+  static constexpr uint32_t kNextId = std::numeric_limits<uint32_t>::max();
   absl::StatusOr<CreateResult> Create(
       const proto::TableConfig& config,
-      size_t max_tables = std::numeric_limits<size_t>::max());
+      size_t max_tables = std::numeric_limits<size_t>::max(),
+      uint32_t at_id = kNextId);
 
   // Removes the table named `name` (NOT_FOUND if none) and returns its id.
   absl::StatusOr<uint32_t> Drop(const std::string& name);

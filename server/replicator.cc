@@ -1,0 +1,798 @@
+#include "server/replicator.h"
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <random>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "grpcpp/grpcpp.h"
+#include "wire/grpc_status.h"
+
+namespace embedps::server {
+namespace {
+
+constexpr size_t kRowsPerChunk = 4096;
+
+uint64_t DrawIncarnation() {
+  std::mt19937_64 rng(std::random_device{}());
+  uint64_t value = 0;
+  while (value == 0) value = rng();
+  return value;
+}
+
+bool Contains(const proto::ReplicaView& view, const std::string& member) {
+  return std::find(view.in_sync().begin(), view.in_sync().end(), member) !=
+         view.in_sync().end();
+}
+
+absl::Status FromGrpc(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+}  // namespace
+
+// Forwards a primary's writes to one backup, in order, several per Apply
+// when they queue up. A sender that fails stays failed.
+class Replicator::Sender {
+ public:
+  Sender(std::string member, std::shared_ptr<grpc::Channel> channel,
+         uint64_t epoch, std::string primary, absl::Duration timeout,
+         size_t max_bytes, bool active)
+      : member_(std::move(member)),
+        stub_(proto::Replication::NewStub(std::move(channel))),
+        epoch_(epoch),
+        primary_(std::move(primary)),
+        timeout_(timeout),
+        max_bytes_(max_bytes),
+        active_(active),
+        thread_([this] { Run(); }) {}
+
+  ~Sender() {
+    {
+      MutexLock lock(&mu_);
+      stopping_ = true;
+      failed_ = true;
+    }
+    changed_.SignalAll();
+    thread_.join();
+  }
+
+  const std::string& member() const { return member_; }
+
+  void Enqueue(std::shared_ptr<const proto::ReplicatedOp> op) {
+    {
+      MutexLock lock(&mu_);
+      if (failed_) return;
+      queue_.push_back(std::move(op));
+    }
+    changed_.SignalAll();
+  }
+
+  // Starts sending (a catching-up replica: once it has the state).
+  void Activate() {
+    {
+      MutexLock lock(&mu_);
+      active_ = true;
+    }
+    changed_.SignalAll();
+  }
+
+  // Every write from now on waits for this backup.
+  void set_required() {
+    MutexLock lock(&mu_);
+    required_ = true;
+  }
+  bool required() {
+    MutexLock lock(&mu_);
+    return required_;
+  }
+
+  // True once the backup applied `sequence`; false if it failed first.
+  bool WaitAcked(uint64_t sequence) {
+    MutexLock lock(&mu_);
+    changed_.Wait(&mu_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+      return acked_ >= sequence || failed_;
+    });
+    return acked_ >= sequence;
+  }
+
+  bool failed() {
+    MutexLock lock(&mu_);
+    return failed_;
+  }
+  std::string error() {
+    MutexLock lock(&mu_);
+    return error_;
+  }
+
+ private:
+  void Run() {
+    while (true) {
+      proto::ApplyRequest request;
+      {
+        MutexLock lock(&mu_);
+        changed_.Wait(&mu_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return stopping_ || (active_ && !queue_.empty());
+        });
+        if (stopping_) return;
+        size_t bytes = 0;
+        for (const auto& op : queue_) {
+          if (request.op_size() > 0 && bytes + op->ByteSizeLong() > max_bytes_)
+            break;
+          bytes += op->ByteSizeLong();
+          *request.add_op() = *op;
+        }
+      }
+      request.set_epoch(epoch_);
+      request.set_primary(primary_);
+      grpc::ClientContext context;
+      context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+      proto::ApplyResponse response;
+      const grpc::Status status = stub_->Apply(&context, request, &response);
+      const uint64_t last = request.op(request.op_size() - 1).sequence();
+      {
+        MutexLock lock(&mu_);
+        if (!status.ok() || response.applied_sequence() != last) {
+          failed_ = true;
+          error_ = status.ok()
+                       ? absl::StrCat("applied ", response.applied_sequence(),
+                                      " of ", last)
+                       : status.error_message();
+          queue_.clear();
+        } else {
+          acked_ = last;
+          queue_.erase(queue_.begin(), queue_.begin() + request.op_size());
+        }
+      }
+      changed_.SignalAll();
+      if (!status.ok()) {
+        MutexLock lock(&mu_);
+        if (failed_) {
+          changed_.Wait(
+              &mu_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopping_; });
+          return;
+        }
+      }
+    }
+  }
+
+  const std::string member_;
+  const std::unique_ptr<proto::Replication::Stub> stub_;
+  const uint64_t epoch_;
+  const std::string primary_;
+  const absl::Duration timeout_;
+  const size_t max_bytes_;
+  Mutex mu_;
+  CondVar changed_;
+  std::deque<std::shared_ptr<const proto::ReplicatedOp>> queue_
+      ABSL_GUARDED_BY(mu_);
+  uint64_t acked_ ABSL_GUARDED_BY(mu_) = 0;
+  bool active_ ABSL_GUARDED_BY(mu_);
+  bool required_ ABSL_GUARDED_BY(mu_) = false;
+  bool failed_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::string error_ ABSL_GUARDED_BY(mu_);
+  std::thread thread_;
+};
+
+absl::StatusOr<std::unique_ptr<Replicator>> Replicator::Create(
+    ReplicationOptions options, TableRegistry* registry,
+    PushDeduplicator* deduplicator, ShardCheckpointer* checkpointer,
+    RpcMetrics* metrics, ApplyForwarded apply_forwarded) {
+  if (options.directory.empty() || options.shard < 0) {
+    return absl::InvalidArgumentError(
+        "replication needs the directory's address and the shard");
+  }
+  auto replicator = std::unique_ptr<Replicator>(
+      new Replicator(std::move(options), registry, deduplicator, checkpointer,
+                     metrics, std::move(apply_forwarded)));
+  ASSIGN_OR_RETURN(
+      replicator->credentials_,
+      security::MakeChannelCredentials(replicator->options_.security));
+  return replicator;
+}
+
+void Replicator::Run(const std::string& member) {
+  if (!member.empty()) options_.member = member;
+  heartbeat_ = std::thread([this] { HeartbeatLoop(); });
+}
+
+Replicator::Replicator(ReplicationOptions options, TableRegistry* registry,
+                       PushDeduplicator* deduplicator,
+                       ShardCheckpointer* checkpointer, RpcMetrics* metrics,
+                       ApplyForwarded apply_forwarded)
+    : options_(std::move(options)),
+      registry_(registry),
+      deduplicator_(deduplicator),
+      checkpointer_(checkpointer),
+      metrics_(metrics),
+      apply_forwarded_(std::move(apply_forwarded)),
+      incarnation_(DrawIncarnation()) {}
+
+Replicator::~Replicator() {
+  absl::flat_hash_map<std::string, std::shared_ptr<Sender>> senders;
+  {
+    MutexLock lock(&mu_);
+    stopping_ = true;
+    senders.swap(senders_);
+  }
+  changed_.SignalAll();
+  if (heartbeat_.joinable()) heartbeat_.join();
+  if (catch_up_.joinable()) catch_up_.join();
+  senders.clear();
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(
+    const std::string& address,
+    const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+    const security::ChannelSecurity& security) {
+  grpc::ChannelArguments args;
+  security::AddChannelArguments(security, &args);
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(address, credentials, args);
+}
+
+std::unique_ptr<proto::ReplicaDirectory::Stub> Replicator::DirectoryStub() {
+  return proto::ReplicaDirectory::NewStub(
+      MakeChannel(options_.directory, credentials_, options_.security));
+}
+
+void Replicator::HeartbeatLoop() {
+  const auto stub = DirectoryStub();
+  const auto log = Logger("replication");
+  absl::Time last_warning = absl::InfinitePast();
+  while (true) {
+    absl::Duration lease;
+    proto::HeartbeatRequest request;
+    {
+      MutexLock lock(&mu_);
+      if (stopping_) return;
+      lease = lease_;
+      request.set_epoch(epoch_);
+    }
+    request.set_shard(options_.shard);
+    request.set_member(options_.member);
+    request.set_incarnation(incarnation_);
+    const absl::Time sent = absl::Now();
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(sent + lease / 2));
+    proto::HeartbeatResponse response;
+    const grpc::Status status = stub->Heartbeat(&context, request, &response);
+    if (status.ok()) {
+      OnView(response.view(), sent);
+    } else if (absl::Now() - last_warning > absl::Seconds(5)) {
+      last_warning = absl::Now();
+      log->warn("shard {}: the replica directory at {} did not answer: {}",
+                options_.shard, options_.directory, status.error_message());
+    }
+    MutexLock lock(&mu_);
+    changed_.WaitWithTimeout(&mu_, lease / 5);
+  }
+}
+
+void Replicator::Depose(const std::string& why) {
+  if (role_ == Role::kDeposed) return;
+  role_ = Role::kDeposed;
+  Logger("replication")
+      ->error("shard {}: replica {} leaves the shard: {}", options_.shard,
+              options_.member, why);
+  changed_.SignalAll();
+  if (options_.on_deposed) {
+    // Not under mu_: the callback may stop the process.
+    std::thread([f = options_.on_deposed, why] { f(why); }).detach();
+  }
+}
+
+void Replicator::OnView(const proto::ReplicaView& view, absl::Time sent) {
+  MutexLock lock(&mu_);
+  if (view.lease_ms() > 0) lease_ = absl::Milliseconds(view.lease_ms());
+  const bool me_primary = view.primary() == options_.member;
+  switch (role_) {
+    case Role::kStarting:
+      if (me_primary) {
+        role_ = Role::kPrimary;
+        epoch_ = view.epoch();
+        lineage_ = view.lineage();
+        primary_ = options_.member;
+        lease_until_ = sent + lease_;
+        Logger("replication")
+            ->info("shard {}: {} is the primary (epoch {})", options_.shard,
+                   options_.member, epoch_);
+      } else if (!view.primary().empty()) {
+        role_ = Role::kJoining;
+        catch_up_ = std::thread([this, view] { CatchUpLoop(view); });
+      }
+      break;
+    case Role::kJoining:
+      break;  // CatchUpLoop decides
+    case Role::kBackup:
+      if (me_primary && view.epoch() > epoch_) {
+        role_ = Role::kPrimary;
+        epoch_ = view.epoch();
+        primary_ = options_.member;
+        lease_until_ = sent + lease_;
+        Logger("replication")
+            ->info("shard {}: {} takes over as the primary (epoch {})",
+                   options_.shard, options_.member, epoch_);
+      } else if (view.epoch() != epoch_ || !Contains(view, options_.member)) {
+        Depose(
+            absl::StrCat("the shard's view changed under this backup "
+                         "(epoch ",
+                         view.epoch(), ", primary ", view.primary(),
+                         "): it must catch up again"));
+      }
+      break;
+    case Role::kPrimary:
+      if (me_primary && view.epoch() == epoch_) {
+        lease_until_ = sent + lease_;
+      } else {
+        Depose(absl::StrCat("another replica is the primary now (epoch ",
+                            view.epoch(), ": ", view.primary(), ")"));
+      }
+      break;
+    case Role::kDeposed:
+      break;
+  }
+  changed_.SignalAll();
+}
+
+void Replicator::CatchUpLoop(proto::ReplicaView view) {
+  const auto log = Logger("replication");
+  log->info("shard {}: {} catches up from {} (epoch {})", options_.shard,
+            options_.member, view.primary(), view.epoch());
+  uint64_t sequence = 0, lineage = 0;
+  const absl::Status status = FetchState(view, &sequence, &lineage);
+  MutexLock lock(&mu_);
+  if (stopping_) return;
+  if (!status.ok()) {
+    Depose(absl::StrCat("catching up from ", view.primary(),
+                        " failed: ", status.message()));
+    return;
+  }
+  role_ = Role::kBackup;
+  epoch_ = view.epoch();
+  lineage_ = lineage;
+  primary_ = view.primary();
+  log->info("shard {}: {} has the state of sequence {}; a backup now",
+            options_.shard, options_.member, sequence);
+  changed_.SignalAll();
+}
+
+absl::Status Replicator::FetchState(const proto::ReplicaView& view,
+                                    uint64_t* sequence, uint64_t* lineage) {
+  for (const TableRegistry::Entry& entry : registry_->List()) {
+    if (entry.table->Stats().rows > 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "table '", entry.config->name(),
+          "' holds rows here: a replica joins a shard empty (start it "
+          "without --restore)"));
+    }
+  }
+  auto stub = proto::Replication::NewStub(
+      MakeChannel(view.primary(), credentials_, options_.security));
+  grpc::ClientContext context;
+  proto::CatchUpRequest request;
+  request.set_epoch(view.epoch());
+  request.set_member(options_.member);
+  std::unique_ptr<grpc::ClientReader<proto::CatchUpChunk>> reader =
+      stub->CatchUp(&context, request);
+  proto::CatchUpChunk chunk;
+  bool ended = false;
+  TableRegistry::Entry current{};
+  absl::Status status;
+  std::vector<uint64_t> keys;
+  while (status.ok() && reader->Read(&chunk)) {
+    switch (chunk.part_case()) {
+      case proto::CatchUpChunk::kTable: {
+        const proto::CatchUpChunk::Table& table = chunk.table();
+        absl::StatusOr<TableRegistry::CreateResult> created = registry_->Create(
+            table.config(), std::numeric_limits<size_t>::max(),
+            table.table_id());
+        if (!created.ok()) {
+          status = created.status();
+          break;
+        }
+        absl::StatusOr<TableRegistry::Entry> entry =
+            registry_->Find(table.table_id());
+        if (!entry.ok()) {
+          status = entry.status();
+          break;
+        }
+        current = *entry;
+        status = current.table->MergeAdmissionStates(
+            {table.admission_state().begin(), table.admission_state().end()});
+        if (status.ok() && current.synchronizer != nullptr) {
+          status = current.synchronizer->ImportState(table.synchronizer());
+        }
+        break;
+      }
+      case proto::CatchUpChunk::kRows: {
+        const proto::CatchUpChunk::Rows& rows = chunk.rows();
+        if (current.table == nullptr || rows.table_id() != current.table_id ||
+            rows.keys().size() % sizeof(uint64_t) != 0) {
+          status = absl::DataLossError("rows out of place in the catch-up");
+          break;
+        }
+        keys.resize(rows.keys().size() / sizeof(uint64_t));
+        std::memcpy(keys.data(), rows.keys().data(), rows.keys().size());
+        status = current.table->RestoreRows(
+            keys,
+            absl::MakeConstSpan(rows.records().data(), rows.records().size()));
+        break;
+      }
+      case proto::CatchUpChunk::kPushLog:
+        deduplicator_->ImportApplied(
+            chunk.push_log().client_id(),
+            {chunk.push_log().sequence().data(),
+             static_cast<size_t>(chunk.push_log().sequence_size())});
+        break;
+      case proto::CatchUpChunk::kEnd:
+        ended = true;
+        *sequence = chunk.end().sequence();
+        *lineage = chunk.end().lineage();
+        break;
+      default:
+        status = absl::DataLossError("an unknown part in the catch-up");
+    }
+    if (ended) break;
+  }
+  if (!status.ok()) {
+    context.TryCancel();
+    reader->Finish().ok();
+    return status;
+  }
+  if (!ended) {
+    const grpc::Status finish = reader->Finish();
+    return finish.ok() ? absl::DataLossError("the catch-up ended early")
+                       : FromGrpc(finish);
+  }
+  // The primary starts forwarding once we have read everything: be ready.
+  {
+    MutexLock lock(&write_mu_);
+    last_sequence_ = *sequence;
+  }
+  const grpc::Status finish = reader->Finish();
+  return finish.ok() ? absl::OkStatus() : FromGrpc(finish);
+}
+
+absl::Status Replicator::Write(proto::ReplicatedOp op,
+                               absl::FunctionRef<absl::Status()> apply) {
+  std::vector<std::shared_ptr<Sender>> required;
+  uint64_t sequence = 0;
+  {
+    MutexLock write_lock(&write_mu_);
+    {
+      MutexLock lock(&mu_);
+      if (role_ != Role::kPrimary) {
+        return absl::UnavailableError(
+            absl::StrCat("shard ", options_.shard, ": ", options_.member,
+                         " is not the primary (",
+                         primary_.empty() ? "not known yet" : primary_, ")"));
+      }
+      if (absl::Now() >= lease_until_) {
+        return absl::UnavailableError(
+            absl::StrCat("shard ", options_.shard, ": the lease of primary ",
+                         options_.member, " ran out"));
+      }
+    }
+    RETURN_IF_ERROR(apply());
+    sequence = ++last_sequence_;
+    op.set_sequence(sequence);
+    auto shared = std::make_shared<const proto::ReplicatedOp>(std::move(op));
+    MutexLock lock(&mu_);
+    for (auto& [member, sender] : senders_) {
+      sender->Enqueue(shared);
+      if (sender->required()) required.push_back(sender);
+    }
+  }
+  for (const std::shared_ptr<Sender>& sender : required) {
+    if (!sender->WaitAcked(sequence)) {
+      RETURN_IF_ERROR(ReportFailed(sender->member()));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Replicator::ReportFailed(const std::string& member) {
+  MutexLock report_lock(&report_mu_);
+  proto::ReplicaReport report;
+  std::shared_ptr<Sender> sender;
+  {
+    MutexLock lock(&mu_);
+    auto it = senders_.find(member);
+    if (it == senders_.end()) return absl::OkStatus();  // reported already
+    sender = it->second;
+    if (role_ != Role::kPrimary) {
+      return absl::UnavailableError(absl::StrCat("shard ", options_.shard, ": ",
+                                                 options_.member,
+                                                 " is no longer the primary"));
+    }
+    report.set_epoch(epoch_);
+  }
+  report.set_shard(options_.shard);
+  report.set_primary(options_.member);
+  report.set_subject(member);
+  report.set_kind(proto::ReplicaReport::FAILED);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  proto::ReplicaReportResponse response;
+  const grpc::Status status =
+      DirectoryStub()->Report(&context, report, &response);
+  MutexLock lock(&mu_);
+  if (!status.ok()) {
+    Depose(absl::StrCat(
+        "backup ", member, " failed (", sender->error(),
+        ") and the directory did not record it: ", status.error_message()));
+    return absl::UnavailableError(absl::StrCat(
+        "shard ", options_.shard, ": backup ", member,
+        " failed and could not be removed; the write is not acknowledged"));
+  }
+  Logger("replication")
+      ->warn("shard {}: backup {} removed ({})", options_.shard, member,
+             sender->error());
+  senders_.erase(member);
+  return absl::OkStatus();
+}
+
+absl::Status Replicator::CheckPrimary() {
+  MutexLock lock(&mu_);
+  if (role_ == Role::kPrimary && absl::Now() < lease_until_) {
+    return absl::OkStatus();
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "shard ", options_.shard, ": ", options_.member, " is not the primary (",
+      primary_.empty() ? "not known yet" : primary_, ")"));
+}
+
+uint64_t Replicator::lineage() {
+  MutexLock lock(&mu_);
+  return lineage_;
+}
+
+std::string Replicator::role() {
+  MutexLock lock(&mu_);
+  switch (role_) {
+    case Role::kStarting:
+      return "starting";
+    case Role::kJoining:
+      return "joining";
+    case Role::kBackup:
+      return "backup";
+    case Role::kPrimary:
+      return "primary";
+    case Role::kDeposed:
+      return "deposed";
+  }
+  return "";
+}
+
+uint64_t Replicator::epoch() {
+  MutexLock lock(&mu_);
+  return epoch_;
+}
+
+uint64_t Replicator::applied_sequence() {
+  MutexLock lock(&write_mu_);
+  return last_sequence_;
+}
+
+grpc::Status Replicator::Apply(const proto::ApplyRequest& request,
+                               proto::ApplyResponse* response) {
+  {
+    // A replica that just caught up may hear from the primary before its
+    // own bookkeeping is done: wait a little.
+    MutexLock lock(&mu_);
+    changed_.WaitUntil(&mu_, absl::Now() + options_.forward_timeout / 2,
+                       [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                         return role_ != Role::kJoining;
+                       });
+    if (role_ != Role::kBackup || request.epoch() != epoch_ ||
+        request.primary() != primary_) {
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrCat("shard ", options_.shard, ": ", options_.member,
+                       " does not take writes from ", request.primary(),
+                       " of epoch ", request.epoch()));
+    }
+  }
+  MutexLock write_lock(&write_mu_);
+  for (const proto::ReplicatedOp& op : request.op()) {
+    if (op.sequence() != last_sequence_ + 1) {
+      return grpc::Status(
+          grpc::StatusCode::FAILED_PRECONDITION,
+          absl::StrCat("shard ", options_.shard, ": write ", op.sequence(),
+                       " arrived after ", last_sequence_));
+    }
+    if (const absl::Status status = apply_forwarded_(op); !status.ok()) {
+      // The primary applied it: this replica has diverged.
+      MutexLock lock(&mu_);
+      Depose(absl::StrCat("write ", op.sequence(),
+                          " failed here: ", status.message()));
+      return wire::ToGrpcStatus(status);
+    }
+    last_sequence_ = op.sequence();
+  }
+  response->set_applied_sequence(last_sequence_);
+  return grpc::Status::OK;
+}
+
+grpc::Status Replicator::CatchUp(
+    const proto::CatchUpRequest& request,
+    grpc::ServerWriter<proto::CatchUpChunk>* writer) {
+  struct TableState {
+    proto::CatchUpChunk::Table table;
+    std::unique_ptr<embedding::TableSnapshot> snapshot;
+  };
+  std::vector<TableState> tables;
+  absl::flat_hash_map<uint64_t, std::vector<uint64_t>> applied;
+  std::shared_ptr<Sender> sender;
+  uint64_t sequence = 0, lineage = 0;
+  absl::Status taken;
+  {
+    MutexLock write_lock(&write_mu_);
+    {
+      MutexLock lock(&mu_);
+      if (role_ != Role::kPrimary || request.epoch() != epoch_) {
+        return grpc::Status(
+            grpc::StatusCode::FAILED_PRECONDITION,
+            absl::StrCat("shard ", options_.shard, ": ", options_.member,
+                         " is not the primary of epoch ", request.epoch()));
+      }
+      lineage = lineage_;
+      sender = std::make_shared<Sender>(
+          request.member(),
+          MakeChannel(request.member(), credentials_, options_.security),
+          epoch_, options_.member, options_.forward_timeout,
+          options_.max_apply_bytes, /*active=*/false);
+      senders_[request.member()] = sender;  // a previous one goes
+    }
+    checkpointer_->SnapshotOutsideCheckpoints([&] {
+      for (const TableRegistry::Entry& entry : registry_->List()) {
+        TableState& state = tables.emplace_back();
+        state.table.set_table_id(entry.table_id);
+        *state.table.mutable_config() = *entry.config;
+        absl::StatusOr<std::unique_ptr<embedding::TableSnapshot>> snapshot =
+            entry.table->TakeSnapshot(/*incremental=*/false);
+        if (!snapshot.ok()) {
+          taken.Update(snapshot.status());
+          return;
+        }
+        state.snapshot = *std::move(snapshot);
+        for (const std::string& s : state.snapshot->admission_states()) {
+          state.table.add_admission_state(s);
+        }
+        if (entry.synchronizer != nullptr) {
+          *state.table.mutable_synchronizer() =
+              entry.synchronizer->ExportState();
+        }
+      }
+    });
+    applied = deduplicator_->ExportApplied();
+    sequence = last_sequence_;
+  }
+  auto drop_sender = [&] {
+    MutexLock lock(&mu_);
+    if (auto it = senders_.find(request.member());
+        it != senders_.end() && it->second == sender) {
+      senders_.erase(it);
+    }
+  };
+  if (!taken.ok()) {
+    drop_sender();
+    return wire::ToGrpcStatus(taken);
+  }
+  bool written = true;
+  for (TableState& state : tables) {
+    proto::CatchUpChunk chunk;
+    *chunk.mutable_table() = std::move(state.table);
+    const uint32_t id = chunk.table().table_id();
+    written = written && writer->Write(chunk);
+    proto::CatchUpChunk rows;
+    rows.mutable_rows()->set_table_id(id);
+    auto flush = [&] {
+      if (rows.rows().keys().empty()) return;
+      written = written && writer->Write(rows);
+      rows.mutable_rows()->clear_keys();
+      rows.mutable_rows()->clear_records();
+    };
+    const size_t record_bytes = state.snapshot->record_bytes();
+    const absl::Status visited = state.snapshot->ForEach(
+        [&](uint64_t key, const char* record) -> absl::Status {
+          if (!written) return absl::CancelledError("the joiner went away");
+          if (record == nullptr) return absl::OkStatus();  // full: none
+          rows.mutable_rows()->mutable_keys()->append(
+              reinterpret_cast<const char*>(&key), sizeof(key));
+          rows.mutable_rows()->mutable_records()->append(record, record_bytes);
+          if (rows.rows().keys().size() >= kRowsPerChunk * sizeof(key)) {
+            flush();
+          }
+          return absl::OkStatus();
+        });
+    flush();
+    if (!visited.ok()) {
+      drop_sender();
+      return wire::ToGrpcStatus(visited);
+    }
+  }
+  for (const auto& [client, sequences] : applied) {
+    proto::CatchUpChunk chunk;
+    chunk.mutable_push_log()->set_client_id(client);
+    chunk.mutable_push_log()->mutable_sequence()->Add(sequences.begin(),
+                                                      sequences.end());
+    written = written && writer->Write(chunk);
+  }
+  proto::CatchUpChunk end;
+  end.mutable_end()->set_sequence(sequence);
+  end.mutable_end()->set_lineage(lineage);
+  written = written && writer->Write(end);
+  if (!written) {
+    drop_sender();
+    return grpc::Status(grpc::StatusCode::CANCELLED,
+                        "the catching-up replica went away");
+  }
+  // The writes after `sequence` follow; once the replica has every write
+  // up to now, every later one waits for it, and it counts as in sync.
+  sender->Activate();
+  uint64_t target = 0;
+  {
+    MutexLock write_lock(&write_mu_);
+    sender->set_required();
+    target = last_sequence_;
+  }
+  if (target > sequence && !sender->WaitAcked(target)) {
+    drop_sender();
+    return grpc::Status(
+        grpc::StatusCode::UNAVAILABLE,
+        absl::StrCat("the catching-up replica failed: ", sender->error()));
+  }
+  proto::ReplicaReport report;
+  {
+    MutexLock lock(&mu_);
+    report.set_epoch(epoch_);
+  }
+  report.set_shard(options_.shard);
+  report.set_primary(options_.member);
+  report.set_subject(request.member());
+  report.set_kind(proto::ReplicaReport::IN_SYNC);
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+  proto::ReplicaReportResponse response;
+  const grpc::Status reported =
+      DirectoryStub()->Report(&context, report, &response);
+  if (!reported.ok()) {
+    drop_sender();
+    return reported;
+  }
+  Logger("replication")
+      ->info("shard {}: {} is in sync (sequence {})", options_.shard,
+             request.member(), target);
+  return grpc::Status::OK;
+}
+
+grpc::Status ReplicationServiceImpl::Apply(grpc::ServerContext*,
+                                           const proto::ApplyRequest* request,
+                                           proto::ApplyResponse* response) {
+  return metrics_->Measure(RpcMethod::kReplicationApply, [&] {
+    return replicator_->Apply(*request, response);
+  });
+}
+
+grpc::Status ReplicationServiceImpl::CatchUp(
+    grpc::ServerContext*, const proto::CatchUpRequest* request,
+    grpc::ServerWriter<proto::CatchUpChunk>* writer) {
+  return metrics_->Measure(RpcMethod::kReplicationCatchUp, [&] {
+    return replicator_->CatchUp(*request, writer);
+  });
+}
+
+}  // namespace embedps::server
