@@ -89,6 +89,11 @@ BulkFanOut::Ending BulkFanOut::Completed(Call* call, grpc::Status status) {
   }
   if (const std::optional<absl::Duration> backoff =
           call->schedule.BackoffAfter(status, absl::Now())) {
+    if (reroute_ != nullptr &&
+        (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)) {
+      call->stub = reroute_(call->shard, call->stub);
+    }
     // The next attempt starts from the alarm's callback, on a gRPC thread.
     call->backoff = std::make_unique<grpc::Alarm>();
     // The alarm keeps its callback until it is destroyed, and the call

@@ -62,6 +62,15 @@ class BulkFanOut : public std::enable_shared_from_this<BulkFanOut> {
                                             absl::Duration extra_time,
                                             OnResponse on_response,
                                             CheckServer check_server = nullptr);
+  // A replicated shard's calls may move to another replica: asked, before
+  // the retry, after an attempt answered UNAVAILABLE by `stub` (or found
+  // no answer within its deadline: a hung replica); returns the
+  // stub for the next attempt. Default: the same stub.
+  using Reroute =
+      std::function<grpc::GenericStub*(int32_t shard, grpc::GenericStub* stub)>;
+  // REQUIRES: before the first Start.
+  void set_reroute(Reroute reroute) { reroute_ = std::move(reroute); }
+
   BulkFanOut(const BulkFanOut&) = delete;
   BulkFanOut& operator=(const BulkFanOut&) = delete;
   ~BulkFanOut();
@@ -117,6 +126,7 @@ class BulkFanOut : public std::enable_shared_from_this<BulkFanOut> {
   const absl::Duration extra_time_;
   const OnResponse on_response_;
   const CheckServer check_server_;
+  Reroute reroute_;
   // Stable addresses: gRPC and the callbacks hold pointers to calls (never
   // an index into the deque, which Start may grow meanwhile). Each call's
   // fields are touched by one attempt at a time.

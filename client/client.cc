@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "checkpoint/manifest.h"
 #include "client/bulk_fan_out.h"
 #include "common/file_io.h"
@@ -145,21 +146,54 @@ struct Client::Impl {
     std::unique_ptr<proto::EmbeddingService::Stub> generated;
     std::unique_ptr<grpc::GenericStub> bulk;
   };
-  // stubs[shard][channel]
-  std::vector<std::vector<Stubs>> stubs;
+  // A shard's replicas (one unless replicated: "a|b" in
+  // ClientOptions.servers), each with its channels; calls go to `current`,
+  // and an UNAVAILABLE answer moves on to the next replica (the primary may
+  // have changed).
+  struct Route {
+    std::vector<std::vector<Stubs>> replicas;  // [replica][channel]
+    std::atomic<size_t> current{0};
+  };
+  std::vector<std::unique_ptr<Route>> routes;
   const std::string pull_path = MethodPath("Pull");
   const std::string push_path = MethodPath("Push");
   std::atomic<uint64_t> next_channel{0};
 
-  // The shard's next channel, in turn.
+  // The shard's next channel, in turn, at its current replica.
   Stubs& Channel(size_t shard) {
-    auto& channels = stubs[shard];
+    Route& route = *routes[shard];
+    auto& channels =
+        route.replicas[route.current.load(std::memory_order_relaxed) %
+                       route.replicas.size()];
     if (channels.size() == 1) return channels[0];
     return channels[next_channel.fetch_add(1, std::memory_order_relaxed) %
                     channels.size()];
   }
   proto::EmbeddingService::Stub* Stub(size_t shard) {
     return Channel(shard).generated.get();
+  }
+  // For a fan-out's retries.
+  BulkFanOut::Reroute Reroute() {
+    return [this](int32_t shard, grpc::GenericStub* stub) {
+      Unavailable(shard, stub);
+      return Channel(shard).bulk.get();
+    };
+  }
+  // `stub` answered UNAVAILABLE (or not within the attempt's deadline): if
+  // it is the shard's current replica, the
+  // next one is tried from now on.
+  template <typename StubType>
+  void Unavailable(size_t shard, const StubType* stub) {
+    Route& route = *routes[shard];
+    if (route.replicas.size() < 2) return;
+    size_t current = route.current.load();
+    for (const Stubs& s : route.replicas[current % route.replicas.size()]) {
+      if (static_cast<const void*>(s.generated.get()) == stub ||
+          static_cast<const void*>(s.bulk.get()) == stub) {
+        route.current.compare_exchange_strong(current, current + 1);
+        return;
+      }
+    }
   }
   uint64_t client_id = 0;
   std::atomic<uint64_t> next_sequence{1};
@@ -222,8 +256,13 @@ struct Client::Impl {
     while (true) {
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(schedule.StartAttempt()));
+      const proto::EmbeddingService::Stub* stub = Stub(shard);
       const grpc::Status status = rpc(&context);
       if (status.ok()) return absl::OkStatus();
+      if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+          status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+        Unavailable(shard, stub);
+      }
       const std::optional<absl::Duration> backoff =
           schedule.BackoffAfter(status, absl::Now());
       if (!backoff.has_value()) {
@@ -269,14 +308,22 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
     args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   }
   for (const std::string& server : options.servers) {
-    impl->stubs.emplace_back();
-    for (int c = 0; c < options.channels_per_shard; ++c) {
-      const std::shared_ptr<grpc::Channel> channel =
-          grpc::CreateCustomChannel(server, credentials, args);
-      impl->stubs.back().push_back(
-          {proto::EmbeddingService::NewStub(channel),
-           std::make_unique<grpc::GenericStub>(channel)});
+    auto route = std::make_unique<Impl::Route>();
+    for (absl::string_view replica :
+         absl::StrSplit(server, '|', absl::SkipEmpty())) {
+      auto& channels = route->replicas.emplace_back();
+      for (int c = 0; c < options.channels_per_shard; ++c) {
+        const std::shared_ptr<grpc::Channel> channel =
+            grpc::CreateCustomChannel(std::string(replica), credentials, args);
+        channels.push_back({proto::EmbeddingService::NewStub(channel),
+                            std::make_unique<grpc::GenericStub>(channel)});
+      }
     }
+    if (route->replicas.empty()) {
+      return absl::InvalidArgumentError(
+          "ClientOptions.servers has an empty entry");
+    }
+    impl->routes.push_back(std::move(route));
   }
   impl->incarnations =
       std::make_unique<std::atomic<uint64_t>[]>(options.servers.size());
@@ -287,7 +334,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
 }
 
 int32_t Client::num_shards() const {
-  return static_cast<int32_t>(impl_->stubs.size());
+  return static_cast<int32_t>(impl_->routes.size());
 }
 uint64_t Client::client_id() const { return impl_->client_id; }
 
@@ -446,6 +493,7 @@ std::future<absl::Status> Client::StartPull(const TableHandle& table,
       [impl = impl_.get()](int32_t shard, const grpc::ClientContext& context) {
         return impl->CheckIncarnation(shard, context);
       });
+  calls->set_reroute(impl_->Reroute());
   // Each part's call starts as soon as its request is built.
   for (const Part& part : op->parts) {
     proto::PullRequest header;
@@ -532,6 +580,7 @@ std::future<absl::Status> Client::StartPush(const TableHandle& table,
       [impl = impl_.get()](int32_t shard, const grpc::ClientContext& context) {
         return impl->CheckIncarnation(shard, context);
       });
+  calls->set_reroute(impl_->Reroute());
   // Each part's call starts as soon as its request is built.
   for (const Part& part : parts) {
     proto::PushRequest header;

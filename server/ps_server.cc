@@ -101,7 +101,24 @@ ABSL_FLAG(std::string, role, "training",
           "training: a shard of the training cluster; serving: a read-only "
           "replica of serving shard --shard_index of --num_shards that "
           "follows training (--follow_checkpoints, --training_servers) and "
-          "answers ServingService.Lookup");
+          "answers ServingService.Lookup; coordinator: the replica directory "
+          "of replicated training shards (and a Coordination store), no "
+          "tables");
+ABSL_FLAG(std::string, replica_directory, "",
+          "training: host:port of the coordinator (--role=coordinator); set, "
+          "this server is one replica of shard --shard_index (every replica "
+          "of a shard gets the same flags), docs/operations.md "
+          "\"Replication\"");
+ABSL_FLAG(std::string, advertise, "",
+          "training, replicated: this replica's address as clients and the "
+          "other replicas reach it (default: --host:port)");
+ABSL_FLAG(absl::Duration, replica_lease, absl::Seconds(2),
+          "coordinator: how long a primary may accept writes after its last "
+          "heartbeat was answered; another replica takes over after "
+          "lease + lease/2 of silence");
+ABSL_FLAG(absl::Duration, forward_timeout, absl::Seconds(2),
+          "training, replicated: how long a forward to a backup may take "
+          "before the backup is dropped from the shard");
 ABSL_FLAG(std::string, follow_checkpoints, "",
           "serving: the training job's checkpoint root; the replica starts "
           "from its latest complete checkpoint and loads newer ones");
@@ -236,9 +253,42 @@ absl::StatusOr<ShardOptions> OptionsFromFlags() {
           "--role=serving takes its tables from the checkpoints it follows: "
           "--tables and --restore do not apply");
     }
+  } else if (role == "coordinator") {
+    if (!options.tables.table().empty() || !options.restore.empty() ||
+        !absl::GetFlag(FLAGS_replica_directory).empty()) {
+      return absl::InvalidArgumentError(
+          "--role=coordinator holds no tables: --tables, --restore and "
+          "--replica_directory do not apply");
+    }
+    const absl::Duration lease = absl::GetFlag(FLAGS_replica_lease);
+    if (lease < absl::Milliseconds(100) || lease > absl::Minutes(5)) {
+      return absl::InvalidArgumentError(
+          "--replica_lease must be in [100ms, 5m]");
+    }
+    options.replica_directory = true;
+    options.directory.lease = lease;
+    options.directory.grace = lease / 2;
   } else if (role != "training") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--role must be training or serving, not '", role, "'"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--role must be training, serving or coordinator, not '", role, "'"));
+  }
+  if (role == "training" && !absl::GetFlag(FLAGS_replica_directory).empty()) {
+    options.replication.directory = absl::GetFlag(FLAGS_replica_directory);
+    options.replication.member = absl::GetFlag(FLAGS_advertise);
+    options.replication.security = security::ChannelSecurityFromFlags();
+    options.replication.forward_timeout = absl::GetFlag(FLAGS_forward_timeout);
+    if (options.replication.forward_timeout < absl::Milliseconds(10)) {
+      return absl::InvalidArgumentError("--forward_timeout must be >= 10ms");
+    }
+    // Leaves the shard fail-stop: the supervisor restarts it empty, and it
+    // joins again (docs/operations.md "Replication").
+    options.replication.on_deposed = [](const std::string& why) {
+      Logger("server")->error(
+          "this replica must restart to rejoin its shard ({}); exiting 75",
+          why);
+      std::fflush(nullptr);
+      std::_Exit(75);
+    };
   }
   return options;
 }

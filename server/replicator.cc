@@ -324,7 +324,9 @@ void Replicator::OnView(const proto::ReplicaView& view, absl::Time sent) {
         Logger("replication")
             ->info("shard {}: {} takes over as the primary (epoch {})",
                    options_.shard, options_.member, epoch_);
-      } else if (view.epoch() != epoch_ || !Contains(view, options_.member)) {
+      } else if (Contains(view, options_.member)) {
+        counted_in_sync_ = true;
+      } else if (view.epoch() != epoch_ || counted_in_sync_) {
         Depose(
             absl::StrCat("the shard's view changed under this backup "
                          "(epoch ",
@@ -359,10 +361,6 @@ void Replicator::CatchUpLoop(proto::ReplicaView view) {
                         " failed: ", status.message()));
     return;
   }
-  role_ = Role::kBackup;
-  epoch_ = view.epoch();
-  lineage_ = lineage;
-  primary_ = view.primary();
   log->info("shard {}: {} has the state of sequence {}; a backup now",
             options_.shard, options_.member, sequence);
   changed_.SignalAll();
@@ -456,10 +454,20 @@ absl::Status Replicator::FetchState(const proto::ReplicaView& view,
     return finish.ok() ? absl::DataLossError("the catch-up ended early")
                        : FromGrpc(finish);
   }
-  // The primary starts forwarding once we have read everything: be ready.
+  // The primary starts forwarding once we have read everything, and
+  // finishes the call once we have applied what it forwarded meanwhile: be
+  // a backup from here on.
   {
-    MutexLock lock(&write_mu_);
+    MutexLock write_lock(&write_mu_);
     last_sequence_ = *sequence;
+    MutexLock lock(&mu_);
+    if (role_ == Role::kJoining) {
+      role_ = Role::kBackup;
+      epoch_ = view.epoch();
+      lineage_ = *lineage;
+      primary_ = view.primary();
+    }
+    changed_.SignalAll();
   }
   const grpc::Status finish = reader->Finish();
   return finish.ok() ? absl::OkStatus() : FromGrpc(finish);

@@ -1,0 +1,303 @@
+// Replicated shards with real processes: a coordinator (the replica
+// directory) and two replicas per shard, killed with SIGKILL under load, or
+// cut off from the directory; docs/architecture.md "Replication".
+#include <signal.h>
+
+#include <atomic>
+#include <map>
+#include <memory>
+#include <random>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "client/client.h"
+#include "common/key_hash.h"
+#include "common/status_matchers.h"
+#include "common/testing/server_process.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/embedps.grpc.pb.h"
+
+namespace embedps {
+namespace {
+
+using ::embedps::testing::ServerProcess;
+
+constexpr char kServer[] = "server/ps_server";
+constexpr int kDim = 8;
+constexpr int kShards = 2;
+constexpr int kReplicas = 2;
+constexpr uint64_t kKeys = 2000;
+
+proto::TableConfig SgdTable() {
+  proto::TableConfig config;
+  config.set_name("t");
+  config.set_dim(kDim);
+  config.mutable_initializer()->set_kind(proto::InitializerConfig::ZEROS);
+  config.mutable_optimizer()->set_kind(proto::OptimizerConfig::SGD);
+  config.mutable_optimizer()->set_learning_rate(1.0f);
+  return config;
+}
+
+class ReplicationTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(coordinator_,
+                         ServerProcess::Start(kServer, {"--role=coordinator",
+                                                        "--replica_lease=1s"}));
+    directory_ = proto::ReplicaDirectory::NewStub(grpc::CreateChannel(
+        coordinator_->address(), grpc::InsecureChannelCredentials()));
+    for (int shard = 0; shard < kShards; ++shard) {
+      for (int r = 0; r < kReplicas; ++r) {
+        ASSERT_OK_AND_ASSIGN(auto replica, StartReplica(shard, r));
+        ports_[shard][r] =
+            replica->address().substr(replica->address().rfind(':') + 1);
+        replicas_[shard][r] = std::move(replica);
+      }
+    }
+    for (int shard = 0; shard < kShards; ++shard) {
+      ASSERT_TRUE(AllInSync(shard, absl::Seconds(30))) << "shard " << shard;
+    }
+  }
+
+  absl::StatusOr<std::unique_ptr<ServerProcess>> StartReplica(int shard,
+                                                              int replica) {
+    std::vector<std::string> args = {
+        absl::StrCat("--shard_index=", shard),
+        absl::StrCat("--num_shards=", kShards),
+        "--replica_directory=" + coordinator_->address(),
+        "--forward_timeout=1s", "--num_workers=2"};
+    if (!ports_[shard][replica].empty()) {
+      args.push_back("--port=" + ports_[shard][replica]);
+    }
+    return ServerProcess::Start(kServer, args);
+  }
+
+  std::string Address(int shard, int replica) {
+    return "127.0.0.1:" + ports_[shard][replica];
+  }
+
+  std::vector<std::string> Servers() {
+    std::vector<std::string> servers;
+    for (int shard = 0; shard < kShards; ++shard) {
+      servers.push_back(
+          absl::StrCat(Address(shard, 0), "|", Address(shard, 1)));
+    }
+    return servers;
+  }
+
+  absl::StatusOr<proto::ReplicaView> View(int shard) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
+    proto::ReplicaViewRequest request;
+    request.set_shard(shard);
+    proto::ReplicaView view;
+    const grpc::Status status = directory_->View(&context, request, &view);
+    if (!status.ok()) return absl::UnavailableError(status.error_message());
+    return view;
+  }
+
+  // Waits until every replica of `shard` is in sync.
+  bool AllInSync(int shard, absl::Duration timeout) {
+    const absl::Time give_up = absl::Now() + timeout;
+    while (absl::Now() < give_up) {
+      absl::StatusOr<proto::ReplicaView> view = View(shard);
+      if (view.ok() && view->in_sync_size() == kReplicas) return true;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return false;
+  }
+
+  // Content digests of every replica of `shard` (Stats is answered by
+  // backups too).
+  std::vector<uint64_t> Digests(int shard) {
+    std::vector<uint64_t> digests;
+    for (int r = 0; r < kReplicas; ++r) {
+      auto stub = proto::EmbeddingService::NewStub(grpc::CreateChannel(
+          Address(shard, r), grpc::InsecureChannelCredentials()));
+      grpc::ClientContext context;
+      proto::StatsRequest request;
+      request.set_content_digest(true);
+      proto::StatsResponse response;
+      EXPECT_TRUE(stub->Stats(&context, request, &response).ok());
+      digests.push_back(
+          response.table_size() == 1 ? response.table(0).content_digest() : 0);
+    }
+    return digests;
+  }
+
+  std::unique_ptr<ServerProcess> coordinator_;
+  std::unique_ptr<proto::ReplicaDirectory::Stub> directory_;
+  std::unique_ptr<ServerProcess> replicas_[kShards][kReplicas];
+  std::string ports_[kShards][kReplicas];
+};
+
+std::unique_ptr<client::Client> Connect(std::vector<std::string> servers) {
+  client::ClientOptions options;
+  options.servers = std::move(servers);
+  options.retry.retry_deadline = absl::Seconds(60);
+  // A hung replica costs an attempt's deadline before the next is tried.
+  options.retry.rpc_timeout = absl::Seconds(3);
+  auto connected = client::Client::Connect(options);
+  EXPECT_OK(connected);
+  return connected.ok() ? *std::move(connected) : nullptr;
+}
+
+// 20 rounds of SIGKILL of a random replica (primary or backup) at a random
+// time while two clients push known gradients; every killed replica is
+// restarted and catches up. Gradients are small integers and the optimizer
+// is SGD with rate 1, so a row's value is exactly minus the sum of the
+// gradients applied to it, in any order: the tables must equal the sum of
+// exactly the acknowledged pushes (none lost, none applied twice), and the
+// replicas of a shard must hold identical bytes.
+TEST_F(ReplicationTest, NoAcknowledgedPushIsLostOrDoubledAcrossKills) {
+  auto setup = Connect(Servers());
+  ASSERT_NE(setup, nullptr);
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
+                       setup->CreateTable(SgdTable()));
+  constexpr int kClients = 2;
+  std::atomic<bool> stop{false};
+  std::vector<std::vector<double>> expected(kClients,
+                                            std::vector<double>(kKeys, 0));
+  std::atomic<int> acked{0};
+  std::vector<std::string> errors(kClients);
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      auto client = Connect(Servers());
+      if (client == nullptr) return;
+      std::mt19937_64 rng(c + 1);
+      std::vector<uint64_t> keys(64);
+      std::vector<float> grads(keys.size() * kDim);
+      while (!stop.load()) {
+        std::set<uint64_t> distinct;
+        while (distinct.size() < keys.size()) distinct.insert(rng() % kKeys);
+        keys.assign(distinct.begin(), distinct.end());
+        const float g = static_cast<float>(1 + rng() % 3);
+        std::fill(grads.begin(), grads.end(), g);
+        const absl::Status pushed = client->Push(table, keys, grads);
+        if (!pushed.ok()) {
+          errors[c] = std::string(pushed.message());
+          return;
+        }
+        for (uint64_t k : keys) expected[c][k] += g;
+        acked.fetch_add(1);
+      }
+    });
+  }
+  std::mt19937_64 rng(42);
+  std::vector<double> failover_seconds, in_sync_seconds;
+  for (int round = 0; round < 20; ++round) {
+    absl::SleepFor(absl::Milliseconds(200 + rng() % 600));
+    const int shard = static_cast<int>(rng() % kShards);
+    const int r = static_cast<int>(rng() % kReplicas);
+    ASSERT_OK_AND_ASSIGN(const proto::ReplicaView before, View(shard));
+    const bool was_primary = before.primary() == Address(shard, r);
+    const int acked_before = acked.load();
+    const absl::Time killed = absl::Now();
+    replicas_[shard][r]->Signal(SIGKILL);
+    replicas_[shard][r]->Wait();
+    replicas_[shard][r].reset();
+    // Writes go on once a primary is back (at once when a backup died).
+    while (acked.load() < acked_before + 10 &&
+           absl::Now() - killed < absl::Seconds(30)) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    failover_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - killed));
+    ASSERT_OK_AND_ASSIGN(replicas_[shard][r], StartReplica(shard, r));
+    ASSERT_TRUE(AllInSync(shard, absl::Seconds(30)))
+        << "round " << round << ": the restarted replica did not catch up";
+    in_sync_seconds.push_back(absl::ToDoubleSeconds(absl::Now() - killed));
+    std::printf(
+        "round %d: killed shard %d replica %d (%s): writes again "
+        "after %.2f s, in sync after %.2f s\n",
+        round, shard, r, was_primary ? "primary" : "backup",
+        failover_seconds.back(), in_sync_seconds.back());
+  }
+  stop = true;
+  for (std::thread& t : clients) t.join();
+  for (int c = 0; c < kClients; ++c) EXPECT_EQ(errors[c], "") << "client " << c;
+  std::printf("%d pushes acknowledged\n", acked.load());
+  EXPECT_GT(acked.load(), 100);
+
+  for (int shard = 0; shard < kShards; ++shard) {
+    ASSERT_TRUE(AllInSync(shard, absl::Seconds(30)));
+    const std::vector<uint64_t> digests = Digests(shard);
+    EXPECT_EQ(digests[0], digests[1]) << "shard " << shard;
+  }
+  std::vector<uint64_t> keys(kKeys);
+  for (uint64_t k = 0; k < kKeys; ++k) keys[k] = k;
+  std::vector<float> values(kKeys * kDim);
+  ASSERT_OK(setup->Pull(table, keys, absl::MakeSpan(values)));
+  int wrong = 0;
+  for (uint64_t k = 0; k < kKeys; ++k) {
+    const double want = -(expected[0][k] + expected[1][k]);
+    for (int d = 0; d < kDim; ++d) {
+      if (values[k * kDim + d] != want && ++wrong <= 5) {
+        ADD_FAILURE() << "key " << k << ": " << values[k * kDim + d]
+                      << " != " << want;
+      }
+    }
+  }
+  EXPECT_EQ(wrong, 0);
+}
+
+// A primary cut off from the directory (stopped, as a long pause or a
+// partition would) loses its lease: a backup takes over, and the old
+// primary, resumed, accepts no write for its epoch (and leaves the shard).
+TEST_F(ReplicationTest, ADeposedPrimaryAcceptsNoWrite) {
+  auto setup = Connect(Servers());
+  ASSERT_NE(setup, nullptr);
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
+                       setup->CreateTable(SgdTable()));
+  // Keys of shard 0 only.
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; keys.size() < 16; ++k) {
+    if (ShardOfKey(k, kShards) == 0) keys.push_back(k);
+  }
+  const std::vector<float> grads(keys.size() * kDim, 1.0f);
+  ASSERT_OK(setup->Push(table, keys, grads));
+  ASSERT_OK_AND_ASSIGN(const proto::ReplicaView before, View(0));
+  const int old = before.primary() == Address(0, 0) ? 0 : 1;
+  replicas_[0][old]->Signal(SIGSTOP);
+  // A new primary within lease + grace (1.5 s) and a heartbeat.
+  proto::ReplicaView after;
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  while (absl::Now() < give_up) {
+    absl::StatusOr<proto::ReplicaView> view = View(0);
+    if (view.ok() && view->epoch() > before.epoch()) {
+      after = *view;
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_EQ(after.primary(), Address(0, 1 - old));
+  // Writes through the client go to the new primary.
+  ASSERT_OK(setup->Push(table, keys, grads));
+  // The old primary, resumed, is asked directly: it must refuse.
+  replicas_[0][old]->Signal(SIGCONT);
+  client::ClientOptions options;
+  options.servers = {Address(0, old)};
+  options.retry.retry_deadline = absl::Seconds(1);
+  ASSERT_OK_AND_ASSIGN(auto alone, client::Client::Connect(options));
+  const uint32_t id = table.shard_table_ids[0];
+  client::TableHandle handle = table;
+  handle.shard_table_ids = {id};
+  const absl::Status refused = alone->Push(handle, keys, grads);
+  EXPECT_FALSE(refused.ok());
+  // Deposed, it leaves the shard (exit 75) for its supervisor to restart.
+  EXPECT_EQ(replicas_[0][old]->Wait(), 75);
+  replicas_[0][old].reset();
+  // The table took exactly the two acknowledged pushes.
+  std::vector<float> values(keys.size() * kDim);
+  ASSERT_OK(setup->Pull(table, keys, absl::MakeSpan(values)));
+  for (float v : values) EXPECT_EQ(v, -2.0f);
+}
+
+}  // namespace
+}  // namespace embedps
