@@ -44,10 +44,10 @@ void BulkFanOut::Start(grpc::GenericStub* stub, int32_t shard,
     MutexLock lock(&mu_);
     ++unfinished_;
   }
-  Attempt(&call);
+  Attempt(&call, shared_from_this());
 }
 
-void BulkFanOut::Attempt(Call* call) {
+void BulkFanOut::Attempt(Call* call, std::shared_ptr<BulkFanOut> self) {
   call->context = std::make_unique<grpc::ClientContext>();
   call->context->set_deadline(
       absl::ToChronoTime(call->schedule.StartAttempt()));
@@ -62,7 +62,7 @@ void BulkFanOut::Attempt(Call* call) {
   call->stub->UnaryCall(
       call->context.get(), method_path_, grpc::StubOptions(), &call->request,
       &call->response,
-      [self = shared_from_this(), call](grpc::Status status) mutable {
+      [self = std::move(self), call](grpc::Status status) mutable {
         Ending ending = self->Completed(call, std::move(status));
         self.reset();
         std::move(ending).Run();
@@ -102,8 +102,10 @@ BulkFanOut::Ending BulkFanOut::Completed(Call* call, grpc::Status status) {
     call->backoff->Set(
         absl::ToChronoTime(absl::Now() + *backoff),
         [self = shared_from_this(), call](bool /*fired*/) mutable {
-          const std::shared_ptr<BulkFanOut> keep = std::move(self);
-          keep->Attempt(call);
+          // The reference moves on to the attempt's callback: nothing here
+          // holds the fan-out once the attempt is under way.
+          BulkFanOut* const fan_out = self.get();
+          fan_out->Attempt(call, std::move(self));
         });
     return {};
   }
@@ -115,6 +117,9 @@ BulkFanOut::Ending BulkFanOut::Finished(absl::Status error) {
   MutexLock lock(&mu_);
   first_error_.Update(error);
   if (--unfinished_ > 0 || !sealed_) return {};
+  // Every call is over: their contexts (each holds its channel) go now,
+  // before `done`, whichever thread lets go of the fan-out last.
+  for (Call& call : calls_) call.context.reset();
   return {std::move(done_), first_error_};
 }
 
@@ -128,6 +133,7 @@ void BulkFanOut::Seal(Done done) {
       return;
     }
     status = first_error_;
+    for (Call& call : calls_) call.context.reset();  // as in Finished
   }
   std::move(done)(std::move(status));
 }

@@ -113,8 +113,9 @@ class BulkFanOut : public std::enable_shared_from_this<BulkFanOut> {
     absl::Status status;
     void Run() &&;
   };
-  // Starts the next attempt of `call`.
-  void Attempt(Call* call);
+  // Starts the next attempt of `call`; its callback takes `self`, the
+  // reference that keeps the fan-out alive.
+  void Attempt(Call* call, std::shared_ptr<BulkFanOut> self);
   // An attempt of `call` ended with `status` (on a gRPC thread).
   Ending Completed(Call* call, grpc::Status status);
   // The call is finished, with `error` if it failed.

@@ -229,29 +229,28 @@ TEST_F(BulkFanOutTest, DoneRunsOnceAfterTheLastCallWithoutTheCaller) {
   EXPECT_EQ(server_.times_seen("fail:14:2"), 3);
 }
 
-// By the time `done` runs, the fan-out (and the call contexts, which hold
-// the channel) is gone: the caller may destroy its channels at once. Were
-// the callback thread to drop the last reference after `done`, it could
-// release the last reference to a channel on gRPC's own callback thread
-// (gRPC 1.51 aborts then, "prior > 0", in a later test of the process).
-TEST_F(BulkFanOutTest, DoneRunsAfterTheFanOutIsGone) {
+// By the time `done` runs, the fan-out holds no call context (each holds
+// its channel): the caller may destroy its channels at once. Were a gRPC
+// callback thread to release the last reference to a channel after `done`,
+// gRPC 1.51 could shut down the queue that thread serves from within and
+// abort the process later ("prior > 0").
+TEST_F(BulkFanOutTest, DoneRunsWhenNoCallHoldsTheChannel) {
+  const long baseline = channel_.use_count();  // the fixture's and stub's
   for (int round = 0; round < 20; ++round) {
-    std::promise<bool> done;
-    std::future<bool> gone = done.get_future();
-    std::weak_ptr<BulkFanOut> watch;
+    std::promise<long> done;
+    std::future<long> held = done.get_future();
     {
       std::shared_ptr<BulkFanOut> calls = BulkFanOut::Create(
           "/test.Echo/Echo", "Echo", policy_, absl::ZeroDuration(),
           [](size_t, const grpc::ByteBuffer&) { return absl::OkStatus(); });
-      watch = calls;
       calls->Start(&stub_, 0, server_.address(), BufferOf("a"));
       calls->Start(&stub_, 1, server_.address(), BufferOf("fail:14:1"));
       calls->Seal([&](absl::Status status) {
         EXPECT_OK(status);
-        done.set_value(watch.expired());
+        done.set_value(channel_.use_count());
       });
     }
-    EXPECT_TRUE(gone.get()) << "round " << round;
+    EXPECT_EQ(held.get(), baseline) << "round " << round;
   }
 }
 
