@@ -35,6 +35,21 @@ absl::Status FromGrpc(const grpc::Status& status) {
                       status.error_message());
 }
 
+// A channel to another replica or the directory.
+std::shared_ptr<grpc::Channel> MakeChannel(
+    const std::string& address,
+    const std::shared_ptr<grpc::ChannelCredentials>& credentials,
+    const security::ChannelSecurity& security) {
+  grpc::ChannelArguments args;
+  security::AddChannelArguments(security, &args);
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(address, credentials, args);
+}
+
 }  // namespace
 
 // Forwards a primary's writes to one backup, in order, several per Apply
@@ -226,20 +241,6 @@ Replicator::~Replicator() {
   if (heartbeat_.joinable()) heartbeat_.join();
   if (catch_up_.joinable()) catch_up_.join();
   senders.clear();
-}
-
-std::shared_ptr<grpc::Channel> MakeChannel(
-    const std::string& address,
-    const std::shared_ptr<grpc::ChannelCredentials>& credentials,
-    const security::ChannelSecurity& security) {
-  grpc::ChannelArguments args;
-  security::AddChannelArguments(security, &args);
-  args.SetMaxReceiveMessageSize(-1);
-  args.SetMaxSendMessageSize(-1);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  return grpc::CreateCustomChannel(address, credentials, args);
 }
 
 std::unique_ptr<proto::ReplicaDirectory::Stub> Replicator::DirectoryStub() {
