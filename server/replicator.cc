@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
@@ -296,6 +297,7 @@ void Replicator::Depose(const std::string& why) {
 
 void Replicator::OnView(const proto::ReplicaView& view, absl::Time sent) {
   MutexLock lock(&mu_);
+  latest_view_ = view;
   if (view.lease_ms() > 0) lease_ = absl::Milliseconds(view.lease_ms());
   const bool me_primary = view.primary() == options_.member;
   switch (role_) {
@@ -354,7 +356,23 @@ void Replicator::CatchUpLoop(proto::ReplicaView view) {
   log->info("shard {}: {} catches up from {} (epoch {})", options_.shard,
             options_.member, view.primary(), view.epoch());
   uint64_t sequence = 0, lineage = 0;
-  const absl::Status status = FetchState(view, &sequence, &lineage);
+  absl::Status status = FetchState(view, &sequence, &lineage);
+  // The replica the view names may not know yet that it is the primary (a
+  // failover under way), or may have lost its place: try the newest view a
+  // few times before leaving.
+  for (int attempt = 1;
+       attempt < 10 && !status.ok() &&
+       (absl::IsFailedPrecondition(status) || absl::IsUnavailable(status)) &&
+       !absl::StrContains(status.message(), "holds rows");
+       ++attempt) {
+    {
+      MutexLock lock(&mu_);
+      if (stopping_) return;
+      changed_.WaitWithTimeout(&mu_, lease_ / 4);
+      view = latest_view_;
+    }
+    status = FetchState(view, &sequence, &lineage);
+  }
   MutexLock lock(&mu_);
   if (stopping_) return;
   if (!status.ok()) {

@@ -152,6 +152,7 @@ class Replicator {
   uint64_t epoch_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t lineage_ ABSL_GUARDED_BY(mu_) = 0;
   std::string primary_ ABSL_GUARDED_BY(mu_);
+  proto::ReplicaView latest_view_ ABSL_GUARDED_BY(mu_);
   // A backup that has been in the in-sync set (until then it is catching
   // up, and its absence from the set means nothing).
   bool counted_in_sync_ ABSL_GUARDED_BY(mu_) = false;

@@ -40,11 +40,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "bench/key_distributions.h"
 #include "client/client.h"
 #include "common/malloc_options.h"
 #include "common/testing/server_process.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/embedps.grpc.pb.h"
 #include "tools/raw_bench.grpc.pb.h"
 #include "wire/bulk_message.h"
 
@@ -75,6 +77,11 @@ ABSL_FLAG(double, seconds, 1.0, "duration of each measurement");
 ABSL_FLAG(int, rounds, 1,
           "measurements of each figure, each op back to back with its "
           "ceilings; the medians (of figures and of ratios) are printed");
+ABSL_FLAG(std::vector<std::string>, replica_counts,
+          (std::vector<std::string>{"1"}),
+          "replicas per shard; above 1 a coordinator is started too and the "
+          "shards are replicated (docs/operations.md \"Replication\"): "
+          "1,2 measures what replication costs in one run");
 ABSL_FLAG(std::vector<std::string>, servers, {},
           "host:port of a running cluster, in shard order, to measure instead "
           "of starting one (--shard_counts is then ignored)");
@@ -162,6 +169,7 @@ std::vector<std::vector<uint64_t>> MakeBatches(int count, int size,
 }
 
 struct Cluster {
+  std::unique_ptr<testing::ServerProcess> coordinator;
   std::vector<std::unique_ptr<testing::ServerProcess>> servers, raw;
   std::vector<std::string> addresses;
   std::vector<std::unique_ptr<RawBench::Stub>> raw_stubs;
@@ -173,19 +181,57 @@ struct Cluster {
 
 // Starts `shards` ps_server processes, or uses `running` when given, and
 // as many raw servers.
-Cluster StartCluster(int shards, const std::vector<std::string>& running,
+// Waits until every replica of every shard is in sync.
+void AwaitInSync(const std::string& coordinator, int shards, int replicas) {
+  const auto directory = proto::ReplicaDirectory::NewStub(
+      grpc::CreateChannel(coordinator, grpc::InsecureChannelCredentials()));
+  const absl::Time give_up = absl::Now() + absl::Seconds(60);
+  for (int s = 0; s < shards; ++s) {
+    while (true) {
+      grpc::ClientContext context;
+      proto::ReplicaViewRequest request;
+      request.set_shard(s);
+      proto::ReplicaView view;
+      if (directory->View(&context, request, &view).ok() &&
+          view.in_sync_size() == replicas) {
+        break;
+      }
+      if (absl::Now() > give_up) {
+        Check(absl::DeadlineExceededError("replicas not in sync in 60 s"),
+              "starting replicated shards");
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+  }
+}
+
+Cluster StartCluster(int shards, int replicas,
+                     const std::vector<std::string>& running,
                      const std::string& server, const std::string& raw) {
   Cluster c;
+  if (running.empty() && replicas > 1) {
+    auto coordinator =
+        testing::ServerProcess::Start(server, {"--role=coordinator"});
+    Check(coordinator.status(), "starting the coordinator");
+    c.coordinator = std::move(*coordinator);
+  }
   for (int s = 0; s < shards; ++s) {
     if (!running.empty()) {
       c.addresses.push_back(running[s]);
     } else {
-      auto p = testing::ServerProcess::Start(
-          server, {absl::StrCat("--shard_index=", s),
-                   absl::StrCat("--num_shards=", shards)});
-      Check(p.status(), "starting ps_server");
-      c.addresses.push_back((*p)->address());
-      c.servers.push_back(std::move(*p));
+      std::vector<std::string> addresses;
+      for (int r = 0; r < replicas; ++r) {
+        std::vector<std::string> args = {absl::StrCat("--shard_index=", s),
+                                         absl::StrCat("--num_shards=", shards)};
+        if (c.coordinator != nullptr) {
+          args.push_back("--replica_directory=" + c.coordinator->address());
+        }
+        auto p = testing::ServerProcess::Start(server, args);
+        Check(p.status(), "starting ps_server");
+        addresses.push_back((*p)->address());
+        c.servers.push_back(std::move(*p));
+      }
+      c.addresses.push_back(absl::StrJoin(addresses, "|"));
     }
     auto r = testing::ServerProcess::Start(raw, {});
     Check(r.status(), "starting raw_grpc_server");
@@ -197,6 +243,9 @@ Cluster StartCluster(int shards, const std::vector<std::string>& running,
     c.raw_stubs.push_back(RawBench::NewStub(channel));
     c.raw_generic_stubs.push_back(std::make_unique<grpc::GenericStub>(channel));
     c.raw.push_back(std::move(*r));
+  }
+  if (c.coordinator != nullptr) {
+    AwaitInSync(c.coordinator->address(), shards, replicas);
   }
   return c;
 }
@@ -295,131 +344,147 @@ int Run() {
   const std::vector<int> shard_counts =
       running.empty() ? flag_shard_counts
                       : std::vector<int>{static_cast<int>(running.size())};
+  const std::vector<int> replica_counts =
+      running.empty() ? Ints(absl::GetFlag(FLAGS_replica_counts))
+                      : std::vector<int>{1};
   for (int shards : shard_counts) {
-    Cluster cluster = StartCluster(shards, running, server, raw);
-    for (int dim : dims) {
-      for (const std::string& wire_name : absl::GetFlag(FLAGS_wires)) {
-        const proto::ValueType wire =
-            wire_name == "float16" ? proto::FLOAT16 : proto::FLOAT32;
-        const size_t value_bytes = wire == proto::FLOAT16 ? 2 : 4;
-        client::ClientOptions options;
-        options.servers = cluster.addresses;
-        options.wire_type = wire;
-        options.channels_per_shard = absl::GetFlag(FLAGS_channels_per_shard);
-        if (absl::GetFlag(FLAGS_max_keys_per_request) > 0) {
-          options.max_keys_per_request =
-              absl::GetFlag(FLAGS_max_keys_per_request);
-        }
-        auto client_or = client::Client::Connect(options);
-        Check(client_or.status(), "connecting");
-        auto client = std::move(client_or).value();
-        proto::TableConfig config;
-        config.set_name(absl::StrCat("bench_dim", dim));
-        config.set_dim(dim);
-        config.mutable_optimizer()->set_kind(proto::OptimizerConfig::ADAGRAD);
-        auto table_or = client->CreateTable(config);
-        Check(table_or.status(), "CreateTable");
-        const client::TableHandle table = *table_or;
-        {  // Fill the table so that Pulls read rows rather than create them.
-          std::vector<uint64_t> all(std::min<uint64_t>(keys, 100000));
-          std::vector<float> values(all.size() * dim);
-          for (uint64_t begin = 0; begin < keys; begin += all.size()) {
-            const size_t n = std::min<uint64_t>(all.size(), keys - begin);
-            for (size_t i = 0; i < n; ++i) all[i] = bench::KeyOfRank(begin + i);
-            Check(client->Pull(table, absl::MakeConstSpan(all.data(), n),
-                               absl::MakeSpan(values.data(), n * dim)),
-                  "filling");
+    for (int replicas : replica_counts) {
+      Cluster cluster = StartCluster(shards, replicas, running, server, raw);
+      const std::string shape = replicas > 1
+                                    ? absl::StrCat(shards, "x", replicas)
+                                    : absl::StrCat(shards);
+      for (int dim : dims) {
+        for (const std::string& wire_name : absl::GetFlag(FLAGS_wires)) {
+          const proto::ValueType wire =
+              wire_name == "float16" ? proto::FLOAT16 : proto::FLOAT32;
+          const size_t value_bytes = wire == proto::FLOAT16 ? 2 : 4;
+          client::ClientOptions options;
+          options.servers = cluster.addresses;
+          options.wire_type = wire;
+          options.channels_per_shard = absl::GetFlag(FLAGS_channels_per_shard);
+          if (absl::GetFlag(FLAGS_max_keys_per_request) > 0) {
+            options.max_keys_per_request =
+                absl::GetFlag(FLAGS_max_keys_per_request);
           }
-        }
-        for (int batch : batch_sizes) {
-          for (int inflight : inflights) {
-            for (const std::string& dist : absl::GetFlag(FLAGS_distributions)) {
-              std::vector<std::vector<std::vector<uint64_t>>> batches;
-              for (int t = 0; t < inflight; ++t) {
-                batches.push_back(MakeBatches(4, batch, keys,
-                                              dist == "zipf" ? &zipf : nullptr,
-                                              17 * t + dim));
-              }
-              std::vector<std::vector<float>> out(
-                  inflight, std::vector<float>(size_t{1} * batch * dim));
-              std::vector<float> grads(size_t{1} * batch * dim, 1e-3f);
-              const size_t pull_in = size_t{8} * batch,
-                           pull_out = value_bytes * dim * batch;
-              const size_t push_in =
-                  (8 + value_bytes * dim) * static_cast<size_t>(batch);
-              // Calls per second of each op and its two ceilings, measured
-              // back to back in every round.
-              struct Round {
-                double op, raw, zero_copy;
-              };
-              cluster.zeros.resize(std::max(pull_in, push_in));
-              std::vector<Round> pulls, pushes;
-              for (int round = 0; round < rounds; ++round) {
-                Round pull{}, push{};
-                if (measure_pull) {
-                  pull.op =
-                      CallsPerSecond(inflight, seconds, [&](int t, uint64_t i) {
-                        Check(client->Pull(table, batches[t][i % 4],
-                                           absl::MakeSpan(out[t])),
-                              "Pull");
-                      });
+          auto client_or = client::Client::Connect(options);
+          Check(client_or.status(), "connecting");
+          auto client = std::move(client_or).value();
+          proto::TableConfig config;
+          config.set_name(absl::StrCat("bench_dim", dim));
+          config.set_dim(dim);
+          config.mutable_optimizer()->set_kind(proto::OptimizerConfig::ADAGRAD);
+          auto table_or = client->CreateTable(config);
+          Check(table_or.status(), "CreateTable");
+          const client::TableHandle table = *table_or;
+          {  // Fill the table so that Pulls read rows rather than create them.
+            std::vector<uint64_t> all(std::min<uint64_t>(keys, 100000));
+            std::vector<float> values(all.size() * dim);
+            for (uint64_t begin = 0; begin < keys; begin += all.size()) {
+              const size_t n = std::min<uint64_t>(all.size(), keys - begin);
+              for (size_t i = 0; i < n; ++i)
+                all[i] = bench::KeyOfRank(begin + i);
+              Check(client->Pull(table, absl::MakeConstSpan(all.data(), n),
+                                 absl::MakeSpan(values.data(), n * dim)),
+                    "filling");
+            }
+          }
+          for (int batch : batch_sizes) {
+            for (int inflight : inflights) {
+              for (const std::string& dist :
+                   absl::GetFlag(FLAGS_distributions)) {
+                std::vector<std::vector<std::vector<uint64_t>>> batches;
+                for (int t = 0; t < inflight; ++t) {
+                  batches.push_back(MakeBatches(
+                      4, batch, keys, dist == "zipf" ? &zipf : nullptr,
+                      17 * t + dim));
                 }
-                if (measure_push) {
-                  push.op =
-                      CallsPerSecond(inflight, seconds, [&](int t, uint64_t i) {
-                        Check(client->Push(table, batches[t][i % 4], grads),
-                              "Push");
-                      });
-                }
-                for (const RawWire raw_wire :
-                     {RawWire::kProtobuf, RawWire::kZeroCopy}) {
-                  const double raw_pull =
-                      !measure_pull
-                          ? 0
-                          : CallsPerSecond(
-                                inflight, seconds, [&](int, uint64_t) {
-                                  RawCall(cluster, raw_wire, pull_in, pull_out);
-                                });
-                  const double raw_push =
-                      !measure_push
-                          ? 0
-                          : CallsPerSecond(
-                                inflight, seconds, [&](int, uint64_t) {
-                                  RawCall(cluster, raw_wire, push_in, 0);
-                                });
-                  (raw_wire == RawWire::kProtobuf ? pull.raw : pull.zero_copy) =
-                      raw_pull;
-                  (raw_wire == RawWire::kProtobuf ? push.raw : push.zero_copy) =
-                      raw_push;
-                }
-                pulls.push_back(pull);
-                pushes.push_back(push);
-              }
-              const auto row = [&](const char* op,
-                                   const std::vector<Round>& rounds_of_op,
-                                   size_t bytes) {
-                const auto median = [&](auto value) {
-                  std::vector<double> v;
-                  for (const Round& r : rounds_of_op) v.push_back(value(r));
-                  std::sort(v.begin(), v.end());
-                  return v[v.size() / 2];
+                std::vector<std::vector<float>> out(
+                    inflight, std::vector<float>(size_t{1} * batch * dim));
+                std::vector<float> grads(size_t{1} * batch * dim, 1e-3f);
+                const size_t pull_in = size_t{8} * batch,
+                             pull_out = value_bytes * dim * batch;
+                const size_t push_in =
+                    (8 + value_bytes * dim) * static_cast<size_t>(batch);
+                // Calls per second of each op and its two ceilings, measured
+                // back to back in every round.
+                struct Round {
+                  double op, raw, zero_copy;
                 };
-                const double calls =
-                    median([](const Round& r) { return r.op; });
-                std::printf(
-                    "%-5s %4d %7d %6d %8d %8s %8s %10.2f M %9.0f %10.2f M "
-                    "%6.2fx %10.2f M %6.2fx\n",
-                    op, dim, batch, shards, inflight, dist.c_str(),
-                    wire_name.c_str(), calls * batch / 1e6, calls * bytes / 1e6,
-                    median([](const Round& r) { return r.raw; }) * batch / 1e6,
-                    median([](const Round& r) { return r.op / r.raw; }),
-                    median([](const Round& r) { return r.zero_copy; }) * batch /
-                        1e6,
-                    median([](const Round& r) { return r.op / r.zero_copy; }));
-                std::fflush(stdout);
-              };
-              if (measure_pull) row("pull", pulls, pull_in + pull_out);
-              if (measure_push) row("push", pushes, push_in);
+                cluster.zeros.resize(std::max(pull_in, push_in));
+                std::vector<Round> pulls, pushes;
+                for (int round = 0; round < rounds; ++round) {
+                  Round pull{}, push{};
+                  if (measure_pull) {
+                    pull.op = CallsPerSecond(
+                        inflight, seconds, [&](int t, uint64_t i) {
+                          Check(client->Pull(table, batches[t][i % 4],
+                                             absl::MakeSpan(out[t])),
+                                "Pull");
+                        });
+                  }
+                  if (measure_push) {
+                    push.op = CallsPerSecond(
+                        inflight, seconds, [&](int t, uint64_t i) {
+                          Check(client->Push(table, batches[t][i % 4], grads),
+                                "Push");
+                        });
+                  }
+                  for (const RawWire raw_wire :
+                       {RawWire::kProtobuf, RawWire::kZeroCopy}) {
+                    const double raw_pull =
+                        !measure_pull
+                            ? 0
+                            : CallsPerSecond(inflight, seconds,
+                                             [&](int, uint64_t) {
+                                               RawCall(cluster, raw_wire,
+                                                       pull_in, pull_out);
+                                             });
+                    const double raw_push =
+                        !measure_push
+                            ? 0
+                            : CallsPerSecond(
+                                  inflight, seconds, [&](int, uint64_t) {
+                                    RawCall(cluster, raw_wire, push_in, 0);
+                                  });
+                    (raw_wire == RawWire::kProtobuf ? pull.raw
+                                                    : pull.zero_copy) =
+                        raw_pull;
+                    (raw_wire == RawWire::kProtobuf ? push.raw
+                                                    : push.zero_copy) =
+                        raw_push;
+                  }
+                  pulls.push_back(pull);
+                  pushes.push_back(push);
+                }
+                const auto row = [&](const char* op,
+                                     const std::vector<Round>& rounds_of_op,
+                                     size_t bytes) {
+                  const auto median = [&](auto value) {
+                    std::vector<double> v;
+                    for (const Round& r : rounds_of_op) v.push_back(value(r));
+                    std::sort(v.begin(), v.end());
+                    return v[v.size() / 2];
+                  };
+                  const double calls =
+                      median([](const Round& r) { return r.op; });
+                  std::printf(
+                      "%-5s %4d %7d %6s %8d %8s %8s %10.2f M %9.0f %10.2f M "
+                      "%6.2fx %10.2f M %6.2fx\n",
+                      op, dim, batch, shape.c_str(), inflight, dist.c_str(),
+                      wire_name.c_str(), calls * batch / 1e6,
+                      calls * bytes / 1e6,
+                      median([](const Round& r) { return r.raw; }) * batch /
+                          1e6,
+                      median([](const Round& r) { return r.op / r.raw; }),
+                      median([](const Round& r) { return r.zero_copy; }) *
+                          batch / 1e6,
+                      median(
+                          [](const Round& r) { return r.op / r.zero_copy; }));
+                  std::fflush(stdout);
+                };
+                if (measure_pull) row("pull", pulls, pull_in + pull_out);
+                if (measure_push) row("push", pushes, push_in);
+              }
             }
           }
         }

@@ -43,6 +43,8 @@ class ServerProcess {
   void Signal(int signal);
   // Waits for the process to exit; returns the exit code (or 128 + signal).
   int Wait();
+  // True (and *code set) if the process has exited; does not wait.
+  bool Poll(int* code) { return process_->Poll(code); }
 
  private:
   ServerProcess(std::unique_ptr<ChildProcess> process, std::string address,
