@@ -76,7 +76,15 @@ absl::StatusOr<JobFromFlags> ReadJobFlags(
     // One rank meets only itself.
     out.store = std::make_unique<dense::InMemoryStore>();
   } else {
-    if (coordinator.empty()) coordinator = fallback_coordinator;
+    if (coordinator.empty()) {
+      if (fallback_coordinator.find('|') != std::string::npos) {
+        return absl::InvalidArgumentError(
+            "replicated shards (a|b in --servers): give --coordinator, the "
+            "coordinator's host:port (the workers meet through its "
+            "Coordination service)");
+      }
+      coordinator = fallback_coordinator;
+    }
     if (coordinator.empty()) {
       return absl::InvalidArgumentError(
           "--world_size > 1 needs --rendezvous_dir or --coordinator");

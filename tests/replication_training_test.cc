@@ -1,0 +1,157 @@
+// A SYNC DLRM job on replicated shards (2 workers × 2 shards × 2 replicas,
+// real processes) during which a primary is killed: it finishes, and with
+// the AUC of the same job without the kill (docs/operations.md
+// "Replication").
+#include <signal.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "common/status_matchers.h"
+#include "common/testing/child_process.h"
+#include "common/testing/server_process.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "proto/embedps.grpc.pb.h"
+#include "tests/job_output.h"
+
+namespace embedps::testing {
+namespace {
+
+constexpr char kServer[] = "server/ps_server";
+constexpr char kWorker[] = "worker/ps_worker";
+constexpr char kConfig[] = "deploy/local/dlrm_small.txtpb";
+constexpr int kShards = 2;
+constexpr int kReplicas = 2;
+constexpr int kWorkers = 2;
+
+class ReplicationTrainingTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    data_ = new std::string(TestTempPath("data"));
+    auto datagen = ChildProcess::Spawn(
+        "tools/datagen", {"--output_dir=" + *data_, "--train_rows=300000",
+                          "--test_rows=50000", "--vocab=5,10,20,50"});
+    ASSERT_OK(datagen.status());
+    ASSERT_OK_AND_ASSIGN(int code, (*datagen)->WaitFor(absl::Seconds(120)));
+    ASSERT_EQ(code, 0);
+  }
+  static void TearDownTestSuite() { delete data_; }
+
+  struct Run {
+    int exit_code = -1;
+    double seconds = 0;
+    std::string summary;
+    std::string log;
+  };
+
+  // Trains on a fresh replicated cluster; with `kill_after`, SIGKILLs
+  // shard 1's primary that long after the workers started.
+  Run Train(absl::Duration kill_after) {
+    Run run;
+    auto coordinator = ServerProcess::Start(
+        kServer, {"--role=coordinator", "--replica_lease=1s"});
+    EXPECT_OK(coordinator.status());
+    if (!coordinator.ok()) return run;
+    std::vector<std::unique_ptr<ServerProcess>> replicas[kShards];
+    std::vector<std::string> servers;
+    for (int s = 0; s < kShards; ++s) {
+      std::vector<std::string> addresses;
+      for (int r = 0; r < kReplicas; ++r) {
+        auto replica = ServerProcess::Start(
+            kServer, {absl::StrCat("--shard_index=", s),
+                      absl::StrCat("--num_shards=", kShards),
+                      absl::StrCat("--num_workers=", kWorkers),
+                      "--replica_directory=" + (*coordinator)->address(),
+                      "--forward_timeout=1s"});
+        EXPECT_OK(replica.status());
+        if (!replica.ok()) return run;
+        addresses.push_back((*replica)->address());
+        replicas[s].push_back(std::move(*replica));
+      }
+      servers.push_back(absl::StrJoin(addresses, "|"));
+    }
+    const auto directory = proto::ReplicaDirectory::NewStub(grpc::CreateChannel(
+        (*coordinator)->address(), grpc::InsecureChannelCredentials()));
+    auto view = [&](int shard) {
+      grpc::ClientContext context;
+      proto::ReplicaViewRequest request;
+      request.set_shard(shard);
+      proto::ReplicaView v;
+      directory->View(&context, request, &v).ok();
+      return v;
+    };
+    for (int s = 0; s < kShards; ++s) {
+      const absl::Time give_up = absl::Now() + absl::Seconds(30);
+      while (view(s).in_sync_size() < kReplicas && absl::Now() < give_up) {
+        absl::SleepFor(absl::Milliseconds(50));
+      }
+    }
+    const std::string out = TestTempPath("out");
+    run.log = TestTempPath("worker0.log");
+    std::vector<std::unique_ptr<ChildProcess>> ranks;
+    const absl::Time start = absl::Now();
+    for (int r = 0; r < kWorkers; ++r) {
+      std::vector<std::string> args = {
+          std::string("--config=") + kConfig,
+          "--servers=" + absl::StrJoin(servers, ","),
+          "--coordinator=" + (*coordinator)->address(),
+          absl::StrCat("--rank=", r),
+          absl::StrCat("--world_size=", kWorkers),
+          "--mode=sync",
+          "--train_data=" + *data_ + "/train.txt",
+          "--test_data=" + *data_ + "/test.txt",
+          "--output_dir=" + out,
+          "--log_level=warn"};
+      auto p = ChildProcess::Spawn(kWorker, args, "",
+                                   r == 0 ? run.log : "/dev/null");
+      EXPECT_OK(p.status());
+      if (p.ok()) ranks.push_back(std::move(*p));
+    }
+    if (kill_after > absl::ZeroDuration()) {
+      absl::SleepFor(kill_after);
+      const std::string primary = view(1).primary();
+      for (auto& replica : replicas[1]) {
+        if (replica->address() == primary) {
+          std::printf("killing shard 1's primary %s after %.1f s\n",
+                      primary.c_str(),
+                      absl::ToDoubleSeconds(absl::Now() - start));
+          replica->Signal(SIGKILL);
+          replica->Wait();
+        }
+      }
+    }
+    for (size_t r = 0; r < ranks.size(); ++r) {
+      absl::StatusOr<int> code = ranks[r]->WaitFor(absl::Seconds(300));
+      EXPECT_OK(code.status());
+      if (r == 0 && code.ok()) run.exit_code = *code;
+    }
+    run.seconds = absl::ToDoubleSeconds(absl::Now() - start);
+    run.summary = ReadFile(out + "/summary.json");
+    return run;
+  }
+
+  static std::string* data_;
+};
+
+std::string* ReplicationTrainingTest::data_ = nullptr;
+
+TEST_F(ReplicationTrainingTest, AJobWhosePrimaryIsKilledEndsWithTheSameAuc) {
+  const Run calm = Train(absl::ZeroDuration());
+  ASSERT_EQ(calm.exit_code, 0) << ReadFile(calm.log);
+  const double auc = JsonNumber(calm.summary, "test_auc");
+  std::printf("no kill: test AUC %.5f in %.1f s\n", auc, calm.seconds);
+  const Run killed = Train(absl::Seconds(calm.seconds * 0.4));
+  ASSERT_EQ(killed.exit_code, 0) << ReadFile(killed.log);
+  const double auc_killed = JsonNumber(killed.summary, "test_auc");
+  std::printf("primary killed: test AUC %.5f in %.1f s\n", auc_killed,
+              killed.seconds);
+  EXPECT_NEAR(auc_killed, auc, 0.002);
+}
+
+}  // namespace
+}  // namespace embedps::testing
