@@ -299,5 +299,53 @@ TEST_F(ReplicationTest, ADeposedPrimaryAcceptsNoWrite) {
   for (float v : values) EXPECT_EQ(v, -2.0f);
 }
 
+// A primary cut off from the coordination service (the coordinator
+// stopped) stops accepting writes once its lease runs out, although the
+// primary itself is up and reachable; when the coordinator is back, writes
+// go on (with the same primary, or another after a failover) and the table
+// holds exactly the acknowledged writes.
+TEST_F(ReplicationTest, APrimaryCutOffFromTheCoordinatorStopsWriting) {
+  auto setup = Connect(Servers());
+  ASSERT_NE(setup, nullptr);
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
+                       setup->CreateTable(SgdTable()));
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; keys.size() < 16; ++k) {
+    if (ShardOfKey(k, kShards) == 0) keys.push_back(k);
+  }
+  const std::vector<float> grads(keys.size() * kDim, 1.0f);
+  ASSERT_OK(setup->Push(table, keys, grads));
+  ASSERT_OK_AND_ASSIGN(const proto::ReplicaView before, View(0));
+  // Pushes straight to that primary, never retried elsewhere.
+  client::ClientOptions options;
+  options.servers = {before.primary()};
+  options.retry.retry_deadline = absl::Milliseconds(200);
+  ASSERT_OK_AND_ASSIGN(auto direct, client::Client::Connect(options));
+  client::TableHandle handle = table;
+  handle.shard_table_ids = {table.shard_table_ids[0]};
+  ASSERT_OK(direct->Push(handle, keys, grads));
+
+  coordinator_->Signal(SIGSTOP);
+  const absl::Time stopped = absl::Now();
+  // Within the lease (1 s) it may still write; past it, never.
+  absl::SleepFor(absl::Milliseconds(1300));
+  int refused = 0;
+  for (int i = 0; i < 10; ++i) {
+    const absl::Status status = direct->Push(handle, keys, grads);
+    EXPECT_FALSE(status.ok())
+        << "a write accepted " << absl::ToDoubleSeconds(absl::Now() - stopped)
+        << " s after the coordinator stopped";
+    if (!status.ok()) ++refused;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_EQ(refused, 10);
+  coordinator_->Signal(SIGCONT);
+  // Writes go on through the client once a primary holds a lease again.
+  ASSERT_OK(setup->Push(table, keys, grads));
+  std::vector<float> values(keys.size() * kDim);
+  ASSERT_OK(setup->Pull(table, keys, absl::MakeSpan(values)));
+  for (float v : values) EXPECT_EQ(v, -3.0f);
+}
+
 }  // namespace
 }  // namespace embedps
