@@ -1,6 +1,8 @@
 // Fuzz target: every request type of the services a ps_server process
 // serves — EmbeddingService and Coordination on a training shard,
-// ServingService and EmbeddingService on a serving replica following it —
+// ServingService and EmbeddingService on a serving replica following it,
+// ReplicaDirectory on a coordinator, Replication and Push on a replicated
+// shard —
 // sent as raw bytes over gRPC to real in-process shards (server/shard.h),
 // so that gRPC's parsing, our bulk parsing and every handler see them.
 // Save and Load run against a real --checkpoint_root; the shards have
@@ -37,7 +39,7 @@
 namespace embedps::fuzz {
 namespace {
 
-enum Target { kTraining, kServing };
+enum Target { kTraining, kServing, kCoordinator, kReplicated };
 
 struct Method {
   Target target;
@@ -67,6 +69,12 @@ constexpr Method kMethods[] = {
     {kServing, "/embedps.proto.EmbeddingService/CreateTable"},
     {kServing, "/embedps.proto.EmbeddingService/Load"},
     {kServing, "/embedps.proto.EmbeddingService/Stats"},
+    {kCoordinator, "/embedps.proto.ReplicaDirectory/Heartbeat"},
+    {kCoordinator, "/embedps.proto.ReplicaDirectory/Report"},
+    {kCoordinator, "/embedps.proto.ReplicaDirectory/View"},
+    {kReplicated, "/embedps.proto.Replication/Apply"},
+    {kReplicated, "/embedps.proto.Replication/CatchUp"},
+    {kReplicated, "/embedps.proto.EmbeddingService/Push"},
 };
 constexpr size_t kNumMethods = sizeof(kMethods) / sizeof(kMethods[0]);
 
@@ -116,7 +124,26 @@ class Servers {
     Check(shard.status(), "serving replica");
     serving_ = *std::move(shard);
 
-    for (const server::Shard* s : {training_.get(), serving_.get()}) {
+    server::ShardOptions coordinator;
+    coordinator.replica_directory = true;
+    coordinator.directory.max_shards = 16;
+    coordinator.directory.max_members = 8;
+    shard = server::Shard::Start(coordinator);
+    Check(shard.status(), "coordinator");
+    coordinator_ = *std::move(shard);
+
+    server::ShardOptions replicated;
+    replicated.service.max_keys_per_request = 1 << 16;
+    replicated.service.memory_limit_bytes = uint64_t{3} << 30;
+    replicated.max_message_bytes = 16 << 20;
+    replicated.replication.directory = coordinator_->address();
+    replicated.replication.forward_timeout = absl::Milliseconds(200);
+    shard = server::Shard::Start(replicated);
+    Check(shard.status(), "replicated shard");
+    replicated_ = *std::move(shard);
+
+    for (const server::Shard* s : {training_.get(), serving_.get(),
+                                   coordinator_.get(), replicated_.get()}) {
       grpc::ChannelArguments args;
       args.SetMaxSendMessageSize(32 << 20);
       args.SetMaxReceiveMessageSize(32 << 20);
@@ -127,6 +154,8 @@ class Servers {
   }
 
   ~Servers() {
+    replicated_.reset();
+    coordinator_.reset();
     serving_.reset();
     training_.reset();
     std::error_code error;
@@ -158,7 +187,7 @@ class Servers {
   }
 
   std::string dir_, root_;
-  std::unique_ptr<server::Shard> training_, serving_;
+  std::unique_ptr<server::Shard> training_, serving_, coordinator_, replicated_;
   std::unique_ptr<client::Client> client_;
   std::vector<std::unique_ptr<grpc::GenericStub>> stubs_;
   uint64_t calls_ = 0;
@@ -265,6 +294,35 @@ void WriteSeeds(const std::string& dir) {
   WriteSeed(dir, "serving_create", 19, create.SerializeAsString());
   WriteSeed(dir, "serving_load", 20, load.SerializeAsString());
   WriteSeed(dir, "serving_stats", 21, stats.SerializeAsString());
+  proto::HeartbeatRequest heartbeat;
+  heartbeat.set_shard(0);
+  heartbeat.set_member("127.0.0.1:1");
+  heartbeat.set_incarnation(5);
+  WriteSeed(dir, "heartbeat", 22, heartbeat.SerializeAsString());
+  proto::ReplicaReport report;
+  report.set_shard(0);
+  report.set_epoch(1);
+  report.set_primary("127.0.0.1:1");
+  report.set_subject("127.0.0.1:2");
+  WriteSeed(dir, "report", 23, report.SerializeAsString());
+  proto::ReplicaViewRequest view;
+  view.set_shard(0);
+  WriteSeed(dir, "view", 24, view.SerializeAsString());
+  proto::ApplyRequest apply;
+  apply.set_epoch(1);
+  apply.set_primary("127.0.0.1:1");
+  proto::ReplicatedOp* op = apply.add_op();
+  op->set_sequence(1);
+  op->set_push(
+      Bytes(wire::EncodePushRequest(push, keys, rows, grads.data(), 4)));
+  *apply.add_op()->mutable_create_table() = create;
+  WriteSeed(dir, "apply", 25, apply.SerializeAsString());
+  proto::CatchUpRequest catch_up;
+  catch_up.set_epoch(1);
+  catch_up.set_member("127.0.0.1:1");
+  WriteSeed(dir, "catch_up", 26, catch_up.SerializeAsString());
+  WriteSeed(dir, "replicated_push", 27,
+            Bytes(wire::EncodePushRequest(push, keys, rows, grads.data(), 4)));
 }
 
 }  // namespace

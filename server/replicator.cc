@@ -556,7 +556,9 @@ absl::Status Replicator::ReportFailed(const std::string& member) {
   const grpc::Status status =
       DirectoryStub()->Report(&context, report, &response);
   MutexLock lock(&mu_);
-  if (!status.ok()) {
+  // NOT_FOUND: the directory never knew that replica (a CatchUp naming an
+  // address that is not one): it was never counted in sync.
+  if (!status.ok() && status.error_code() != grpc::StatusCode::NOT_FOUND) {
     Depose(absl::StrCat(
         "backup ", member, " failed (", sender->error(),
         ") and the directory did not record it: ", status.error_message()));
