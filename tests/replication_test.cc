@@ -4,6 +4,7 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdlib>
 #include <map>
 #include <memory>
 #include <random>
@@ -345,6 +346,69 @@ TEST_F(ReplicationTest, APrimaryCutOffFromTheCoordinatorStopsWriting) {
   std::vector<float> values(keys.size() * kDim);
   ASSERT_OK(setup->Pull(table, keys, absl::MakeSpan(values)));
   for (float v : values) EXPECT_EQ(v, -3.0f);
+}
+
+// Checkpoints are written by the primaries of a replicated job; a new
+// replicated cluster restores them (one replica per shard with --restore,
+// the other joining it) and serves the same rows.
+TEST_F(ReplicationTest, CheckpointAndRestoreWithReplication) {
+  auto setup = Connect(Servers());
+  ASSERT_NE(setup, nullptr);
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
+                       setup->CreateTable(SgdTable()));
+  std::vector<uint64_t> keys(200);
+  for (uint64_t k = 0; k < keys.size(); ++k) keys[k] = k;
+  std::vector<float> grads(keys.size() * kDim);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = 0.25f * (i % 7);
+  ASSERT_OK(setup->Push(table, keys, grads));
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string root = tmp != nullptr ? tmp : "/tmp";
+  client::Client::CheckpointOptions checkpoint;
+  checkpoint.root = root;
+  checkpoint.step = 7;
+  ASSERT_OK(setup->Checkpoint(checkpoint).status());
+  std::vector<float> before(keys.size() * kDim);
+  ASSERT_OK(setup->Pull(table, keys, absl::MakeSpan(before)));
+  setup.reset();
+
+  // A new cluster: a new coordinator, one replica per shard restoring.
+  for (auto& shard : replicas_) {
+    for (auto& replica : shard) replica.reset();
+  }
+  coordinator_.reset();
+  ASSERT_OK_AND_ASSIGN(
+      coordinator_, ServerProcess::Start(
+                        kServer, {"--role=coordinator", "--replica_lease=1s"}));
+  directory_ = proto::ReplicaDirectory::NewStub(grpc::CreateChannel(
+      coordinator_->address(), grpc::InsecureChannelCredentials()));
+  for (int shard = 0; shard < kShards; ++shard) {
+    std::vector<std::string> args = {
+        absl::StrCat("--shard_index=", shard),
+        absl::StrCat("--num_shards=", kShards),
+        "--replica_directory=" + coordinator_->address(), "--restore=" + root,
+        "--port=" + ports_[shard][0]};
+    ASSERT_OK_AND_ASSIGN(replicas_[shard][0],
+                         ServerProcess::Start(kServer, args));
+    const absl::Time give_up = absl::Now() + absl::Seconds(20);
+    while (absl::Now() < give_up) {
+      absl::StatusOr<proto::ReplicaView> view = View(shard);
+      if (view.ok() && view->primary() == Address(shard, 0)) break;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ASSERT_OK_AND_ASSIGN(replicas_[shard][1], StartReplica(shard, 1));
+    ASSERT_TRUE(AllInSync(shard, absl::Seconds(30))) << "shard " << shard;
+  }
+  auto restored = Connect(Servers());
+  ASSERT_NE(restored, nullptr);
+  ASSERT_OK_AND_ASSIGN(client::TableHandle again,
+                       restored->CreateTable(SgdTable()));
+  std::vector<float> after(keys.size() * kDim);
+  ASSERT_OK(restored->Pull(again, keys, absl::MakeSpan(after)));
+  EXPECT_EQ(after, before);
+  for (int shard = 0; shard < kShards; ++shard) {
+    const std::vector<uint64_t> digests = Digests(shard);
+    EXPECT_EQ(digests[0], digests[1]) << "shard " << shard;
+  }
 }
 
 }  // namespace
