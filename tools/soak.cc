@@ -383,6 +383,10 @@ int Run() {
   gp.close();
   std::printf("soak: %s/soak.tsv; plots: gnuplot %s/soak.gp\n", out.c_str(),
               out.c_str());
+  for (int shard = 0; shard < shards; ++shard) {
+    std::printf("  shard %d: %d of %d replicas in sync at the end\n", shard,
+                in_sync(shard), replicas);
+  }
   for (Replica& r : training) r.process->Stop();
   (*serving)->Stop();
   (*coordinator)->Stop();
