@@ -348,8 +348,9 @@ grpc::Status EmbeddingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
                                         request.parts_in_step(), *keys, grads)
             : table->Push(*keys, grads,
                           embedding::AccessContext{request.step()});
-    if (pushed.ok()) {
-      applied = true;
+    applied = pushed.ok();
+    // Only a catch-up reads it (replicated shards).
+    if (applied && replicator_ != nullptr) {
       deduplicator_.MarkApplied(request.client_id(), request.sequence());
     }
     return pushed;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
 #include <random>
 #include <utility>
 #include <vector>
@@ -53,150 +52,6 @@ std::shared_ptr<grpc::Channel> MakeChannel(
 
 }  // namespace
 
-// Forwards a primary's writes to one backup, in order, several per Apply
-// when they queue up. A sender that fails stays failed.
-class Replicator::Sender {
- public:
-  Sender(std::string member, std::shared_ptr<grpc::Channel> channel,
-         uint64_t epoch, std::string primary, absl::Duration timeout,
-         size_t max_bytes, bool active)
-      : member_(std::move(member)),
-        stub_(proto::Replication::NewStub(std::move(channel))),
-        epoch_(epoch),
-        primary_(std::move(primary)),
-        timeout_(timeout),
-        max_bytes_(max_bytes),
-        active_(active),
-        thread_([this] { Run(); }) {}
-
-  ~Sender() {
-    {
-      MutexLock lock(&mu_);
-      stopping_ = true;
-      failed_ = true;
-    }
-    changed_.SignalAll();
-    thread_.join();
-  }
-
-  const std::string& member() const { return member_; }
-
-  void Enqueue(std::shared_ptr<const proto::ReplicatedOp> op) {
-    {
-      MutexLock lock(&mu_);
-      if (failed_) return;
-      queue_.push_back(std::move(op));
-    }
-    changed_.SignalAll();
-  }
-
-  // Starts sending (a catching-up replica: once it has the state).
-  void Activate() {
-    {
-      MutexLock lock(&mu_);
-      active_ = true;
-    }
-    changed_.SignalAll();
-  }
-
-  // Every write from now on waits for this backup.
-  void set_required() {
-    MutexLock lock(&mu_);
-    required_ = true;
-  }
-  bool required() {
-    MutexLock lock(&mu_);
-    return required_;
-  }
-
-  // True once the backup applied `sequence`; false if it failed first.
-  bool WaitAcked(uint64_t sequence) {
-    MutexLock lock(&mu_);
-    changed_.Wait(&mu_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-      return acked_ >= sequence || failed_;
-    });
-    return acked_ >= sequence;
-  }
-
-  bool failed() {
-    MutexLock lock(&mu_);
-    return failed_;
-  }
-  std::string error() {
-    MutexLock lock(&mu_);
-    return error_;
-  }
-
- private:
-  void Run() {
-    while (true) {
-      proto::ApplyRequest request;
-      {
-        MutexLock lock(&mu_);
-        changed_.Wait(&mu_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          return stopping_ || (active_ && !queue_.empty());
-        });
-        if (stopping_) return;
-        size_t bytes = 0;
-        for (const auto& op : queue_) {
-          if (request.op_size() > 0 && bytes + op->ByteSizeLong() > max_bytes_)
-            break;
-          bytes += op->ByteSizeLong();
-          *request.add_op() = *op;
-        }
-      }
-      request.set_epoch(epoch_);
-      request.set_primary(primary_);
-      grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
-      proto::ApplyResponse response;
-      const grpc::Status status = stub_->Apply(&context, request, &response);
-      const uint64_t last = request.op(request.op_size() - 1).sequence();
-      {
-        MutexLock lock(&mu_);
-        if (!status.ok() || response.applied_sequence() != last) {
-          failed_ = true;
-          error_ = status.ok()
-                       ? absl::StrCat("applied ", response.applied_sequence(),
-                                      " of ", last)
-                       : status.error_message();
-          queue_.clear();
-        } else {
-          acked_ = last;
-          queue_.erase(queue_.begin(), queue_.begin() + request.op_size());
-        }
-      }
-      changed_.SignalAll();
-      if (!status.ok()) {
-        MutexLock lock(&mu_);
-        if (failed_) {
-          changed_.Wait(
-              &mu_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return stopping_; });
-          return;
-        }
-      }
-    }
-  }
-
-  const std::string member_;
-  const std::unique_ptr<proto::Replication::Stub> stub_;
-  const uint64_t epoch_;
-  const std::string primary_;
-  const absl::Duration timeout_;
-  const size_t max_bytes_;
-  Mutex mu_;
-  CondVar changed_;
-  std::deque<std::shared_ptr<const proto::ReplicatedOp>> queue_
-      ABSL_GUARDED_BY(mu_);
-  uint64_t acked_ ABSL_GUARDED_BY(mu_) = 0;
-  bool active_ ABSL_GUARDED_BY(mu_);
-  bool required_ ABSL_GUARDED_BY(mu_) = false;
-  bool failed_ ABSL_GUARDED_BY(mu_) = false;
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  std::string error_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_;
-};
-
 absl::StatusOr<std::unique_ptr<Replicator>> Replicator::Create(
     ReplicationOptions options, TableRegistry* registry,
     PushDeduplicator* deduplicator, ShardCheckpointer* checkpointer,
@@ -232,7 +87,7 @@ Replicator::Replicator(ReplicationOptions options, TableRegistry* registry,
       incarnation_(DrawIncarnation()) {}
 
 Replicator::~Replicator() {
-  absl::flat_hash_map<std::string, std::shared_ptr<Sender>> senders;
+  absl::flat_hash_map<std::string, std::shared_ptr<ReplicaSender>> senders;
   {
     MutexLock lock(&mu_);
     stopping_ = true;
@@ -494,7 +349,7 @@ absl::Status Replicator::FetchState(const proto::ReplicaView& view,
 
 absl::Status Replicator::Write(proto::ReplicatedOp op,
                                absl::FunctionRef<absl::Status()> apply) {
-  std::vector<std::shared_ptr<Sender>> required;
+  std::vector<std::shared_ptr<ReplicaSender>> required;
   uint64_t sequence = 0;
   {
     MutexLock write_lock(&write_mu_);
@@ -522,7 +377,7 @@ absl::Status Replicator::Write(proto::ReplicatedOp op,
       if (sender->required()) required.push_back(sender);
     }
   }
-  for (const std::shared_ptr<Sender>& sender : required) {
+  for (const std::shared_ptr<ReplicaSender>& sender : required) {
     if (!sender->WaitAcked(sequence)) {
       RETURN_IF_ERROR(ReportFailed(sender->member()));
     }
@@ -533,7 +388,7 @@ absl::Status Replicator::Write(proto::ReplicatedOp op,
 absl::Status Replicator::ReportFailed(const std::string& member) {
   MutexLock report_lock(&report_mu_);
   proto::ReplicaReport report;
-  std::shared_ptr<Sender> sender;
+  std::shared_ptr<ReplicaSender> sender;
   {
     MutexLock lock(&mu_);
     auto it = senders_.find(member);
@@ -664,7 +519,7 @@ grpc::Status Replicator::CatchUp(
   };
   std::vector<TableState> tables;
   absl::flat_hash_map<uint64_t, std::vector<uint64_t>> applied;
-  std::shared_ptr<Sender> sender;
+  std::shared_ptr<ReplicaSender> sender;
   uint64_t sequence = 0, lineage = 0;
   absl::Status taken;
   {
@@ -678,7 +533,7 @@ grpc::Status Replicator::CatchUp(
                          " is not the primary of epoch ", request.epoch()));
       }
       lineage = lineage_;
-      sender = std::make_shared<Sender>(
+      sender = std::make_shared<ReplicaSender>(
           request.member(),
           MakeChannel(request.member(), credentials_, options_.security),
           epoch_, options_.member, options_.forward_timeout,

@@ -42,6 +42,7 @@
 #include "security/credentials.h"
 #include "server/checkpointer.h"
 #include "server/push_deduplicator.h"
+#include "server/replica_sender.h"
 #include "server/rpc_metrics.h"
 #include "server/table_registry.h"
 
@@ -116,7 +117,6 @@ class Replicator {
 
  private:
   enum class Role { kStarting, kJoining, kBackup, kPrimary, kDeposed };
-  class Sender;
 
   Replicator(ReplicationOptions options, TableRegistry* registry,
              PushDeduplicator* deduplicator, ShardCheckpointer* checkpointer,
@@ -159,7 +159,7 @@ class Replicator {
   absl::Time lease_until_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
   absl::Duration lease_ ABSL_GUARDED_BY(mu_) = absl::Seconds(2);
   // Primary: a sender per backup (in sync, or catching up).
-  absl::flat_hash_map<std::string, std::shared_ptr<Sender>> senders_
+  absl::flat_hash_map<std::string, std::shared_ptr<ReplicaSender>> senders_
       ABSL_GUARDED_BY(mu_);
   Mutex report_mu_ ABSL_ACQUIRED_BEFORE(mu_);
 

@@ -138,6 +138,15 @@ class ReplicationTest : public ::testing::Test {
   std::string ports_[kShards][kReplicas];
 };
 
+// 16 keys that shard 0 holds.
+std::vector<uint64_t> KeysOfShard0() {
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 0; keys.size() < 16; ++k) {
+    if (ShardOfKey(k, kShards) == 0) keys.push_back(k);
+  }
+  return keys;
+}
+
 std::unique_ptr<client::Client> Connect(std::vector<std::string> servers) {
   client::ClientOptions options;
   options.servers = std::move(servers);
@@ -256,11 +265,7 @@ TEST_F(ReplicationTest, ADeposedPrimaryAcceptsNoWrite) {
   ASSERT_NE(setup, nullptr);
   ASSERT_OK_AND_ASSIGN(client::TableHandle table,
                        setup->CreateTable(SgdTable()));
-  // Keys of shard 0 only.
-  std::vector<uint64_t> keys;
-  for (uint64_t k = 0; keys.size() < 16; ++k) {
-    if (ShardOfKey(k, kShards) == 0) keys.push_back(k);
-  }
+  const std::vector<uint64_t> keys = KeysOfShard0();
   const std::vector<float> grads(keys.size() * kDim, 1.0f);
   ASSERT_OK(setup->Push(table, keys, grads));
   ASSERT_OK_AND_ASSIGN(const proto::ReplicaView before, View(0));
@@ -310,10 +315,7 @@ TEST_F(ReplicationTest, APrimaryCutOffFromTheCoordinatorStopsWriting) {
   ASSERT_NE(setup, nullptr);
   ASSERT_OK_AND_ASSIGN(client::TableHandle table,
                        setup->CreateTable(SgdTable()));
-  std::vector<uint64_t> keys;
-  for (uint64_t k = 0; keys.size() < 16; ++k) {
-    if (ShardOfKey(k, kShards) == 0) keys.push_back(k);
-  }
+  const std::vector<uint64_t> keys = KeysOfShard0();
   const std::vector<float> grads(keys.size() * kDim, 1.0f);
   ASSERT_OK(setup->Push(table, keys, grads));
   ASSERT_OK_AND_ASSIGN(const proto::ReplicaView before, View(0));
