@@ -2,7 +2,9 @@
 
 #include <malloc.h>
 
+#include <algorithm>
 #include <climits>
+#include <thread>
 
 namespace embedps {
 
@@ -10,7 +12,12 @@ bool ReuseLargeAllocations() {
   // 32 MiB: glibc's largest mmap threshold on 64-bit systems.
   const bool threshold = mallopt(M_MMAP_THRESHOLD, 32 << 20) == 1;
   const bool trim = mallopt(M_TRIM_THRESHOLD, INT_MAX) == 1;
-  return threshold && trim;
+  const int cores =
+      std::max(2, static_cast<int>(std::thread::hardware_concurrency()));
+  const bool arenas = mallopt(M_ARENA_MAX, cores) == 1;
+  return threshold && trim && arenas;
 }
+
+void ReturnFreedMemory() { malloc_trim(0); }
 
 }  // namespace embedps

@@ -12,9 +12,21 @@ namespace embedps {
 // zeroes) every 4 KiB of each: in a ps_server under 100k-key Pushes that
 // was ~28% of all its cycles. This raises the mmap threshold to its
 // maximum (32 MiB) and stops trimming, so such buffers are reused from the
-// heap. Cost: memory freed stays with the process, up to its peak.
-// Call once, early in main. Returns false if glibc refused a setting.
+// heap. Cost: memory freed stays with the process, up to its peak, in
+// every malloc arena; so it also bounds the arenas to one per core (glibc
+// makes up to eight per core, one per thread that finds the others busy:
+// each keeps its own peak — a server's RSS grew by 200 MB after its first
+// checkpoint, whose writer threads allocate, and by 40 MB with one per
+// core). Call once, early in main. Returns false if glibc refused a
+// setting.
 bool ReuseLargeAllocations();
+
+// Gives the free pages of every malloc arena back to the kernel
+// (malloc_trim). For after a rare large transient — a checkpoint's
+// snapshot, a replica's catch-up, a serving version replaced — whose
+// memory ReuseLargeAllocations would otherwise keep. Takes a few
+// milliseconds per GB of heap.
+void ReturnFreedMemory();
 
 }  // namespace embedps
 

@@ -13,6 +13,7 @@
 #include "common/file_io.h"
 #include "common/key_hash.h"
 #include "common/logging.h"
+#include "common/malloc_options.h"
 #include "common/status_macros.h"
 #include "embedding/checkpoint_file.h"
 #include "server/path_confinement.h"
@@ -109,43 +110,48 @@ absl::StatusOr<double> ShardCheckpointer::Save(
   writing_ = true;
   save_status_ = absl::OkStatus();
   save_response_.Clear();
-  writer_ = std::thread([this, shard_dir, snapshots = std::move(snapshots)] {
-    const absl::Time begin = absl::Now();
-    proto::AwaitSaveResponse response;
-    absl::Status status;
-    for (const TableSnapshotToWrite& item : snapshots) {
-      const std::string relative =
-          (std::filesystem::path(shard_dir).filename() /
-           checkpoint::TableFileName(item.table))
-              .string();
-      absl::StatusOr<embedding::TableFileSummary> summary =
-          embedding::WriteTableFile(
-              *item.snapshot,
-              (std::filesystem::path(shard_dir).parent_path() / relative)
-                  .string());
-      if (!summary.ok()) {
-        status = summary.status();
-        break;
-      }
-      auto* file = response.add_file();
-      file->set_table(item.table);
-      proto::CheckpointShardFile* shard_file = file->mutable_file();
-      shard_file->set_shard(shard_index_);
-      shard_file->set_path(relative);
-      shard_file->set_bytes(summary->bytes);
-      shard_file->set_xxh3(summary->xxh3);
-      shard_file->set_rows(summary->rows);
-      shard_file->set_removed(summary->removed);
-      shard_file->set_incremental(item.snapshot->incremental());
-    }
-    if (status.ok()) status = SyncPath(shard_dir);
-    response.set_write_seconds(absl::ToDoubleSeconds(absl::Now() - begin));
-    MutexLock lock(&mu_);
-    save_status_ = status;
-    save_response_ = std::move(response);
-    writing_ = false;
-    written_.SignalAll();
-  });
+  writer_ = std::thread(
+      [this, shard_dir, snapshots = std::move(snapshots)]() mutable {
+        const absl::Time begin = absl::Now();
+        proto::AwaitSaveResponse response;
+        absl::Status status;
+        for (const TableSnapshotToWrite& item : snapshots) {
+          const std::string relative =
+              (std::filesystem::path(shard_dir).filename() /
+               checkpoint::TableFileName(item.table))
+                  .string();
+          absl::StatusOr<embedding::TableFileSummary> summary =
+              embedding::WriteTableFile(
+                  *item.snapshot,
+                  (std::filesystem::path(shard_dir).parent_path() / relative)
+                      .string());
+          if (!summary.ok()) {
+            status = summary.status();
+            break;
+          }
+          auto* file = response.add_file();
+          file->set_table(item.table);
+          proto::CheckpointShardFile* shard_file = file->mutable_file();
+          shard_file->set_shard(shard_index_);
+          shard_file->set_path(relative);
+          shard_file->set_bytes(summary->bytes);
+          shard_file->set_xxh3(summary->xxh3);
+          shard_file->set_rows(summary->rows);
+          shard_file->set_removed(summary->removed);
+          shard_file->set_incremental(item.snapshot->incremental());
+        }
+        // The copies of resident rows and the writers' buffers: back to the
+        // kernel, not kept to the next checkpoint (malloc_options.h).
+        snapshots.clear();
+        ReturnFreedMemory();
+        if (status.ok()) status = SyncPath(shard_dir);
+        response.set_write_seconds(absl::ToDoubleSeconds(absl::Now() - begin));
+        MutexLock lock(&mu_);
+        save_status_ = status;
+        save_response_ = std::move(response);
+        writing_ = false;
+        written_.SignalAll();
+      });
   return absl::ToDoubleSeconds(pause);
 }
 

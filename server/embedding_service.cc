@@ -290,7 +290,7 @@ grpc::Status EmbeddingServiceImpl::ServePull(const PullCall& call,
 }
 
 grpc::Status EmbeddingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
-                                            bool forwarded) {
+                                            bool forwarded, uint64_t* epoch) {
   if (options_.serving_replica) return ReadOnlyReplica("Push");
   if (replicator_ != nullptr && !forwarded) {
     // Before the exactly-once log: a backup must not remember a push it
@@ -365,14 +365,14 @@ grpc::Status EmbeddingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
         out->append(reinterpret_cast<const char*>(slice.begin()), slice.size());
       }
     }
-    status = replicator_->Write(std::move(op), apply);
+    status = replicator_->Write(std::move(op), apply, epoch);
   } else {
     status = apply();
   }
   if (!applied && replicator_ != nullptr) {
     // Not applied here (this replica is not the primary, or a table error):
     // a retry, here or at the next primary, must be applied.
-    deduplicator_.Abandon(request.client_id(), request.sequence(), status);
+    deduplicator_.Abandon(request.client_id(), request.sequence());
   } else {
     deduplicator_.Finish(request.client_id(), request.sequence(), status);
   }
@@ -559,11 +559,15 @@ grpc::ServerUnaryReactor* EmbeddingServiceImpl::Push(
     grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* const reactor = context->DefaultReactor();
   Identify(context);
-  FinishBulkCall(reactor,
-                 metrics_->Measure(
-                     RpcMethod::kPush,
-                     [&] { return PushImpl(*request, /*forwarded=*/false); }),
-                 response);
+  uint64_t epoch = 0;
+  const grpc::Status status = metrics_->Measure(RpcMethod::kPush, [&] {
+    return PushImpl(*request, /*forwarded=*/false, &epoch);
+  });
+  if (status.ok() && epoch != 0) {
+    context->AddTrailingMetadata(wire::kReplicaEpochMetadata,
+                                 absl::StrCat(epoch));
+  }
+  FinishBulkCall(reactor, status, response);
   return reactor;
 }
 

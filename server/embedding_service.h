@@ -181,8 +181,10 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
   };
   grpc::Status ParsePull(const grpc::ByteBuffer& request, PullCall* call);
   grpc::Status ServePull(const PullCall& call, grpc::ByteBuffer* response);
-  // `forwarded`: a backup applying its primary's write.
-  grpc::Status PushImpl(const grpc::ByteBuffer& request, bool forwarded);
+  // `forwarded`: a backup applying its primary's write. On OK, a replicated
+  // shard's primary sets *epoch (if given) to the epoch it accepted it in.
+  grpc::Status PushImpl(const grpc::ByteBuffer& request, bool forwarded,
+                        uint64_t* epoch = nullptr);
   // Runs `work` on a thread of its own (counted in detached_running_).
   void RunDetached(absl::AnyInvocable<void() &&> work);
   // Adds this server's incarnation (and restored step) to the answer.

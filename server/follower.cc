@@ -17,6 +17,7 @@
 #include "common/file_io.h"
 #include "common/key_hash.h"
 #include "common/logging.h"
+#include "common/malloc_options.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/embedps.grpc.pb.h"
@@ -325,6 +326,9 @@ void Follower::PollCheckpoints() {
     Install(*std::move(loaded));
     Logger("follower")
         ->info("serving checkpoint '{}' (step {})", name, base_step_);
+    // The base this one replaced (once no Lookup holds it) and what its
+    // load allocated on the way: back to the kernel (malloc_options.h).
+    ReturnFreedMemory();
   }
 }
 

@@ -7,15 +7,26 @@ PushDeduplicator::Decision PushDeduplicator::Begin(uint64_t client_id,
   if (sequence == 0) return {Decision::kApply, absl::OkStatus()};
   MutexLock lock(&mu_);
   ClientLog& log = clients_[client_id];
-  auto [it, inserted] = log.attempts.try_emplace(sequence, nullptr);
-  if (inserted) {
-    it->second = std::make_shared<Attempt>();
-    return {Decision::kApply, absl::OkStatus()};
+  bool waited = false;
+  while (true) {
+    auto [it, inserted] = log.attempts.try_emplace(sequence);
+    if (inserted) return {Decision::kApply, absl::OkStatus()};
+    if (!waited) ++duplicates_;
+    if (it->second.done) return {Decision::kDone, it->second.status};
+    // In flight: wait for its outcome, or for it to be abandoned.
+    waited = true;
+    finished_cv_.Wait(&mu_);
   }
-  ++duplicates_;
-  std::shared_ptr<Attempt> attempt = it->second;
-  finished_cv_.Wait(&mu_, [&] { return attempt->done; });
-  return {Decision::kDone, attempt->status};
+}
+
+void PushDeduplicator::Remember(ClientLog& log, uint64_t sequence) const {
+  if (log.finished.size() < window_) {
+    log.finished.push_back(sequence);
+    return;
+  }
+  log.attempts.erase(log.finished[log.oldest]);
+  log.finished[log.oldest] = sequence;
+  log.oldest = (log.oldest + 1) % log.finished.size();
 }
 
 void PushDeduplicator::Finish(uint64_t client_id, uint64_t sequence,
@@ -26,29 +37,20 @@ void PushDeduplicator::Finish(uint64_t client_id, uint64_t sequence,
     ClientLog& log = clients_[client_id];
     auto it = log.attempts.find(sequence);
     if (it != log.attempts.end()) {
-      it->second->done = true;
-      it->second->status = status;
+      it->second.done = true;
+      it->second.status = status;
     }
-    log.finished.push_back(sequence);
-    while (log.finished.size() > window_) {
-      log.attempts.erase(log.finished.front());
-      log.finished.pop_front();
-    }
+    Remember(log, sequence);
   }
   finished_cv_.SignalAll();
 }
 
-void PushDeduplicator::Abandon(uint64_t client_id, uint64_t sequence,
-                               const absl::Status& status) {
+void PushDeduplicator::Abandon(uint64_t client_id, uint64_t sequence) {
   if (sequence == 0) return;
   {
     MutexLock lock(&mu_);
     ClientLog& log = clients_[client_id];
-    auto it = log.attempts.find(sequence);
-    if (it == log.attempts.end()) return;
-    it->second->done = true;
-    it->second->status = status;
-    log.attempts.erase(it);
+    log.attempts.erase(sequence);
   }
   finished_cv_.SignalAll();
 }
@@ -58,7 +60,7 @@ void PushDeduplicator::MarkApplied(uint64_t client_id, uint64_t sequence) {
   MutexLock lock(&mu_);
   ClientLog& log = clients_[client_id];
   if (auto it = log.attempts.find(sequence); it != log.attempts.end()) {
-    it->second->applied = true;
+    it->second.applied = true;
   }
 }
 
@@ -69,7 +71,7 @@ PushDeduplicator::ExportApplied() const {
   for (const auto& [client, log] : clients_) {
     std::vector<uint64_t>& out = applied[client];
     for (const auto& [sequence, attempt] : log.attempts) {
-      if (attempt->applied || (attempt->done && attempt->status.ok())) {
+      if (attempt.applied || (attempt.done && attempt.status.ok())) {
         out.push_back(sequence);
       }
     }
@@ -83,16 +85,11 @@ void PushDeduplicator::ImportApplied(uint64_t client_id,
   ClientLog& log = clients_[client_id];
   for (uint64_t sequence : sequences) {
     if (sequence == 0) continue;
-    auto [it, inserted] = log.attempts.try_emplace(sequence, nullptr);
+    auto [it, inserted] = log.attempts.try_emplace(sequence);
     if (!inserted) continue;
-    it->second = std::make_shared<Attempt>();
-    it->second->applied = true;
-    it->second->done = true;
-    log.finished.push_back(sequence);
-  }
-  while (log.finished.size() > window_) {
-    log.attempts.erase(log.finished.front());
-    log.finished.pop_front();
+    it->second.applied = true;
+    it->second.done = true;
+    Remember(log, sequence);
   }
 }
 

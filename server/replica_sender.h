@@ -73,6 +73,12 @@ class ReplicaSender {
     return required_;
   }
 
+  // The last sequence the backup applied (0: none yet).
+  uint64_t acked() {
+    MutexLock lock(&mu_);
+    return acked_;
+  }
+
   // True once the backup applied `sequence`; false if it failed first.
   bool WaitAcked(uint64_t sequence) {
     MutexLock lock(&mu_);

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/malloc_options.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "wire/grpc_status.h"
@@ -17,6 +18,11 @@ namespace embedps::server {
 namespace {
 
 constexpr size_t kRowsPerChunk = 4096;
+// A catch-up makes every write wait for the joiner once it is at most
+// kCloseBehind writes behind the primary, or after kMaxDrainRounds rounds
+// of working off what queued up (a joiner that cannot keep up).
+constexpr uint64_t kCloseBehind = 16;
+constexpr int kMaxDrainRounds = 20;
 
 uint64_t DrawIncarnation() {
   std::mt19937_64 rng(std::random_device{}());
@@ -348,9 +354,10 @@ absl::Status Replicator::FetchState(const proto::ReplicaView& view,
 }
 
 absl::Status Replicator::Write(proto::ReplicatedOp op,
-                               absl::FunctionRef<absl::Status()> apply) {
+                               absl::FunctionRef<absl::Status()> apply,
+                               uint64_t* epoch) {
   std::vector<std::shared_ptr<ReplicaSender>> required;
-  uint64_t sequence = 0;
+  uint64_t sequence = 0, accepted_in = 0;
   {
     MutexLock write_lock(&write_mu_);
     {
@@ -366,6 +373,7 @@ absl::Status Replicator::Write(proto::ReplicatedOp op,
             absl::StrCat("shard ", options_.shard, ": the lease of primary ",
                          options_.member, " ran out"));
       }
+      accepted_in = epoch_;
     }
     RETURN_IF_ERROR(apply());
     sequence = ++last_sequence_;
@@ -382,6 +390,7 @@ absl::Status Replicator::Write(proto::ReplicatedOp op,
       RETURN_IF_ERROR(ReportFailed(sender->member()));
     }
   }
+  if (epoch != nullptr) *epoch = accepted_in;
   return absl::OkStatus();
 }
 
@@ -520,8 +529,10 @@ grpc::Status Replicator::CatchUp(
   std::vector<TableState> tables;
   absl::flat_hash_map<uint64_t, std::vector<uint64_t>> applied;
   std::shared_ptr<ReplicaSender> sender;
-  uint64_t sequence = 0, lineage = 0;
+  uint64_t sequence = 0, lineage = 0, copied_rows = 0;
   absl::Status taken;
+  const absl::Time started = absl::Now();
+  absl::Duration paused;
   {
     MutexLock write_lock(&write_mu_);
     {
@@ -552,6 +563,7 @@ grpc::Status Replicator::CatchUp(
           return;
         }
         state.snapshot = *std::move(snapshot);
+        paused += state.snapshot->pause();
         for (const std::string& s : state.snapshot->admission_states()) {
           state.table.add_admission_state(s);
         }
@@ -594,6 +606,7 @@ grpc::Status Replicator::CatchUp(
         [&](uint64_t key, const char* record) -> absl::Status {
           if (!written) return absl::CancelledError("the joiner went away");
           if (record == nullptr) return absl::OkStatus();  // full: none
+          ++copied_rows;
           rows.mutable_rows()->mutable_keys()->append(
               reinterpret_cast<const char*>(&key), sizeof(key));
           rows.mutable_rows()->mutable_records()->append(record, record_bytes);
@@ -608,6 +621,8 @@ grpc::Status Replicator::CatchUp(
       return wire::ToGrpcStatus(visited);
     }
   }
+  tables.clear();  // the copies of the rows: back to the kernel
+  ReturnFreedMemory();
   for (const auto& [client, sequences] : applied) {
     proto::CatchUpChunk chunk;
     chunk.mutable_push_log()->set_client_id(client);
@@ -624,9 +639,23 @@ grpc::Status Replicator::CatchUp(
     return grpc::Status(grpc::StatusCode::CANCELLED,
                         "the catching-up replica went away");
   }
-  // The writes after `sequence` follow; once the replica has every write
-  // up to now, every later one waits for it, and it counts as in sync.
+  const absl::Time streamed = absl::Now();
+  // The writes after `sequence` follow. The joiner first works off what
+  // queued up during the copy while the job's writes do not wait for it;
+  // once it is close behind, every later write waits for it, and it counts
+  // as in sync when it has every write up to then.
   sender->Activate();
+  uint64_t behind = 0;
+  for (int round = 0; round < kMaxDrainRounds; ++round) {
+    uint64_t now = 0;
+    {
+      MutexLock write_lock(&write_mu_);
+      now = last_sequence_;
+    }
+    behind = now - std::min(now, sender->acked());
+    if (behind <= kCloseBehind) break;
+    if (!sender->WaitAcked(now)) break;  // the wait below reports it
+  }
   uint64_t target = 0;
   {
     MutexLock write_lock(&write_mu_);
@@ -658,8 +687,14 @@ grpc::Status Replicator::CatchUp(
     return reported;
   }
   Logger("replication")
-      ->info("shard {}: {} is in sync (sequence {})", options_.shard,
-             request.member(), target);
+      ->info(
+          "shard {}: {} is in sync (sequence {}): copied {} rows in {:.2f} s "
+          "({:.2f} s paused), then applied the {} writes made since in {:.2f} "
+          "s",
+          options_.shard, request.member(), target, copied_rows,
+          absl::ToDoubleSeconds(streamed - started),
+          absl::ToDoubleSeconds(paused), target - sequence,
+          absl::ToDoubleSeconds(absl::Now() - streamed));
   return grpc::Status::OK;
 }
 

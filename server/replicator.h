@@ -93,8 +93,11 @@ class Replicator {
   // one has applied it. UNAVAILABLE (nothing applied) on a replica that is
   // not the primary or whose lease ran out; UNAVAILABLE after `apply` if a
   // failed backup could not be reported (this replica is deposed then).
+  // On OK, *epoch (if given) is the epoch in which this replica accepted
+  // the write as the primary.
   absl::Status Write(proto::ReplicatedOp op,
-                     absl::FunctionRef<absl::Status()> apply);
+                     absl::FunctionRef<absl::Status()> apply,
+                     uint64_t* epoch = nullptr);
 
   // OK on the primary within its lease; UNAVAILABLE naming the primary
   // otherwise (the client tries the shard's other replicas).

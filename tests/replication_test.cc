@@ -4,15 +4,18 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <random>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -23,6 +26,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/embedps.grpc.pb.h"
+#include "wire/server_identity.h"
 
 namespace embedps {
 namespace {
@@ -305,6 +309,112 @@ TEST_F(ReplicationTest, ADeposedPrimaryAcceptsNoWrite) {
   for (float v : values) EXPECT_EQ(v, -2.0f);
 }
 
+// Split brain, audited per acknowledgement: while the primary is paused
+// (SIGSTOP: a long pause or a partition) and replaced, and after it
+// resumes, one sender per replica pushes straight to it, never rerouted,
+// and records for every acknowledged push the epoch its acceptor names
+// (trailing metadata). No epoch may have two acceptors, and the table
+// holds exactly the acknowledged pushes.
+TEST_F(ReplicationTest, NoEpochHasTwoAcceptors) {
+  auto setup = Connect(Servers());
+  ASSERT_NE(setup, nullptr);
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
+                       setup->CreateTable(SgdTable()));
+  const std::vector<uint64_t> keys = KeysOfShard0();
+  ASSERT_OK_AND_ASSIGN(const proto::ReplicaView before, View(0));
+  const int old = before.primary() == Address(0, 0) ? 0 : 1;
+
+  struct Ack {
+    int replica;
+    uint64_t epoch;
+  };
+  std::mutex mu;
+  std::vector<Ack> acks;
+  int unlabelled = 0;
+  std::atomic<bool> stop{false};
+  std::vector<std::thread> senders;
+  for (int r = 0; r < kReplicas; ++r) {
+    senders.emplace_back([&, r] {
+      auto stub = proto::EmbeddingService::NewStub(grpc::CreateChannel(
+          Address(0, r), grpc::InsecureChannelCredentials()));
+      proto::PushRequest push;
+      push.set_table_id(table.shard_table_ids[0]);
+      push.set_keys(std::string(reinterpret_cast<const char*>(keys.data()),
+                                keys.size() * sizeof(uint64_t)));
+      const std::vector<float> grads(keys.size() * kDim, 1.0f);
+      push.set_gradients(
+          std::string(reinterpret_cast<const char*>(grads.data()),
+                      grads.size() * sizeof(float)));
+      push.set_client_id(1000 + r);
+      for (uint64_t sequence = 1; !stop.load(); ++sequence) {
+        push.set_sequence(sequence);
+        grpc::ClientContext context;
+        context.set_deadline(
+            absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+        proto::PushResponse response;
+        if (stub->Push(&context, push, &response).ok()) {
+          const auto& trailers = context.GetServerTrailingMetadata();
+          const auto it = trailers.find(wire::kReplicaEpochMetadata);
+          std::lock_guard<std::mutex> lock(mu);
+          uint64_t epoch = 0;
+          if (it == trailers.end() ||
+              !absl::SimpleAtoi(
+                  absl::string_view(it->second.data(), it->second.size()),
+                  &epoch)) {
+            ++unlabelled;
+          } else {
+            acks.push_back({r, epoch});
+          }
+        }
+        absl::SleepFor(absl::Milliseconds(10));
+      }
+    });
+  }
+  absl::SleepFor(absl::Milliseconds(300));
+  replicas_[0][old]->Signal(SIGSTOP);
+  const absl::Time give_up = absl::Now() + absl::Seconds(20);
+  bool replaced = false;
+  while (!replaced && absl::Now() < give_up) {
+    absl::StatusOr<proto::ReplicaView> view = View(0);
+    replaced = view.ok() && view->epoch() > before.epoch();
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(replaced);
+  absl::SleepFor(absl::Milliseconds(500));  // the new primary writes
+  replicas_[0][old]->Signal(SIGCONT);       // the old one, with its queue
+  absl::SleepFor(absl::Milliseconds(1000));
+  stop = true;
+  for (std::thread& t : senders) t.join();
+  // Deposed, it leaves the shard (exit 75) for its supervisor to restart.
+  EXPECT_EQ(replicas_[0][old]->Wait(), 75);
+  replicas_[0][old].reset();
+
+  std::map<uint64_t, std::set<int>> acceptors;
+  std::map<std::pair<uint64_t, int>, int> counts;
+  for (const Ack& ack : acks) {
+    acceptors[ack.epoch].insert(ack.replica);
+    ++counts[{ack.epoch, ack.replica}];
+  }
+  for (const auto& [who, n] : counts) {
+    std::printf("epoch %llu: %d pushes acknowledged by replica %d%s\n",
+                static_cast<unsigned long long>(who.first), n, who.second,
+                who.second == old ? " (the paused primary)" : "");
+  }
+  EXPECT_EQ(unlabelled, 0);
+  for (const auto& [epoch, who] : acceptors) {
+    EXPECT_EQ(who.size(), 1u) << "epoch " << epoch << " had two acceptors";
+  }
+  // Both epochs wrote: the old primary before its pause, the new one after.
+  ASSERT_EQ(acceptors.size(), 2u);
+  EXPECT_EQ(*acceptors[before.epoch()].begin(), old);
+  EXPECT_EQ(*acceptors.rbegin()->second.begin(), 1 - old);
+  std::vector<float> values(keys.size() * kDim);
+  ASSERT_OK(setup->Pull(table, keys, absl::MakeSpan(values)));
+  for (float v : values) {
+    EXPECT_EQ(v, -static_cast<float>(acks.size())) << acks.size() << " acks";
+  }
+}
+
 // A primary cut off from the coordination service (the coordinator
 // stopped) stops accepting writes once its lease runs out, although the
 // primary itself is up and reachable; when the coordinator is back, writes
@@ -352,7 +462,8 @@ TEST_F(ReplicationTest, APrimaryCutOffFromTheCoordinatorStopsWriting) {
 
 // Checkpoints are written by the primaries of a replicated job; a new
 // replicated cluster restores them (one replica per shard with --restore,
-// the other joining it) and serves the same rows.
+// the other joining it) and serves the same rows; a third replica that
+// restores rows of its own is refused.
 TEST_F(ReplicationTest, CheckpointAndRestoreWithReplication) {
   auto setup = Connect(Servers());
   ASSERT_NE(setup, nullptr);
@@ -411,6 +522,20 @@ TEST_F(ReplicationTest, CheckpointAndRestoreWithReplication) {
     const std::vector<uint64_t> digests = Digests(shard);
     EXPECT_EQ(digests[0], digests[1]) << "shard " << shard;
   }
+  // A replica that restores rows of its own cannot join a shard that has a
+  // primary (its rows would disagree): it leaves (exit 75), and the shard
+  // goes on with the replicas it had.
+  ASSERT_OK_AND_ASSIGN(
+      auto stray,
+      ServerProcess::Start(
+          kServer, {"--shard_index=0", absl::StrCat("--num_shards=", kShards),
+                    "--replica_directory=" + coordinator_->address(),
+                    "--restore=" + root}));
+  EXPECT_EQ(stray->Wait(), 75);
+  ASSERT_OK_AND_ASSIGN(const proto::ReplicaView view, View(0));
+  EXPECT_EQ(view.in_sync_size(), kReplicas);
+  EXPECT_EQ(view.primary(), Address(0, 0));
+  ASSERT_OK(restored->Push(again, keys, grads));
 }
 
 }  // namespace

@@ -5,7 +5,7 @@
 // serving replica that follows the checkpoints; two clients pull and push
 // (Adagrad, dim 64) as fast as they can; an incremental checkpoint every
 // --checkpoint_every; a SIGKILL of a random training replica every
-// --kill_every. Killed replicas (and any that leave their shard, exit 75)
+// --kill_every (offset by --kill_offset). Killed replicas (and any that leave their shard, exit 75)
 // are restarted at once on their port, as a supervisor would.
 //
 // Every second it appends a line to OUT/soak.tsv: keys/s, p99 of Pull and
@@ -41,6 +41,11 @@ ABSL_FLAG(std::string, out, "/tmp/embedps-soak", "where the results go");
 ABSL_FLAG(absl::Duration, duration, absl::Hours(1), "how long to run");
 ABSL_FLAG(absl::Duration, kill_every, absl::Minutes(10),
           "SIGKILL a random training replica this often");
+ABSL_FLAG(absl::Duration, kill_offset, absl::Seconds(30),
+          "each kill comes this long after its --kill_every mark (30 s: "
+          "halfway between two checkpoints, so that the recovery measured "
+          "is the kill's, not the dip of the serving replica loading a "
+          "checkpoint on the same cores; 0: kills land on checkpoints)");
 ABSL_FLAG(absl::Duration, checkpoint_every, absl::Minutes(1),
           "incremental checkpoint this often");
 ABSL_FLAG(absl::Duration, warm_up, absl::Minutes(5),
@@ -111,7 +116,7 @@ int Run() {
         absl::StrCat("--shard_index=", r.shard),
         absl::StrCat("--num_shards=", shards),
         "--replica_directory=" + (*coordinator)->address(),
-        "--checkpoint_root=" + root, "--log_level=warn"};
+        "--checkpoint_root=" + root, "--log_level=info"};
     if (!r.port.empty()) args.push_back("--port=" + r.port);
     auto p = ServerProcess::Start(server, args);
     Check(p.status(), "starting a replica");
@@ -211,7 +216,8 @@ int Run() {
   std::mt19937_64 rng(7);
   const absl::Time begin = absl::Now();
   const absl::Duration duration = absl::GetFlag(FLAGS_duration);
-  absl::Time next_kill = begin + absl::GetFlag(FLAGS_kill_every);
+  absl::Time next_kill = begin + absl::GetFlag(FLAGS_kill_every) +
+                         absl::GetFlag(FLAGS_kill_offset);
   absl::Time next_checkpoint = begin + absl::GetFlag(FLAGS_checkpoint_every);
   uint64_t step = 1, total_errors = 0;
   std::vector<double> kill_times;

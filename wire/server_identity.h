@@ -13,6 +13,10 @@ inline constexpr char kIncarnationMetadata[] = "embedps-incarnation";
 // The step of the checkpoint it restored at start, decimal (absent if
 // none).
 inline constexpr char kRestoredStepMetadata[] = "embedps-restored-step";
+// On a replicated shard's acknowledged Push: the replica epoch in which the
+// primary that answered accepted it, decimal (absent on a retry answered
+// from the exactly-once log). One primary per epoch: split-brain audits.
+inline constexpr char kReplicaEpochMetadata[] = "embedps-replica-epoch";
 
 }  // namespace embedps::wire
 

@@ -97,9 +97,10 @@ class CopiedSnapshot final : public embedding::TableSnapshot {
   }
 
   // Sized once: growing the buffers while paused would copy them.
-  void Reserve(size_t rows) {
-    entries_.reserve(rows);
-    records_.reserve(rows * record_bytes_);
+  // `entries` rows and removed keys (records are reserved for all).
+  void Reserve(size_t entries) {
+    entries_.reserve(entries);
+    records_.reserve(entries * record_bytes_);
   }
   // Appends a record (its access word stripped of flags).
   void AddRecord(uint64_t key, const char* record) {
@@ -160,11 +161,28 @@ absl::StatusOr<std::unique_ptr<embedding::TableSnapshot>> TakeTableSnapshot(
       std::make_unique<CopiedSnapshot>(incremental && !first && !overflowed,
                                        core.record_bytes, core.stripe_mask);
   const bool only_changed = snapshot->incremental();
-  if (!only_changed) {
-    size_t resident = 0;
-    for (auto& stripe : core.stripes) resident += stripe->index().size();
-    snapshot->Reserve(resident);
+  // Sized exactly, also when only changed rows are copied: growing the
+  // buffers would copy them while paused, and leave a trail of freed
+  // blocks below malloc's mmap threshold on the heap (the process keeps
+  // those pages; one buffer of the final size is mapped and unmapped
+  // whole).
+  size_t entries = 0;
+  for (auto& stripe_ptr : core.stripes) {
+    Stripe& stripe = *stripe_ptr;
+    if (!only_changed) {
+      entries += stripe.index().size();
+      continue;
+    }
+    for (RowId id = 0; id < stripe.used_rows(); ++id) {
+      const RowHeader& header = stripe.Header(id);
+      if (header.last_touch != kFreeRowMark &&
+          (header.access_word & kDirtyBit)) {
+        ++entries;
+      }
+    }
+    entries += stripe.spill().removed_keys.size();
   }
+  snapshot->Reserve(entries);
   for (auto& stripe_ptr : core.stripes) {
     Stripe& stripe = *stripe_ptr;
     for (RowId id = 0; id < stripe.used_rows(); ++id) {
