@@ -87,13 +87,17 @@ BulkFanOut::Ending BulkFanOut::Completed(Call* call, grpc::Status status) {
     call->response.Clear();
     return Finished(std::move(handled));
   }
-  if (const std::optional<absl::Duration> backoff =
-          call->schedule.BackoffAfter(status, absl::Now())) {
-    if (reroute_ != nullptr &&
-        (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-         status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)) {
-      call->stub = reroute_(call->shard, call->stub);
-    }
+  // UNAVAILABLE or no answer in time: the shard's next replica, if it has
+  // several (a failover may be under way).
+  NextStub next{call->stub, false};
+  if (reroute_ != nullptr &&
+      (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+       status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED)) {
+    next = reroute_(call->shard, call->stub);
+  }
+  if (const std::optional<absl::Duration> backoff = call->schedule.BackoffAfter(
+          status, absl::Now(), next.other_replica)) {
+    call->stub = next.stub;
     // The next attempt starts from the alarm's callback, on a gRPC thread.
     call->backoff = std::make_unique<grpc::Alarm>();
     // The alarm keeps its callback until it is destroyed, and the call

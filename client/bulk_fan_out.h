@@ -64,10 +64,15 @@ class BulkFanOut : public std::enable_shared_from_this<BulkFanOut> {
                                             CheckServer check_server = nullptr);
   // A replicated shard's calls may move to another replica: asked, before
   // the retry, after an attempt answered UNAVAILABLE by `stub` (or found
-  // no answer within its deadline: a hung replica); returns the
-  // stub for the next attempt. Default: the same stub.
+  // no answer within its deadline: a hung replica); returns the stub for
+  // the next attempt and whether it is another replica's (the retry then
+  // waits RetryPolicy::failover_backoff at most). Default: the same stub.
+  struct NextStub {
+    grpc::GenericStub* stub;
+    bool other_replica;
+  };
   using Reroute =
-      std::function<grpc::GenericStub*(int32_t shard, grpc::GenericStub* stub)>;
+      std::function<NextStub(int32_t shard, grpc::GenericStub* stub)>;
   // REQUIRES: before the first Start.
   void set_reroute(Reroute reroute) { reroute_ = std::move(reroute); }
 

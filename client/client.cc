@@ -175,25 +175,27 @@ struct Client::Impl {
   // For a fan-out's retries.
   BulkFanOut::Reroute Reroute() {
     return [this](int32_t shard, grpc::GenericStub* stub) {
-      Unavailable(shard, stub);
-      return Channel(shard).bulk.get();
+      const bool other_replica = Unavailable(shard, stub);
+      return BulkFanOut::NextStub{Channel(shard).bulk.get(), other_replica};
     };
   }
   // `stub` answered UNAVAILABLE (or not within the attempt's deadline): if
-  // it is the shard's current replica, the
-  // next one is tried from now on.
+  // it is the shard's current replica, the next one is tried from now on.
+  // True if the shard has several replicas (the next attempt goes to
+  // another one than `stub`'s).
   template <typename StubType>
-  void Unavailable(size_t shard, const StubType* stub) {
+  bool Unavailable(size_t shard, const StubType* stub) {
     Route& route = *routes[shard];
-    if (route.replicas.size() < 2) return;
+    if (route.replicas.size() < 2) return false;
     size_t current = route.current.load();
     for (const Stubs& s : route.replicas[current % route.replicas.size()]) {
       if (static_cast<const void*>(s.generated.get()) == stub ||
           static_cast<const void*>(s.bulk.get()) == stub) {
         route.current.compare_exchange_strong(current, current + 1);
-        return;
+        return true;
       }
     }
+    return true;  // another call moved the shard on already
   }
   uint64_t client_id = 0;
   std::atomic<uint64_t> next_sequence{1};
@@ -259,12 +261,12 @@ struct Client::Impl {
       const proto::EmbeddingService::Stub* stub = Stub(shard);
       const grpc::Status status = rpc(&context);
       if (status.ok()) return absl::OkStatus();
-      if (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-          status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
-        Unavailable(shard, stub);
-      }
+      const bool other_replica =
+          (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+           status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) &&
+          Unavailable(shard, stub);
       const std::optional<absl::Duration> backoff =
-          schedule.BackoffAfter(status, absl::Now());
+          schedule.BackoffAfter(status, absl::Now(), other_replica);
       if (!backoff.has_value()) {
         return CallFailed(method, shard, options.servers[shard],
                           schedule.attempts(), status);

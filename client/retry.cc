@@ -37,12 +37,13 @@ absl::Time RetrySchedule::StartAttempt() {
 }
 
 std::optional<absl::Duration> RetrySchedule::BackoffAfter(
-    const grpc::Status& status, absl::Time now) {
-  if (!Retryable(status, attempt_deadline_) || now + backoff_ > give_up_) {
+    const grpc::Status& status, absl::Time now, bool other_replica) {
+  const absl::Duration wait =
+      other_replica ? std::min(backoff_, policy_.failover_backoff) : backoff_;
+  if (!Retryable(status, attempt_deadline_) || now + wait > give_up_) {
     return std::nullopt;
   }
-  const absl::Duration wait = backoff_;
-  backoff_ = std::min(backoff_ * 2, policy_.max_backoff);
+  if (!other_replica) backoff_ = std::min(backoff_ * 2, policy_.max_backoff);
   return wait;
 }
 

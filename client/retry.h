@@ -24,6 +24,12 @@ struct RetryPolicy {
   // Default: 50 ms and 2 s.
   absl::Duration initial_backoff = absl::Milliseconds(50);
   absl::Duration max_backoff = absl::Seconds(2);
+  // The wait before an attempt at another replica of the shard (the last
+  // one answered UNAVAILABLE or not in time: a failover may be under way),
+  // at most; the doubling pauses meanwhile. A backoff grown over the
+  // failover's seconds would find the new primary seconds after it took
+  // over. Default: 100 ms.
+  absl::Duration failover_backoff = absl::Milliseconds(100);
 };
 
 // Whether an attempt that ended with `status` should be tried again:
@@ -54,8 +60,11 @@ class RetrySchedule {
   // After the latest attempt failed with `status`, at `now`: how long to
   // wait before the next one, or nullopt if the call gives up (the failure
   // is not Retryable, or the wait would end past the retry deadline).
+  // `other_replica`: the next attempt goes to another replica of the shard
+  // (RetryPolicy::failover_backoff).
   std::optional<absl::Duration> BackoffAfter(const grpc::Status& status,
-                                             absl::Time now);
+                                             absl::Time now,
+                                             bool other_replica = false);
 
  private:
   RetryPolicy policy_;

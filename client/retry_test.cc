@@ -37,6 +37,29 @@ TEST(RetryScheduleTest, BackoffDoublesUpToItsMaximum) {
   EXPECT_EQ(schedule.attempts(), 5);
 }
 
+// Moving between the replicas of a shard (a failover under way), the wait
+// stays short and the doubling pauses; back at one server, it goes on.
+TEST(RetryScheduleTest, AttemptsAtAnotherReplicaWaitTheFailoverBackoff) {
+  RetryPolicy policy = Policy();
+  policy.failover_backoff = absl::Milliseconds(30);
+  RetrySchedule schedule(policy);
+  const absl::Time now = absl::Now();
+  std::vector<absl::Duration> waits;
+  for (bool other : {false, false, true, true, true, false}) {
+    schedule.StartAttempt();
+    waits.push_back(schedule.BackoffAfter(kUnavailable, now, other).value());
+  }
+  EXPECT_THAT(waits, ::testing::ElementsAre(
+                         absl::Milliseconds(100), absl::Milliseconds(200),
+                         absl::Milliseconds(30), absl::Milliseconds(30),
+                         absl::Milliseconds(30), absl::Milliseconds(400)));
+  // A call that gives up still gives up.
+  EXPECT_FALSE(schedule
+                   .BackoffAfter(grpc::Status(grpc::StatusCode::INTERNAL, "x"),
+                                 now, true)
+                   .has_value());
+}
+
 TEST(RetryScheduleTest, GivesUpWhenTheWaitWouldEndPastTheRetryDeadline) {
   RetrySchedule schedule(Policy());
   schedule.StartAttempt();
