@@ -350,6 +350,8 @@ absl::Status Replicator::FetchState(const proto::ReplicaView& view,
     changed_.SignalAll();
   }
   const grpc::Status finish = reader->Finish();
+  // The received chunks and the restore's scratch: back to the kernel.
+  ReturnFreedMemory();
   return finish.ok() ? absl::OkStatus() : FromGrpc(finish);
 }
 
@@ -695,6 +697,9 @@ grpc::Status Replicator::CatchUp(
           absl::ToDoubleSeconds(streamed - started),
           absl::ToDoubleSeconds(paused), target - sequence,
           absl::ToDoubleSeconds(absl::Now() - streamed));
+  // The writes held for the joiner during the copy (hundreds of MB at full
+  // rate), freed as it applied them: back to the kernel too.
+  ReturnFreedMemory();
   return grpc::Status::OK;
 }
 

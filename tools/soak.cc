@@ -5,8 +5,9 @@
 // serving replica that follows the checkpoints; two clients pull and push
 // (Adagrad, dim 64) as fast as they can; an incremental checkpoint every
 // --checkpoint_every; a SIGKILL of a random training replica every
-// --kill_every (offset by --kill_offset). Killed replicas (and any that leave their shard, exit 75)
-// are restarted at once on their port, as a supervisor would.
+// --kill_every (offset by --kill_offset). Killed replicas (and any that leave
+// their shard, exit 75) are restarted at once on their port, as a supervisor
+// would.
 //
 // Every second it appends a line to OUT/soak.tsv: keys/s, p99 of Pull and
 // Push, errors, and the RSS of every process; at the end it writes
@@ -347,9 +348,11 @@ int Run() {
         "(for 10 s) after %.0f s\n",
         k, before / 1e6, back);
   }
-  // RSS growth per process: the median of the minute after warm-up against
-  // the median of the last minute (a restarted replica starts over: its
-  // column is noted).
+  // RSS growth per process: the median of the five minutes after warm-up
+  // against the median of the last five (five checkpoint cycles each: a
+  // primary's RSS saws by ~7% between two checkpoints, which trim it, so
+  // one-minute medians compare different phases of the saw). A restarted
+  // replica's column is a new process from its restart on: noted.
   const double end = rows.empty() ? 0 : rows.back()[0];
   std::vector<std::string> names = {"coordinator", "serving"};
   for (const Replica& r : training) {
@@ -366,8 +369,8 @@ int Run() {
       std::nth_element(v.begin(), v.begin() + v.size() / 2, v.end());
       return v[v.size() / 2];
     };
-    const double early = median_between(warm, warm + 60);
-    const double late = median_between(end - 60, end + 1);
+    const double early = median_between(warm, warm + 300);
+    const double late = median_between(end - 300, end + 1);
     std::printf("  RSS %-28s %8.0f MiB -> %8.0f MiB (%+.1f%%)\n",
                 names[p].c_str(), early / 1024, late / 1024,
                 early > 0 ? 100 * (late / early - 1) : 0.0);
