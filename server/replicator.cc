@@ -647,15 +647,16 @@ grpc::Status Replicator::CatchUp(
   // once it is close behind, every later write waits for it, and it counts
   // as in sync when it has every write up to then.
   sender->Activate();
-  uint64_t behind = 0;
   for (int round = 0; round < kMaxDrainRounds; ++round) {
     uint64_t now = 0;
     {
       MutexLock write_lock(&write_mu_);
       now = last_sequence_;
     }
-    behind = now - std::min(now, sender->acked());
-    if (behind <= kCloseBehind) break;
+    // The joiner has every write up to `sequence` (the copy) and those it
+    // acknowledged since; with nothing written since, nothing is owed.
+    const uint64_t has = std::max(sequence, sender->acked());
+    if (now <= has + kCloseBehind) break;
     if (!sender->WaitAcked(now)) break;  // the wait below reports it
   }
   uint64_t target = 0;

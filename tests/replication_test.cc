@@ -261,6 +261,26 @@ TEST_F(ReplicationTest, NoAcknowledgedPushIsLostOrDoubledAcrossKills) {
   EXPECT_EQ(wrong, 0);
 }
 
+// A replica that restarts while no one writes catches up all the same:
+// the primary's last write is long past, and nothing new will come.
+TEST_F(ReplicationTest, AReplicaCatchesUpWhileNothingIsWritten) {
+  auto setup = Connect(Servers());
+  ASSERT_NE(setup, nullptr);
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
+                       setup->CreateTable(SgdTable()));
+  const std::vector<uint64_t> keys = KeysOfShard0();
+  const std::vector<float> grads(keys.size() * kDim, 1.0f);
+  for (int i = 0; i < 40; ++i) ASSERT_OK(setup->Push(table, keys, grads));
+  ASSERT_OK_AND_ASSIGN(const proto::ReplicaView view, View(0));
+  const int backup = view.primary() == Address(0, 0) ? 1 : 0;
+  replicas_[0][backup]->Signal(SIGKILL);
+  replicas_[0][backup]->Wait();
+  ASSERT_OK_AND_ASSIGN(replicas_[0][backup], StartReplica(0, backup));
+  EXPECT_TRUE(AllInSync(0, absl::Seconds(20)));
+  const std::vector<uint64_t> digests = Digests(0);
+  EXPECT_EQ(digests[0], digests[1]);
+}
+
 // A primary cut off from the directory (stopped, as a long pause or a
 // partition would) loses its lease: a backup takes over, and the old
 // primary, resumed, accepts no write for its epoch (and leaves the shard).
