@@ -623,8 +623,7 @@ grpc::Status Replicator::CatchUp(
       return wire::ToGrpcStatus(visited);
     }
   }
-  tables.clear();  // the copies of the rows: back to the kernel
-  ReturnFreedMemory();
+  tables.clear();  // the copies of the rows (returned at the end)
   for (const auto& [client, sequences] : applied) {
     proto::CatchUpChunk chunk;
     chunk.mutable_push_log()->set_client_id(client);
@@ -698,8 +697,8 @@ grpc::Status Replicator::CatchUp(
           absl::ToDoubleSeconds(streamed - started),
           absl::ToDoubleSeconds(paused), target - sequence,
           absl::ToDoubleSeconds(absl::Now() - streamed));
-  // The writes held for the joiner during the copy (hundreds of MB at full
-  // rate), freed as it applied them: back to the kernel too.
+  // The copies of the rows and the writes held for the joiner during the
+  // copy (hundreds of MB at full rate), freed by now: back to the kernel.
   ReturnFreedMemory();
   return grpc::Status::OK;
 }

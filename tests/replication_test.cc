@@ -83,6 +83,11 @@ class ReplicationTest : public ::testing::Test {
     return ServerProcess::Start(kServer, args);
   }
 
+  // Which replica of `view`'s shard is its primary (0 or 1).
+  int PrimaryIndex(const proto::ReplicaView& view, int shard) {
+    return view.primary() == Address(shard, 0) ? 0 : 1;
+  }
+
   std::string Address(int shard, int replica) {
     return "127.0.0.1:" + ports_[shard][replica];
   }
@@ -272,7 +277,7 @@ TEST_F(ReplicationTest, AReplicaCatchesUpWhileNothingIsWritten) {
   const std::vector<float> grads(keys.size() * kDim, 1.0f);
   for (int i = 0; i < 40; ++i) ASSERT_OK(setup->Push(table, keys, grads));
   ASSERT_OK_AND_ASSIGN(const proto::ReplicaView view, View(0));
-  const int backup = view.primary() == Address(0, 0) ? 1 : 0;
+  const int backup = 1 - PrimaryIndex(view, 0);
   replicas_[0][backup]->Signal(SIGKILL);
   replicas_[0][backup]->Wait();
   ASSERT_OK_AND_ASSIGN(replicas_[0][backup], StartReplica(0, backup));
@@ -293,7 +298,7 @@ TEST_F(ReplicationTest, ADeposedPrimaryAcceptsNoWrite) {
   const std::vector<float> grads(keys.size() * kDim, 1.0f);
   ASSERT_OK(setup->Push(table, keys, grads));
   ASSERT_OK_AND_ASSIGN(const proto::ReplicaView before, View(0));
-  const int old = before.primary() == Address(0, 0) ? 0 : 1;
+  const int old = PrimaryIndex(before, 0);
   replicas_[0][old]->Signal(SIGSTOP);
   // A new primary within lease + grace (1.5 s) and a heartbeat.
   proto::ReplicaView after;
@@ -342,7 +347,7 @@ TEST_F(ReplicationTest, NoEpochHasTwoAcceptors) {
                        setup->CreateTable(SgdTable()));
   const std::vector<uint64_t> keys = KeysOfShard0();
   ASSERT_OK_AND_ASSIGN(const proto::ReplicaView before, View(0));
-  const int old = before.primary() == Address(0, 0) ? 0 : 1;
+  const int old = PrimaryIndex(before, 0);
 
   struct Ack {
     int replica;

@@ -161,6 +161,10 @@ absl::StatusOr<std::unique_ptr<embedding::TableSnapshot>> TakeTableSnapshot(
       std::make_unique<CopiedSnapshot>(incremental && !first && !overflowed,
                                        core.record_bytes, core.stripe_mask);
   const bool only_changed = snapshot->incremental();
+  const auto copied = [only_changed](const RowHeader& header) {
+    return header.last_touch != kFreeRowMark &&
+           (!only_changed || (header.access_word & kDirtyBit));
+  };
   // Sized exactly, also when only changed rows are copied: growing the
   // buffers would copy them while paused, and leave a trail of freed
   // blocks below malloc's mmap threshold on the heap (the process keeps
@@ -174,11 +178,7 @@ absl::StatusOr<std::unique_ptr<embedding::TableSnapshot>> TakeTableSnapshot(
       continue;
     }
     for (RowId id = 0; id < stripe.used_rows(); ++id) {
-      const RowHeader& header = stripe.Header(id);
-      if (header.last_touch != kFreeRowMark &&
-          (header.access_word & kDirtyBit)) {
-        ++entries;
-      }
+      if (copied(stripe.Header(id))) ++entries;
     }
     entries += stripe.spill().removed_keys.size();
   }
@@ -187,10 +187,7 @@ absl::StatusOr<std::unique_ptr<embedding::TableSnapshot>> TakeTableSnapshot(
     Stripe& stripe = *stripe_ptr;
     for (RowId id = 0; id < stripe.used_rows(); ++id) {
       RowHeader& header = stripe.MutableHeader(id);
-      if (header.last_touch == kFreeRowMark) continue;
-      if (!only_changed || (header.access_word & kDirtyBit)) {
-        snapshot->AddRecord(header.key, stripe.Record(id));
-      }
+      if (copied(header)) snapshot->AddRecord(header.key, stripe.Record(id));
       header.access_word &= ~kDirtyBit;
     }
     SpillState& spill = stripe.spill();
