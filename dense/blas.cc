@@ -25,14 +25,14 @@ void Gemm<double>(bool ta, bool tb, int m, int n, int k, double alpha,
 }
 
 namespace {
-std::atomic<int> blas_threads{1};
+std::atomic<int> dense_threads{1};
 }  // namespace
 
-void SetBlasThreads(int threads) {
-  blas_threads.store(threads < 1 ? 1 : threads, std::memory_order_relaxed);
-  openblas_set_num_threads(threads < 1 ? 1 : threads);
+void SetDenseThreads(int threads) {
+  dense_threads.store(threads < 1 ? 1 : threads, std::memory_order_relaxed);
+  openblas_set_num_threads(1);
 }
 
-int BlasThreads() { return blas_threads.load(std::memory_order_relaxed); }
+int DenseThreads() { return dense_threads.load(std::memory_order_relaxed); }
 
 }  // namespace embedps::dense

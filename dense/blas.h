@@ -11,13 +11,14 @@ template <typename T>
 void Gemm(bool transpose_a, bool transpose_b, int m, int n, int k, T alpha,
           const T* a, const T* b, T beta, T* c);
 
-// Threads BLAS may use in each call (OpenBLAS keeps its own pool). Set it
-// explicitly: the default is every core, which fights with the server and
-// data threads of a worker.
-void SetBlasThreads(int threads);
-// What SetBlasThreads set last (1 before any call); the CPU model runs its
-// per-sample work (pooling, interaction) on as many threads.
-int BlasThreads();
+// Threads the CPU model's step runs on (cpu_model.h splits each batch
+// into as many parts, one per thread). Every Gemm call is single-threaded
+// from then on (OpenBLAS's own pool is set to one thread): a thread of the
+// step calls it on its own part. Set it explicitly: a worker's server and
+// data threads share the cores.
+void SetDenseThreads(int threads);
+// What SetDenseThreads set last (1 before any call).
+int DenseThreads();
 
 }  // namespace embedps::dense
 

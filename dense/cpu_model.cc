@@ -1,6 +1,9 @@
 #include "dense/cpu_model.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "dense/blas.h"
@@ -10,8 +13,6 @@ namespace embedps::dense {
 using dense_internal::BinaryCrossEntropy;
 using dense_internal::Interact;
 using dense_internal::InteractBackward;
-using dense_internal::PoolBags;
-using dense_internal::UnpoolBags;
 
 template <typename T>
 absl::StatusOr<std::unique_ptr<CpuModel<T>>> CpuModel<T>::Create(
@@ -25,47 +26,54 @@ CpuModel<T>::CpuModel(const ModelSpec& spec)
     : spec_(spec),
       layout_(LayoutOf(spec)),
       parameters_(layout_.num_parameters),
-      gradients_(layout_.num_parameters),
-      bottom_(layout_.bottom),
-      top_(layout_.top) {
+      gradients_(layout_.num_parameters) {
   InitializeParameters<T>(spec_, layout_, absl::MakeSpan(parameters_));
 }
 
+namespace {
+// Below this many samples a part's GEMMs are too small to be worth a
+// thread.
+constexpr int kMinPartSamples = 32;
+}  // namespace
+
 template <typename T>
-const T* CpuModel<T>::Forward(const Batch<T>& batch) {
-  const int n = batch.size, f = layout_.num_features, d = layout_.z0_dim;
-  const T* z0 = bottom_.empty() ? batch.dense.data()
-                                : bottom_.Forward(parameters_.data(),
-                                                  batch.dense.data(), n);
-  // Without slots the interaction is z0 itself: no copies.
-  top_input_ = z0;
-  if (!spec_.slots.empty()) {
-    features_.resize(static_cast<size_t>(n) * f * d);
-    interaction_.resize(static_cast<size_t>(n) * layout_.interaction_dim);
-    // Per sample range: its features (z0 and the pooled bags), then their
-    // interaction, while they are in cache.
-    dense_internal::ForEachSampleRange(
-        n, BlasThreads(), [&](int begin, int end) {
-          T* features = features_.data() + static_cast<size_t>(begin) * f * d;
-          for (int b = begin; b < end; ++b) {
-            std::copy(z0 + static_cast<size_t>(b) * d,
-                      z0 + static_cast<size_t>(b + 1) * d,
-                      features_.data() + static_cast<size_t>(b) * f * d);
-          }
-          for (size_t s = 0; s < spec_.slots.size(); ++s) {
-            PoolBags(spec_.slots[s], batch.slots[s].rows.data(),
-                     batch.slots[s].offsets.data() + begin, end - begin, d,
-                     static_cast<int>(s), f, features);
-          }
-          Interact(features, end - begin, f, d,
-                   interaction_.data() +
-                       static_cast<size_t>(begin) * layout_.interaction_dim);
-        });
-    top_input_ = interaction_.data();
+void CpuModel<T>::SplitBatch(int n) {
+  num_parts_ = std::max(1, std::min(DenseThreads(), n / kMinPartSamples));
+  while (parts_.size() < static_cast<size_t>(num_parts_)) {
+    parts_.push_back(std::make_unique<Part>(layout_));
   }
-  const T* logits = top_.Forward(parameters_.data(), top_input_, n);
-  last_logits_ = absl::MakeConstSpan(logits, n);
-  return logits;
+  for (int p = 0; p < num_parts_; ++p) {
+    parts_[p]->begin =
+        static_cast<int>(static_cast<int64_t>(n) * p / num_parts_);
+    parts_[p]->end =
+        static_cast<int>(static_cast<int64_t>(n) * (p + 1) / num_parts_);
+  }
+  logits_.resize(n);
+}
+
+template <typename T>
+void CpuModel<T>::Forward(const Batch<T>& batch, Part& part) {
+  const int begin = part.begin, n = part.end - part.begin;
+  const int f = layout_.num_features, d = layout_.z0_dim;
+  const T* dense =
+      batch.dense.data() + static_cast<size_t>(begin) * spec_.num_dense;
+  const T* z0 = part.bottom.empty()
+                    ? dense
+                    : part.bottom.Forward(parameters_.data(), dense, n);
+  // Without slots the interaction is z0 itself: no copies.
+  part.top_input = z0;
+  if (!spec_.slots.empty()) {
+    const size_t num_slots = spec_.slots.size();
+    part.features.resize(static_cast<size_t>(n) * f);
+    part.pooled.resize(static_cast<size_t>(n) * num_slots * d);
+    part.interaction.resize(static_cast<size_t>(n) * layout_.interaction_dim);
+    dense_internal::GatherFeatures<T>(spec_.slots, batch.slots, begin, n, d, z0,
+                                      part.pooled.data(), part.features.data());
+    Interact(part.features.data(), n, f, d, part.interaction.data());
+    part.top_input = part.interaction.data();
+  }
+  const T* logits = part.top.Forward(parameters_.data(), part.top_input, n);
+  std::copy(logits, logits + n, logits_.data() + begin);
 }
 
 template <typename T>
@@ -78,9 +86,56 @@ absl::Status CpuModel<T>::Predict(const Batch<T>& batch, absl::Span<T> logits) {
     return absl::InvalidArgumentError(absl::StrCat(
         "Predict needs room for ", batch.size, " logits, got ", logits.size()));
   }
-  const T* out = Forward(batch);
-  std::copy(out, out + batch.size, logits.begin());
+  SplitBatch(batch.size);
+  dense_internal::ForEachPart(num_parts_,
+                              [&](int p) { Forward(batch, *parts_[p]); });
+  last_logits_ = absl::MakeConstSpan(logits_);
+  std::copy(logits_.begin(), logits_.end(), logits.begin());
   return absl::OkStatus();
+}
+
+template <typename T>
+void CpuModel<T>::Backward(const Batch<T>& batch,
+                           absl::Span<const absl::Span<T>> row_gradients,
+                           absl::Span<T> dense_gradients, T* gradients,
+                           Part& part) {
+  const int begin = part.begin, n = part.end - part.begin;
+  const int f = layout_.num_features, d = layout_.z0_dim;
+  // d loss / d z0: from the interaction's gradient, or directly the top
+  // input's gradient when there are no slots. Not computed at all when
+  // nothing below the top MLP needs it (a plain MLP).
+  const bool need_dz0 =
+      !spec_.slots.empty() || !part.bottom.empty() || !dense_gradients.empty();
+  part.dinteraction.resize(static_cast<size_t>(n) * layout_.interaction_dim);
+  part.top.Backward(parameters_.data(), part.top_input, &part.delta, n,
+                    gradients, need_dz0 ? part.dinteraction.data() : nullptr);
+  if (!need_dz0) return;
+  if (spec_.slots.empty()) {
+    part.dz0.swap(part.dinteraction);
+  } else {
+    part.dz0.resize(static_cast<size_t>(n) * d);
+    part.dpooled.resize(part.pooled.size());
+    part.dfeatures.resize(part.features.size());
+    dense_internal::FeatureGradientTargets<T>(
+        batch.slots, row_gradients, begin, n, d, part.dz0.data(),
+        part.dpooled.data(), part.dfeatures.data());
+    InteractBackward(part.features.data(), part.dinteraction.data(), n, f, d,
+                     part.dfeatures.data());
+    dense_internal::UnpoolGradients<T>(spec_.slots, batch.slots, row_gradients,
+                                       begin, n, d, part.dpooled.data());
+  }
+  T* dx = dense_gradients.empty()
+              ? nullptr
+              : dense_gradients.data() +
+                    static_cast<size_t>(begin) * spec_.num_dense;
+  if (part.bottom.empty()) {
+    if (dx != nullptr) std::copy(part.dz0.begin(), part.dz0.end(), dx);
+  } else {
+    part.bottom.Backward(
+        parameters_.data(),
+        batch.dense.data() + static_cast<size_t>(begin) * spec_.num_dense,
+        &part.dz0, n, gradients, dx);
+  }
 }
 
 template <typename T>
@@ -100,54 +155,40 @@ absl::StatusOr<T> CpuModel<T>::TrainStep(
         absl::StrCat("dense_gradients needs ", batch.dense.size(),
                      " values, got ", dense_gradients.size()));
   }
-  const int n = batch.size, f = layout_.num_features, d = layout_.z0_dim;
-  const T* logits = Forward(batch);
-  delta_.resize(n);
-  const T loss =
-      BinaryCrossEntropy(logits, batch.labels.data(), n, delta_.data());
-
-  // d loss / d z0: from the interaction's gradient, or directly the top
-  // input's gradient when there are no slots. Not computed at all when
-  // nothing below the top MLP needs it (a plain MLP).
-  const bool need_dz0 =
-      !spec_.slots.empty() || !bottom_.empty() || !dense_gradients.empty();
-  dinteraction_.resize(static_cast<size_t>(n) * layout_.interaction_dim);
-  top_.Backward(parameters_.data(), top_input_, &delta_, n, gradients_.data(),
-                need_dz0 ? dinteraction_.data() : nullptr);
-  if (!need_dz0) return loss;
-  if (spec_.slots.empty()) {
-    dz0_.swap(dinteraction_);
-  } else {
-    dfeatures_.resize(features_.size());
-    dz0_.resize(static_cast<size_t>(n) * d);
-    dense_internal::ForEachSampleRange(
-        n, BlasThreads(), [&](int begin, int end) {
-          const size_t first = static_cast<size_t>(begin) * f * d;
-          InteractBackward(features_.data() + first,
-                           dinteraction_.data() + static_cast<size_t>(begin) *
-                                                      layout_.interaction_dim,
-                           end - begin, f, d, dfeatures_.data() + first);
-          for (size_t s = 0; s < spec_.slots.size(); ++s) {
-            UnpoolBags(spec_.slots[s], dfeatures_.data() + first,
-                       batch.slots[s].offsets.data() + begin, end - begin, d,
-                       static_cast<int>(s), f, row_gradients[s].data());
-          }
-          // d loss / d z0 is feature 0 of every sample.
-          for (int b = begin; b < end; ++b) {
-            const T* src = dfeatures_.data() + static_cast<size_t>(b) * f * d;
-            std::copy(src, src + d, dz0_.data() + static_cast<size_t>(b) * d);
-          }
-        });
-  }
-  if (bottom_.empty()) {
-    if (!dense_gradients.empty()) {
-      std::copy(dz0_.begin(), dz0_.end(), dense_gradients.begin());
+  const int n = batch.size;
+  SplitBatch(n);
+  std::vector<T> losses(num_parts_);
+  dense_internal::ForEachPart(num_parts_, [&](int p) {
+    Part& part = *parts_[p];
+    Forward(batch, part);
+    const int samples = part.end - part.begin;
+    part.delta.resize(samples);
+    losses[p] = BinaryCrossEntropy(logits_.data() + part.begin,
+                                   batch.labels.data() + part.begin, samples, n,
+                                   part.delta.data());
+    T* gradients = gradients_.data();
+    if (p > 0) {
+      part.gradients.resize(gradients_.size());
+      gradients = part.gradients.data();
     }
-  } else {
-    bottom_.Backward(
-        parameters_.data(), batch.dense.data(), &dz0_, n, gradients_.data(),
-        dense_gradients.empty() ? nullptr : dense_gradients.data());
+    Backward(batch, row_gradients, dense_gradients, gradients, part);
+  });
+  last_logits_ = absl::MakeConstSpan(logits_);
+  // The weight gradients are sums over the batch: add the other parts'
+  // into part 0's, each thread over its own range of parameters.
+  if (num_parts_ > 1) {
+    const size_t size = gradients_.size();
+    dense_internal::ForEachPart(num_parts_, [&](int p) {
+      const size_t first = size * p / num_parts_;
+      const size_t last = size * (p + 1) / num_parts_;
+      for (int q = 1; q < num_parts_; ++q) {
+        const T* other = parts_[q]->gradients.data();
+        for (size_t i = first; i < last; ++i) gradients_[i] += other[i];
+      }
+    });
   }
+  T loss = 0;
+  for (T part_loss : losses) loss += part_loss;
   return loss;
 }
 

@@ -2,8 +2,13 @@
 // system BLAS. It is the reference the CUDA backend is compared with, and
 // it is templated so that gradient checks run it in float64.
 //
-// Thread safety: one thread at a time per CpuModel. BLAS threads are set
-// process-wide with SetBlasThreads (dense/blas.h).
+// A batch is split into DenseThreads() (dense/blas.h) contiguous parts,
+// each run forward and backward on its own thread with single-threaded
+// GEMMs, and the parts' weight gradients summed at the end: no thread
+// waits for another inside the step (a BLAS-threaded step on 2 cores spent
+// a quarter of its cycles in the BLAS pool's idle spinning between GEMMs).
+//
+// Thread safety: one thread at a time per CpuModel.
 #ifndef EMBEDPS_DENSE_CPU_MODEL_H_
 #define EMBEDPS_DENSE_CPU_MODEL_H_
 
@@ -48,20 +53,44 @@ class CpuModel {
   absl::Status Predict(const Batch<T>& batch, absl::Span<T> logits);
 
  private:
+  // One thread's share of a batch: samples [begin, end), its
+  // activations, and (but for part 0, which writes gradients_) its own
+  // weight gradients.
+  struct Part {
+    explicit Part(const ModelLayout& layout)
+        : bottom(layout.bottom), top(layout.top) {}
+    int begin = 0, end = 0;
+    dense_internal::LinearStack<T> bottom, top;
+    // The features by pointer (samples × F: z0's rows, the bags' rows or
+    // their pooled values), the bags that had to be pooled, the interaction
+    // output, and the top MLP's input (the interaction, or z0 when there
+    // are no slots).
+    std::vector<const T*> features;
+    std::vector<T> pooled, interaction;
+    const T* top_input = nullptr;
+    // Backward: where each feature's gradient goes (as `features`), the
+    // pooled bags' gradients, and the rest.
+    std::vector<T*> dfeatures;
+    std::vector<T> dpooled, delta, dinteraction, dz0, gradients;
+  };
+
   explicit CpuModel(const ModelSpec& spec);
-  // Runs the forward pass; returns the logits.
-  const T* Forward(const Batch<T>& batch);
+  // Splits n samples into parts (as many as DenseThreads(), each of at
+  // least kMinPartSamples).
+  void SplitBatch(int n);
+  // The forward pass of `part`; writes its logits into logits_.
+  void Forward(const Batch<T>& batch, Part& part);
+  // The backward pass of `part` given its d loss / d logit in part.delta.
+  void Backward(const Batch<T>& batch,
+                absl::Span<const absl::Span<T>> row_gradients,
+                absl::Span<T> dense_gradients, T* gradients, Part& part);
 
   const ModelSpec spec_;
   const ModelLayout layout_;
-  std::vector<T> parameters_, gradients_;
-  dense_internal::LinearStack<T> bottom_, top_;
-  // Per batch: features (size × F × z0_dim), the interaction output, and
-  // the top MLP's input (the interaction, or z0 when there are no slots).
-  std::vector<T> features_, interaction_;
-  const T* top_input_ = nullptr;
+  std::vector<T> parameters_, gradients_, logits_;
+  std::vector<std::unique_ptr<Part>> parts_;
+  int num_parts_ = 0;  // in use for the current batch
   absl::Span<const T> last_logits_;
-  std::vector<T> delta_, dinteraction_, dfeatures_, dz0_;
 };
 
 }  // namespace embedps::dense

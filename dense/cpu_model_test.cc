@@ -164,41 +164,144 @@ INSTANTIATE_TEST_SUITE_P(Shapes, GradientCheck,
                                            MlpModelSpec(6, {7, 4}, 11),
                                            MlpModelSpec(3, {}, 2)));
 
+// Pointers to each sample's features of `values` (batch × F × dim,
+// contiguous), as Interact takes them.
+template <typename T>
+std::vector<T*> FeaturePointers(std::vector<T>& values, int batch, int f,
+                                int dim) {
+  std::vector<T*> pointers(static_cast<size_t>(batch) * f);
+  for (size_t i = 0; i < pointers.size(); ++i) {
+    pointers[i] = values.data() + i * dim;
+  }
+  return pointers;
+}
+
 // The interaction alone, against a scalar loss Σ w ⊙ out.
 TEST(InteractionTest, BackwardMatchesCentralDifferences) {
   constexpr int kFeatures = 4, kDim = 3;
   std::vector<double> features = Normal<double>(kBatch * kFeatures * kDim, 5);
+  const std::vector<double*> x =
+      FeaturePointers(features, kBatch, kFeatures, kDim);
   const int out_dim = kDim + kFeatures * (kFeatures - 1) / 2;
   const std::vector<double> weights = Normal<double>(kBatch * out_dim, 6);
   const auto loss = [&]() {
     std::vector<double> out(weights.size());
-    dense_internal::Interact(features.data(), kBatch, kFeatures, kDim,
-                             out.data());
+    dense_internal::Interact<double>(x.data(), kBatch, kFeatures, kDim,
+                                     out.data());
     double sum = 0;
     for (size_t i = 0; i < out.size(); ++i) sum += weights[i] * out[i];
     return sum;
   };
   std::vector<double> analytic(features.size());
-  dense_internal::InteractBackward(features.data(), weights.data(), kBatch,
-                                   kFeatures, kDim, analytic.data());
+  dense_internal::InteractBackward<double>(
+      x.data(), weights.data(), kBatch, kFeatures, kDim,
+      FeaturePointers(analytic, kBatch, kFeatures, kDim).data());
   EXPECT_LT(WorstRelativeError(&features, analytic, loss), 1e-6);
 }
 
-TEST(PoolingTest, SumMeanAndEmptyBags) {
-  const std::vector<double> rows = {1, 2, 3, 4, 5, 6};  // 3 rows of dim 2
-  const std::vector<int32_t> offsets = {0, 0, 3};       // empty, then 3 rows
-  std::vector<double> features(2 * 2 * 2, -1);          // F = 2
-  dense_internal::PoolBags(Pooling::kSum, rows.data(), offsets.data(), 2, 2, 0,
-                           2, features.data());
-  EXPECT_THAT(features, ::testing::ElementsAre(-1, -1, 0, 0, -1, -1, 9, 12));
-  dense_internal::PoolBags(Pooling::kMean, rows.data(), offsets.data(), 2, 2, 0,
-                           2, features.data());
-  EXPECT_THAT(features, ::testing::ElementsAre(-1, -1, 0, 0, -1, -1, 3, 4));
-  std::vector<double> row_gradients(rows.size());
-  dense_internal::UnpoolBags(Pooling::kMean, features.data(), offsets.data(), 2,
-                             2, 0, 2, row_gradients.data());
-  EXPECT_THAT(row_gradients,
-              ::testing::ElementsAre(1, 4.0 / 3, 1, 4.0 / 3, 1, 4.0 / 3));
+// The kernels specialized for widths 16, 32, 64 and 128 (and any other
+// width), with feature counts around their blocks, against the
+// definition: out = [f_0, <f_i, f_j> for i < j], d f_i = [i = 0] d out_0 +
+// Σ_{j != i} g_ij f_j.
+TEST(InteractionTest, EveryWidthAndFeatureCountAgreesWithTheDefinition) {
+  for (int dim : {16, 32, 64, 128, 3, 24}) {
+    for (int f : {2, 5, 16, 17, 27, 33}) {
+      SCOPED_TRACE(::testing::Message() << "dim " << dim << ", F " << f);
+      std::vector<double> features = Normal<double>(kBatch * f * dim, dim + f);
+      const std::vector<double*> x = FeaturePointers(features, kBatch, f, dim);
+      const int out_dim = dim + f * (f - 1) / 2;
+      std::vector<double> out(kBatch * out_dim);
+      dense_internal::Interact<double>(x.data(), kBatch, f, dim, out.data());
+      const std::vector<double> dout = Normal<double>(out.size(), f);
+      std::vector<double> dfeatures(features.size());
+      dense_internal::InteractBackward<double>(
+          x.data(), dout.data(), kBatch, f, dim,
+          FeaturePointers(dfeatures, kBatch, f, dim).data());
+      double worst_out = 0, worst_grad = 0;
+      for (int b = 0; b < kBatch; ++b) {
+        const double* xb = features.data() + b * f * dim;
+        const double* o = out.data() + b * out_dim;
+        const double* d = dout.data() + b * out_dim;
+        std::vector<double> expected_grad(f * dim, 0);
+        for (int k = 0; k < dim; ++k) {
+          worst_out = std::max(worst_out, std::abs(o[k] - xb[k]));
+          expected_grad[k] = d[k];
+        }
+        int p = dim;
+        for (int i = 0; i < f; ++i) {
+          for (int j = i + 1; j < f; ++j, ++p) {
+            double dot = 0;
+            for (int k = 0; k < dim; ++k) {
+              dot += xb[i * dim + k] * xb[j * dim + k];
+              expected_grad[i * dim + k] += d[p] * xb[j * dim + k];
+              expected_grad[j * dim + k] += d[p] * xb[i * dim + k];
+            }
+            worst_out = std::max(worst_out, std::abs(o[p] - dot));
+          }
+        }
+        for (int i = 0; i < f * dim; ++i) {
+          worst_grad =
+              std::max(worst_grad,
+                       std::abs(dfeatures[b * f * dim + i] - expected_grad[i]));
+        }
+      }
+      EXPECT_LT(worst_out, 1e-9);
+      EXPECT_LT(worst_grad, 1e-9);
+    }
+  }
+}
+
+TEST(PoolingTest, OneRowBagsAreUsedInPlaceOthersPooled) {
+  // One slot of dim 2; bags: empty, 3 rows, 1 row.
+  const std::vector<double> rows = {1, 2, 3, 4, 5, 6, 7, 8};
+  const std::vector<int32_t> offsets = {0, 0, 3, 4};
+  const std::vector<double> z0 = {-1, -2, -3, -4, -5, -6};  // 3 samples
+  for (Pooling pooling : {Pooling::kSum, Pooling::kMean}) {
+    const std::vector<Pooling> slots = {pooling};
+    const std::vector<SlotBags<double>> bags = {{rows, offsets}};
+    std::vector<double> pooled(3 * 2, -9);
+    std::vector<const double*> x(3 * 2);
+    dense_internal::GatherFeatures<double>(slots, bags, 0, 3, 2, z0.data(),
+                                           pooled.data(), x.data());
+    EXPECT_EQ(x[0], z0.data());
+    EXPECT_EQ(x[2], z0.data() + 2);
+    EXPECT_THAT(std::vector<double>(x[1], x[1] + 2),
+                ::testing::ElementsAre(0, 0));
+    if (pooling == Pooling::kSum) {
+      EXPECT_THAT(std::vector<double>(x[3], x[3] + 2),
+                  ::testing::ElementsAre(9, 12));
+    } else {
+      EXPECT_THAT(std::vector<double>(x[3], x[3] + 2),
+                  ::testing::ElementsAre(3, 4));
+    }
+    EXPECT_EQ(x[5], rows.data() + 6);  // the one-row bag: no copy
+    // From the third sample only (first = 2): its bag, in place.
+    std::vector<const double*> last(2);
+    dense_internal::GatherFeatures<double>(slots, bags, 2, 1, 2, z0.data() + 4,
+                                           pooled.data(), last.data());
+    EXPECT_EQ(last[1], rows.data() + 6);
+
+    std::vector<double> row_gradients(rows.size(), -9), dz0(6, -9),
+        dpooled(6, -9);
+    std::vector<absl::Span<double>> gradient_spans = {
+        absl::MakeSpan(row_gradients)};
+    std::vector<double*> dx(3 * 2);
+    dense_internal::FeatureGradientTargets<double>(
+        bags, gradient_spans, 0, 3, 2, dz0.data(), dpooled.data(), dx.data());
+    EXPECT_EQ(dx[0], dz0.data());
+    EXPECT_EQ(dx[5], row_gradients.data() + 6);
+    // The gradients a backward pass would write, then the pooled bags'.
+    for (int b = 0; b < 3; ++b) {
+      dx[b * 2 + 1][0] = 10.0 * (b + 1);
+      dx[b * 2 + 1][1] = 20.0 * (b + 1);
+    }
+    dense_internal::UnpoolGradients<double>(slots, bags, gradient_spans, 0, 3,
+                                            2, dpooled.data());
+    const double share = pooling == Pooling::kMean ? 1.0 / 3 : 1.0;
+    EXPECT_THAT(row_gradients, ::testing::ElementsAre(
+                                   20 * share, 40 * share, 20 * share,
+                                   40 * share, 20 * share, 40 * share, 30, 60));
+  }
 }
 
 TEST(CpuModelTest, Float32AgreesWithFloat64) {
@@ -237,13 +340,14 @@ TEST(CpuModelTest, Float32AgreesWithFloat64) {
 }
 
 TEST(CpuModelTest, TheSameStepOnOneTwoOrThreeThreads) {
-  // The per-sample work runs on BlasThreads() ranges of the batch; each
-  // sample's arithmetic is the same whatever the split, and the GEMMs are
-  // OpenBLAS's (deterministic for a given thread count).
+  // The batch is split into DenseThreads() parts, one per thread, with
+  // single-threaded GEMMs: each sample's logit and row gradients come out
+  // of the same arithmetic whatever the split; the weight gradients are
+  // sums over the batch, added part by part.
   const ModelSpec spec = SmallDlrm();
   std::vector<float> logits_of[4], gradients_of[4], rows_of[4];
   for (int threads : {1, 2, 3}) {
-    SetBlasThreads(threads);
+    SetDenseThreads(threads);
     ASSERT_OK_AND_ASSIGN(auto model, CpuModel<float>::Create(spec));
     BatchData<float> data(spec, 100, 9);
     auto row_gradients = data.GradientSpans();
@@ -257,12 +361,12 @@ TEST(CpuModelTest, TheSameStepOnOneTwoOrThreeThreads) {
     ASSERT_OK(
         model->Predict(data.View(100), absl::MakeSpan(logits_of[threads])));
   }
-  SetBlasThreads(1);
+  SetDenseThreads(1);
   for (int threads : {2, 3}) {
     EXPECT_EQ(rows_of[threads], rows_of[1]) << threads << " threads";
     EXPECT_EQ(logits_of[threads], logits_of[1]) << threads << " threads";
-    // The weight gradients are GEMMs over the batch: OpenBLAS may split
-    // them differently per thread count.
+    // The weight gradients are sums over the batch: summed in another
+    // order per thread count.
     ASSERT_EQ(gradients_of[threads].size(), gradients_of[1].size());
     for (size_t i = 0; i < gradients_of[1].size(); ++i) {
       ASSERT_NEAR(gradients_of[threads][i], gradients_of[1][i],

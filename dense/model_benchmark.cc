@@ -38,6 +38,8 @@
 #include "dense/device.h"
 #include "dense/model.h"
 
+extern "C" void openblas_set_num_threads(int num_threads);
+
 ABSL_FLAG(int32_t, threads, 2, "BLAS threads for every CPU figure");
 ABSL_FLAG(int32_t, mlp_batch, 2048, "MLP batch");
 ABSL_FLAG(int32_t, mlp_input, 512, "MLP input width");
@@ -46,6 +48,9 @@ ABSL_FLAG(int32_t, dlrm_batch, 8192, "DLRM batch");
 ABSL_FLAG(double, seconds, 3.0, "minimum seconds per measurement");
 ABSL_FLAG(std::string, devices, "cpu,cuda",
           "backends to run the DLRM on (cuda is skipped without a device)");
+ABSL_FLAG(std::string, sections, "mlp,gemm,dlrm",
+          "what to measure: mlp (model vs sgemm), gemm (the libraries), "
+          "dlrm");
 ABSL_FLAG(bool, allow_tf32, false, "cuda: allow TF32 GEMMs");
 ABSL_FLAG(double, gpu_peak_tflops, 0,
           "the GPU's dense peak for the kernels used (FP32, or TF32 with "
@@ -138,6 +143,7 @@ void MlpVersusSgemm() {
   const std::vector<float> a = Random(largest, 1), b = Random(largest, 2);
   std::vector<float> c(largest);
   const double seconds = absl::GetFlag(FLAGS_seconds);
+  openblas_set_num_threads(absl::GetFlag(FLAGS_threads));
   const double sgemm_time = TimePerCall(seconds, [&] {
     for (const GemmCall& g : calls) {
       Gemm<float>(g.ta, g.tb, g.m, g.n, g.k, 1.0f, a.data(), b.data(), 0.0f,
@@ -145,6 +151,7 @@ void MlpVersusSgemm() {
     }
   });
 
+  SetDenseThreads(absl::GetFlag(FLAGS_threads));  // BLAS back to 1 thread
   auto model = CreateModel(spec, {}).value();
   const std::vector<float> x = Random(static_cast<size_t>(batch) * input, 3);
   std::vector<float> y(batch);
@@ -276,6 +283,7 @@ std::vector<GemmCall> LargeDlrmGemms(int batch) {
 
 void GemmLibraries() {
   const int threads = absl::GetFlag(FLAGS_threads);
+  openblas_set_num_threads(threads);
   const std::vector<int> hidden = MlpHidden();
   const std::vector<std::pair<std::string, std::vector<GemmCall>>> workloads = {
       {"MLP, batch " + std::to_string(absl::GetFlag(FLAGS_mlp_batch)),
@@ -346,6 +354,7 @@ double LookUpPeakTflops(const std::string& name, bool tf32) {
 }
 
 void Dlrm(Backend backend) {
+  SetDenseThreads(absl::GetFlag(FLAGS_threads));
   ModelSpec spec;
   spec.num_dense = 13;
   spec.bottom = {512, 256, 64};
@@ -415,9 +424,15 @@ void Dlrm(Backend backend) {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
-  embedps::dense::SetBlasThreads(absl::GetFlag(FLAGS_threads));
-  embedps::dense::MlpVersusSgemm();
-  embedps::dense::GemmLibraries();
+  embedps::dense::SetDenseThreads(absl::GetFlag(FLAGS_threads));
+  const std::vector<std::string> sections =
+      absl::StrSplit(absl::GetFlag(FLAGS_sections), ',');
+  auto wanted = [&](absl::string_view name) {
+    return std::find(sections.begin(), sections.end(), name) != sections.end();
+  };
+  if (wanted("mlp")) embedps::dense::MlpVersusSgemm();
+  if (wanted("gemm")) embedps::dense::GemmLibraries();
+  if (!wanted("dlrm")) return 0;
   for (absl::string_view device :
        absl::StrSplit(absl::GetFlag(FLAGS_devices), ',')) {
     auto backend = embedps::dense::ParseBackend(device);

@@ -75,7 +75,7 @@ absl::StatusOr<double> Evaluate(dense::Model& model, dense::SyntheticTask& task,
 absl::StatusOr<DenseJobResult> RunDenseJob(const DenseJobOptions& o) {
   RETURN_IF_ERROR(ValidateDenseJobOptions(o));
   auto log = Logger("dense_job");
-  dense::SetBlasThreads(o.blas_threads);
+  dense::SetDenseThreads(o.blas_threads);
   ASSIGN_OR_RETURN(std::unique_ptr<dense::SyntheticTask> task,
                    dense::SyntheticTask::Create(o.task));
   ASSIGN_OR_RETURN(

@@ -170,7 +170,7 @@ absl::Status DlrmWorker::Setup() {
     }
   }
   dim_ = c_.embedding_dim();
-  dense::SetBlasThreads(c_.blas_threads() > 0 ? c_.blas_threads() : 1);
+  dense::SetDenseThreads(c_.blas_threads() > 0 ? c_.blas_threads() : 1);
 
   client::ClientOptions client_options;
   client_options.servers = o_.servers;

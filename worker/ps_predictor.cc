@@ -118,7 +118,7 @@ int Run() {
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
-  dense::SetBlasThreads(std::max(1, absl::GetFlag(FLAGS_blas_threads)));
+  dense::SetDenseThreads(std::max(1, absl::GetFlag(FLAGS_blas_threads)));
   absl::StatusOr<std::unique_ptr<Predictor>> predictor =
       Predictor::Start(*std::move(options));
   if (!predictor.ok()) {

@@ -73,126 +73,238 @@ void LinearStack<T>::Backward(const T* parameters, const T* x,
 }
 
 template <typename T>
-void PoolBags(Pooling pooling, const T* rows, const int32_t* offsets, int batch,
-              int dim, int slot, int num_features, T* features) {
+void GatherFeatures(absl::Span<const Pooling> pooling,
+                    absl::Span<const dense::SlotBags<T>> slots, int first,
+                    int batch, int dim, const T* z0, T* pooled,
+                    const T** features) {
+  const size_t num_slots = slots.size(), f = num_slots + 1;
   for (int b = 0; b < batch; ++b) {
-    T* out =
-        features + (static_cast<size_t>(b) * num_features + 1 + slot) * dim;
-    std::fill(out, out + dim, T{0});
-    const int32_t begin = offsets[b], end = offsets[b + 1];
-    for (int32_t k = begin; k < end; ++k) {
-      const T* row = rows + static_cast<size_t>(k) * dim;
-      for (int i = 0; i < dim; ++i) out[i] += row[i];
-    }
-    if (pooling == Pooling::kMean && end > begin) {
-      const T scale = T{1} / static_cast<T>(end - begin);
-      for (int i = 0; i < dim; ++i) out[i] *= scale;
+    const T** x = features + b * f;
+    x[0] = z0 + static_cast<size_t>(b) * dim;
+    for (size_t s = 0; s < num_slots; ++s) {
+      const int32_t begin = slots[s].offsets[first + b];
+      const int32_t end = slots[s].offsets[first + b + 1];
+      const T* rows = slots[s].rows.data();
+      if (end - begin == 1) {
+        x[1 + s] = rows + static_cast<size_t>(begin) * dim;
+        continue;
+      }
+      T* out = pooled + (b * num_slots + s) * dim;
+      std::fill(out, out + dim, T{0});
+      for (int32_t k = begin; k < end; ++k) {
+        const T* row = rows + static_cast<size_t>(k) * dim;
+        for (int i = 0; i < dim; ++i) out[i] += row[i];
+      }
+      if (pooling[s] == Pooling::kMean && end > begin) {
+        const T scale = T{1} / static_cast<T>(end - begin);
+        for (int i = 0; i < dim; ++i) out[i] *= scale;
+      }
+      x[1 + s] = out;
     }
   }
 }
 
 template <typename T>
-void UnpoolBags(Pooling pooling, const T* dfeatures, const int32_t* offsets,
-                int batch, int dim, int slot, int num_features,
-                T* row_gradients) {
+void FeatureGradientTargets(absl::Span<const dense::SlotBags<T>> slots,
+                            absl::Span<const absl::Span<T>> row_gradients,
+                            int first, int batch, int dim, T* dz0,
+                            T* pooled_gradients, T** dfeatures) {
+  const size_t num_slots = slots.size(), f = num_slots + 1;
   for (int b = 0; b < batch; ++b) {
-    const T* g =
-        dfeatures + (static_cast<size_t>(b) * num_features + 1 + slot) * dim;
-    const int32_t begin = offsets[b], end = offsets[b + 1];
-    const T scale = pooling == Pooling::kMean && end > begin
-                        ? T{1} / static_cast<T>(end - begin)
-                        : T{1};
-    for (int32_t k = begin; k < end; ++k) {
-      T* out = row_gradients + static_cast<size_t>(k) * dim;
-      for (int i = 0; i < dim; ++i) out[i] = g[i] * scale;
+    T** dx = dfeatures + b * f;
+    dx[0] = dz0 + static_cast<size_t>(b) * dim;
+    for (size_t s = 0; s < num_slots; ++s) {
+      const int32_t begin = slots[s].offsets[first + b];
+      const int32_t end = slots[s].offsets[first + b + 1];
+      dx[1 + s] =
+          end - begin == 1
+              ? row_gradients[s].data() + static_cast<size_t>(begin) * dim
+              : pooled_gradients + (b * num_slots + s) * dim;
     }
   }
 }
 
-// Σ_k a[k]·b[k] in a fixed order that vectorizes: kLanes partial sums (k
-// modulo kLanes), then those summed pairwise. A single running sum cannot
-// be vectorized without reassociating it (no -ffast-math here), and that
-// dependency chain was most of the CPU DLRM's step.
 template <typename T>
-T Dot(const T* a, const T* b, int n) {
-  constexpr int kLanes = 16;
-  T lane[kLanes] = {};
-  int k = 0;
-  for (; k + kLanes <= n; k += kLanes) {
-    for (int l = 0; l < kLanes; ++l) lane[l] += a[k + l] * b[k + l];
-  }
-  for (int l = 0; k < n; ++k, ++l) lane[l] += a[k] * b[k];
-  for (int width = kLanes / 2; width > 0; width /= 2) {
-    for (int l = 0; l < width; ++l) lane[l] += lane[l + width];
-  }
-  return lane[0];
-}
-
-template <typename T>
-void Interact(const T* features, int batch, int num_features, int dim, T* out) {
-  const int out_dim = dim + num_features * (num_features - 1) / 2;
+void UnpoolGradients(absl::Span<const Pooling> pooling,
+                     absl::Span<const dense::SlotBags<T>> slots,
+                     absl::Span<const absl::Span<T>> row_gradients, int first,
+                     int batch, int dim, const T* pooled_gradients) {
+  const size_t num_slots = slots.size();
   for (int b = 0; b < batch; ++b) {
-    const T* f = features + static_cast<size_t>(b) * num_features * dim;
-    T* o = out + static_cast<size_t>(b) * out_dim;
-    std::copy(f, f + dim, o);
-    int p = dim;
-    for (int i = 0; i < num_features; ++i) {
-      for (int j = i + 1; j < num_features; ++j) {
-        o[p++] = Dot(f + static_cast<size_t>(i) * dim,
-                     f + static_cast<size_t>(j) * dim, dim);
+    for (size_t s = 0; s < num_slots; ++s) {
+      const int32_t begin = slots[s].offsets[first + b];
+      const int32_t end = slots[s].offsets[first + b + 1];
+      if (end - begin == 1) continue;  // written by InteractBackward
+      const T* g = pooled_gradients + (b * num_slots + s) * dim;
+      const T scale = pooling[s] == Pooling::kMean && end > begin
+                          ? T{1} / static_cast<T>(end - begin)
+                          : T{1};
+      for (int32_t k = begin; k < end; ++k) {
+        T* out = row_gradients[s].data() + static_cast<size_t>(k) * dim;
+        for (int i = 0; i < dim; ++i) out[i] = g[i] * scale;
       }
     }
   }
 }
 
-template <typename T>
-void InteractBackward(const T* features, const T* dout, int batch,
-                      int num_features, int dim, T* dfeatures) {
-  const int out_dim = dim + num_features * (num_features - 1) / 2;
+namespace {
+
+// The interaction's kernels, with the feature width a compile-time
+// constant (kDim > 0) so that a row's accumulators live in vector
+// registers, or read at run time (kDim == 0, any width). Every dot product
+// is summed in k order, the same in every instantiation.
+
+// out[b] = [f_0, <f_i, f_j> for i < j]. Per sample the features are
+// transposed (dim × F, F padded to a block of kBlock columns), and each
+// group of kRows features i is multiplied by a block of kBlock columns j at
+// once: kRows × kBlock independent sums, no horizontal additions.
+template <typename T, int kDim>
+void InteractKernel(const T* const* features, int batch, int num_features,
+                    int runtime_dim, T* out) {
+  constexpr int kBlock = 16, kRows = 4;
+  const int dim = kDim > 0 ? kDim : runtime_dim;
+  const int f = num_features;
+  const int padded = (f + kBlock - 1) / kBlock * kBlock;
+  const int out_dim = dim + f * (f - 1) / 2;
+  std::vector<T> transposed(static_cast<size_t>(dim) * padded, T{0});
+  // Where pair (i, j), i < j, goes in a sample's output.
+  std::vector<int> pair(static_cast<size_t>(f) * f, -1);
+  for (int i = 0, p = dim; i < f; ++i) {
+    for (int j = i + 1; j < f; ++j) pair[static_cast<size_t>(i) * f + j] = p++;
+  }
   for (int b = 0; b < batch; ++b) {
-    const T* f = features + static_cast<size_t>(b) * num_features * dim;
-    const T* g = dout + static_cast<size_t>(b) * out_dim;
-    T* df = dfeatures + static_cast<size_t>(b) * num_features * dim;
-    std::copy(g, g + dim, df);
-    std::fill(df + dim, df + static_cast<size_t>(num_features) * dim, T{0});
-    int p = dim;
-    for (int i = 0; i < num_features; ++i) {
-      for (int j = i + 1; j < num_features; ++j) {
-        const T gp = g[p++];
-        const T* fi = f + static_cast<size_t>(i) * dim;
-        const T* fj = f + static_cast<size_t>(j) * dim;
-        T* dfi = df + static_cast<size_t>(i) * dim;
-        T* dfj = df + static_cast<size_t>(j) * dim;
+    const T* const* x = features + static_cast<size_t>(b) * f;
+    T* o = out + static_cast<size_t>(b) * out_dim;
+    std::copy(x[0], x[0] + dim, o);
+    for (int i = 0; i < f; ++i) {
+      for (int k = 0; k < dim; ++k) {
+        transposed[static_cast<size_t>(k) * padded + i] = x[i][k];
+      }
+    }
+    for (int i0 = 0; i0 < f - 1; i0 += kRows) {
+      const T* row[kRows];
+      for (int r = 0; r < kRows; ++r) {
+        row[r] = x[std::min(i0 + r, f - 1)];
+      }
+      // Blocks holding some j > i0.
+      for (int j0 = (i0 + 1) / kBlock * kBlock; j0 < f; j0 += kBlock) {
+        T sum[kRows][kBlock] = {};
         for (int k = 0; k < dim; ++k) {
-          dfi[k] += gp * fj[k];
-          dfj[k] += gp * fi[k];
+          const T* column =
+              transposed.data() + static_cast<size_t>(k) * padded + j0;
+          for (int r = 0; r < kRows; ++r) {
+            const T a = row[r][k];
+            for (int l = 0; l < kBlock; ++l) sum[r][l] += a * column[l];
+          }
+        }
+        for (int r = 0; r < kRows && i0 + r < f; ++r) {
+          const int i = i0 + r;
+          for (int l = 0; l < kBlock && j0 + l < f; ++l) {
+            const int j = j0 + l;
+            if (j > i) o[pair[static_cast<size_t>(i) * f + j]] = sum[r][l];
+          }
         }
       }
     }
   }
 }
 
-void ForEachSampleRange(int n, int threads,
-                        const std::function<void(int, int)>& work) {
-  threads = std::max(1, std::min(threads, n / 16));
-  if (threads <= 1) {
-    work(0, n);
-    return;
+// d f_i = Σ_j g_ij f_j (g symmetric: d out / d <f_i, f_j>, 0 on the
+// diagonal), plus d out[0..dim) for f_0. A row's sum is kept whole
+// (dim values) across the j loop.
+template <typename T, int kDim>
+void InteractBackwardKernel(const T* const* features, const T* dout, int batch,
+                            int num_features, int runtime_dim,
+                            T* const* dfeatures) {
+  const int dim = kDim > 0 ? kDim : runtime_dim;
+  const int f = num_features;
+  const int out_dim = dim + f * (f - 1) / 2;
+  std::vector<T> g(static_cast<size_t>(f) * f, T{0});
+  std::vector<T> runtime_sum(kDim > 0 ? 0 : dim);
+  std::vector<T> local(static_cast<size_t>(f) * dim);
+  for (int b = 0; b < batch; ++b) {
+    const T* const* x = features + static_cast<size_t>(b) * f;
+    const T* d = dout + static_cast<size_t>(b) * out_dim;
+    T* const* dx = dfeatures + static_cast<size_t>(b) * f;
+    // The sample's features side by side: read F times each below, and
+    // where they are bags' rows in place, the same offset in F arrays
+    // would share a handful of cache sets.
+    for (int i = 0; i < f; ++i) {
+      std::copy(x[i], x[i] + dim, local.data() + static_cast<size_t>(i) * dim);
+    }
+    for (int i = 0, p = dim; i < f; ++i) {
+      for (int j = i + 1; j < f; ++j, ++p) {
+        g[static_cast<size_t>(i) * f + j] = d[p];
+        g[static_cast<size_t>(j) * f + i] = d[p];
+      }
+    }
+    for (int i = 0; i < f; ++i) {
+      T fixed_sum[kDim > 0 ? kDim : 1];
+      T* sum = kDim > 0 ? fixed_sum : runtime_sum.data();
+      for (int k = 0; k < dim; ++k) sum[k] = i == 0 ? d[k] : T{0};
+      const T* gi = g.data() + static_cast<size_t>(i) * f;
+      for (int j = 0; j < f; ++j) {
+        const T c = gi[j];
+        const T* xj = local.data() + static_cast<size_t>(j) * dim;
+        for (int k = 0; k < dim; ++k) sum[k] += c * xj[k];
+      }
+      std::copy(sum, sum + dim, dx[i]);
+    }
   }
+}
+
+}  // namespace
+
+template <typename T>
+void Interact(const T* const* features, int batch, int num_features, int dim,
+              T* out) {
+  switch (dim) {
+    case 16:
+      return InteractKernel<T, 16>(features, batch, num_features, dim, out);
+    case 32:
+      return InteractKernel<T, 32>(features, batch, num_features, dim, out);
+    case 64:
+      return InteractKernel<T, 64>(features, batch, num_features, dim, out);
+    case 128:
+      return InteractKernel<T, 128>(features, batch, num_features, dim, out);
+    default:
+      return InteractKernel<T, 0>(features, batch, num_features, dim, out);
+  }
+}
+
+template <typename T>
+void InteractBackward(const T* const* features, const T* dout, int batch,
+                      int num_features, int dim, T* const* dfeatures) {
+  switch (dim) {
+    case 16:
+      return InteractBackwardKernel<T, 16>(features, dout, batch, num_features,
+                                           dim, dfeatures);
+    case 32:
+      return InteractBackwardKernel<T, 32>(features, dout, batch, num_features,
+                                           dim, dfeatures);
+    case 64:
+      return InteractBackwardKernel<T, 64>(features, dout, batch, num_features,
+                                           dim, dfeatures);
+    case 128:
+      return InteractBackwardKernel<T, 128>(features, dout, batch, num_features,
+                                            dim, dfeatures);
+    default:
+      return InteractBackwardKernel<T, 0>(features, dout, batch, num_features,
+                                          dim, dfeatures);
+  }
+}
+
+void ForEachPart(int parts, const std::function<void(int)>& work) {
   std::vector<std::thread> helpers;
-  helpers.reserve(threads - 1);
-  const auto begin_of = [&](int t) {
-    return static_cast<int>(static_cast<int64_t>(n) * t / threads);
-  };
-  for (int t = 1; t < threads; ++t) {
-    helpers.emplace_back(work, begin_of(t), begin_of(t + 1));
-  }
-  work(0, begin_of(1));
+  helpers.reserve(parts > 1 ? parts - 1 : 0);
+  for (int p = 1; p < parts; ++p) helpers.emplace_back(work, p);
+  work(0);
   for (std::thread& helper : helpers) helper.join();
 }
 
 template <typename T>
-T BinaryCrossEntropy(const T* logits, const T* labels, int batch, T* dlogits) {
+T BinaryCrossEntropy(const T* logits, const T* labels, int batch, int mean_over,
+                     T* dlogits) {
   // Per sample dense::LogLossOfLogit; derivative σ(z) - y.
   T loss = 0;
   for (int r = 0; r < batch; ++r) {
@@ -201,21 +313,27 @@ T BinaryCrossEntropy(const T* logits, const T* labels, int batch, T* dlogits) {
     if (dlogits != nullptr) {
       const T e = std::exp(-std::abs(z));
       const T sigmoid = z >= 0 ? T{1} / (T{1} + e) : e / (T{1} + e);
-      dlogits[r] = (sigmoid - y) / static_cast<T>(batch);
+      dlogits[r] = (sigmoid - y) / static_cast<T>(mean_over);
     }
   }
-  return loss / static_cast<T>(batch);
+  return loss / static_cast<T>(mean_over);
 }
 
 #define EMBEDPS_INSTANTIATE(T)                                                \
   template class LinearStack<T>;                                              \
-  template void PoolBags<T>(Pooling, const T*, const int32_t*, int, int, int, \
-                            int, T*);                                         \
-  template void UnpoolBags<T>(Pooling, const T*, const int32_t*, int, int,    \
-                              int, int, T*);                                  \
-  template void Interact<T>(const T*, int, int, int, T*);                     \
-  template void InteractBackward<T>(const T*, const T*, int, int, int, T*);   \
-  template T BinaryCrossEntropy<T>(const T*, const T*, int, T*);
+  template void GatherFeatures<T>(absl::Span<const Pooling>,                  \
+                                  absl::Span<const dense::SlotBags<T>>, int,  \
+                                  int, int, const T*, T*, const T**);         \
+  template void FeatureGradientTargets<T>(                                    \
+      absl::Span<const dense::SlotBags<T>>, absl::Span<const absl::Span<T>>,  \
+      int, int, int, T*, T*, T**);                                            \
+  template void UnpoolGradients<T>(                                           \
+      absl::Span<const Pooling>, absl::Span<const dense::SlotBags<T>>,        \
+      absl::Span<const absl::Span<T>>, int, int, int, const T*);              \
+  template void Interact<T>(const T* const*, int, int, int, T*);              \
+  template void InteractBackward<T>(const T* const*, const T*, int, int, int, \
+                                    T* const*);                               \
+  template T BinaryCrossEntropy<T>(const T*, const T*, int, int, T*);
 EMBEDPS_INSTANTIATE(float)
 EMBEDPS_INSTANTIATE(double)
 #undef EMBEDPS_INSTANTIATE

@@ -12,6 +12,7 @@
 #include <functional>
 #include <vector>
 
+#include "absl/types/span.h"
 #include "dense/model_spec.h"
 
 namespace embedps::dense_internal {
@@ -45,40 +46,61 @@ class LinearStack {
   std::vector<T> scratch_;
 };
 
-// features[b, 1 + slot, :] = pooled rows of bag b (F feature vectors of
-// `dim` per sample). REQUIRES: offsets validated (ValidateBatch).
+// The F feature vectors of samples [0, batch) as pointers (features[b·F +
+// i]): feature 0 is row b of `z0` (batch × dim); feature 1 + s is slot s's
+// bag of sample b — its row itself when the bag has exactly one (no copy:
+// the usual case in CTR data), else the bag pooled (sum or mean; zeros
+// when empty) into pooled[(b·S + s)·dim, +dim). `offsets` are the slots'
+// offsets from the part's first sample. REQUIRES: offsets validated
+// (ValidateBatch); pooled has batch × S × dim values.
 template <typename T>
-void PoolBags(Pooling pooling, const T* rows, const int32_t* offsets, int batch,
-              int dim, int slot, int num_features, T* features);
+void GatherFeatures(absl::Span<const Pooling> pooling,
+                    absl::Span<const dense::SlotBags<T>> slots, int first,
+                    int batch, int dim, const T* z0, T* pooled,
+                    const T** features);
 
-// Row gradients of one slot from d loss / d features.
+// Where each feature's gradient goes, in the same arrangement:
+// feature 0's into row b of dz0, a one-row bag's straight into that row's
+// gradient, any other bag's into pooled_gradients (then UnpoolGradients).
 template <typename T>
-void UnpoolBags(Pooling pooling, const T* dfeatures, const int32_t* offsets,
-                int batch, int dim, int slot, int num_features,
-                T* row_gradients);
+void FeatureGradientTargets(absl::Span<const dense::SlotBags<T>> slots,
+                            absl::Span<const absl::Span<T>> row_gradients,
+                            int first, int batch, int dim, T* dz0,
+                            T* pooled_gradients, T** dfeatures);
 
-// out[b] = [features[b, 0, :], <f_i, f_j> for i < j] (batch × (dim +
-// F(F-1)/2)).
+// The row gradients of the bags that were pooled (not one row) from
+// their features' gradients in pooled_gradients.
 template <typename T>
-void Interact(const T* features, int batch, int num_features, int dim, T* out);
+void UnpoolGradients(absl::Span<const Pooling> pooling,
+                     absl::Span<const dense::SlotBags<T>> slots,
+                     absl::Span<const absl::Span<T>> row_gradients, int first,
+                     int batch, int dim, const T* pooled_gradients);
 
-// dfeatures = d loss / d features from dout = d loss / d out.
+// out[b] = [f_0, <f_i, f_j> for i < j] (batch × (dim + F(F-1)/2)) of
+// features given as above (batch × F pointers).
 template <typename T>
-void InteractBackward(const T* features, const T* dout, int batch,
-                      int num_features, int dim, T* dfeatures);
+void Interact(const T* const* features, int batch, int num_features, int dim,
+              T* out);
 
-// Calls work(begin, end) over [0, n) split into `threads` contiguous
-// ranges, the first on the calling thread, the others on threads started
-// for the call (a step has two such regions: the start cost, ~20 µs, is
-// small next to the work). Each range writes only its own samples.
-void ForEachSampleRange(int n, int threads,
-                        const std::function<void(int, int)>& work);
-
-// Mean over the batch of the binary cross-entropy of sigmoid(logit),
-// computed from the logits (no overflow for any finite logit); writes
-// d mean loss / d logit into `dlogits` when not null.
+// d loss / d f_i of every sample into dfeatures[b·F + i] (dim values
+// each) from dout = d loss / d out.
 template <typename T>
-T BinaryCrossEntropy(const T* logits, const T* labels, int batch, T* dlogits);
+void InteractBackward(const T* const* features, const T* dout, int batch,
+                      int num_features, int dim, T* const* dfeatures);
+
+// Calls work(p) for every p in [0, parts): p = 0 on the calling thread,
+// the others on threads started for the call (the start cost, ~20 µs, is
+// small next to a step's work). Returns when all have returned.
+void ForEachPart(int parts, const std::function<void(int)>& work);
+
+// The binary cross-entropy of sigmoid(logit) of `batch` samples, from the
+// logits (no overflow for any finite logit), summed and divided by
+// `mean_over`: these samples' share of the mean loss over a batch of
+// `mean_over` samples (the whole batch when mean_over == batch). Writes
+// that mean's derivative by each logit into `dlogits` when not null.
+template <typename T>
+T BinaryCrossEntropy(const T* logits, const T* labels, int batch, int mean_over,
+                     T* dlogits);
 
 }  // namespace embedps::dense_internal
 
