@@ -12,6 +12,7 @@
 #ifndef EMBEDPS_DENSE_DATA_PARALLEL_H_
 #define EMBEDPS_DENSE_DATA_PARALLEL_H_
 
+#include <functional>
 #include <memory>
 
 #include "absl/status/statusor.h"
@@ -33,10 +34,15 @@ class DataParallelTrainer {
   // Forward/backward on this rank's share, AllReduce(mean) of the
   // gradients, one optimizer step. Returns this rank's mean loss.
   // `row_gradients` as in Model::TrainStep (the slot embeddings' gradients
-  // stay per rank: the parameter servers reduce those). On a collective
-  // error the step is not applied on this rank.
-  absl::StatusOr<float> Step(const Batch<float>& batch,
-                             absl::Span<const absl::Span<float>> row_gradients);
+  // stay per rank: the parameter servers reduce those). `row_gradients_ready`,
+  // when given, is called once they are written, before the AllReduce and
+  // the optimizer step (a worker starts its Pushes there, so that the
+  // servers apply them while the dense half finishes). On a collective
+  // error the step is not applied on this rank (the callback has run).
+  absl::StatusOr<float> Step(
+      const Batch<float>& batch,
+      absl::Span<const absl::Span<float>> row_gradients,
+      const std::function<void()>& row_gradients_ready = nullptr);
 
   int64_t steps() const { return optimizer_->steps(); }
 

@@ -322,38 +322,51 @@ absl::StatusOr<float> DlrmWorker::TrainOn(PreparedStep& step) {
     grads.push_back(absl::MakeSpan(slot_grads_[s]));
   }
   const absl::Time compute_start = absl::Now();
-  ASSIGN_OR_RETURN(float loss, trainer_->Step(batch, grads));
+  // Row gradients summed per unique key, and the Pushes started as soon as
+  // they exist: the servers apply them (and serve the next step's Pulls,
+  // which SYNC holds until then) while the dense half finishes its step.
+  // SYNC: the servers sum every worker's push, so each sends 1/W of its
+  // mean-loss gradient.
+  const float scale = mode_.mode == proto::ConsistencyConfig::SYNC
+                          ? 1.0f / static_cast<float>(o_.job.world_size)
+                          : 1.0f;
+  const auto push = [&] {
+    for (TableBatch& table : step.tables) {
+      table.grads.assign(table.unique.size() * dim_, 0.0f);
+    }
+    for (int s = 0; s < slots; ++s) {
+      std::vector<float>& out = step.tables[slot_table_[s]].grads;
+      for (int i = 0; i < n; ++i) {
+        const int32_t u = step.index[static_cast<size_t>(i) * slots + s];
+        const float* g = slot_grads_[s].data() + static_cast<size_t>(i) * dim_;
+        float* target = out.data() + static_cast<size_t>(u) * dim_;
+        for (int k = 0; k < dim_; ++k) target[k] += scale * g[k];
+      }
+    }
+    for (size_t t = 0; t < handles_.size(); ++t) {
+      step.pushes.push_back(client_->PushAsync(
+          handles_[t], step.tables[t].unique, step.tables[t].grads,
+          step.batch.step, client::Client::Keys::kUnique));
+    }
+  };
+  absl::StatusOr<float> loss = trainer_->Step(batch, grads, push);
   logits_.resize(n);
-  RETURN_IF_ERROR(model_->LastLogits(absl::MakeSpan(logits_)));
+  if (loss.ok()) {
+    if (absl::Status s = model_->LastLogits(absl::MakeSpan(logits_)); !s.ok()) {
+      loss = s;
+    }
+  }
+  if (!loss.ok()) {
+    // The Pushes borrow the step's buffers: done before they go.
+    AwaitPushes(step).IgnoreError();
+    return loss.status();
+  }
   for (int i = 0; i < n; ++i) {
     window_.emplace_back(logits_[i], step.batch.labels[i]);
   }
   while (window_.size() > kAucWindow) window_.pop_front();
-
-  // Row gradients summed per unique key. SYNC: the servers sum every
-  // worker's push, so each sends 1/W of its mean-loss gradient.
-  const float scale = mode_.mode == proto::ConsistencyConfig::SYNC
-                          ? 1.0f / static_cast<float>(o_.job.world_size)
-                          : 1.0f;
-  for (TableBatch& table : step.tables) {
-    table.grads.assign(table.unique.size() * dim_, 0.0f);
-  }
-  for (int s = 0; s < slots; ++s) {
-    std::vector<float>& out = step.tables[slot_table_[s]].grads;
-    for (int i = 0; i < n; ++i) {
-      const int32_t u = step.index[static_cast<size_t>(i) * slots + s];
-      const float* g = slot_grads_[s].data() + static_cast<size_t>(i) * dim_;
-      float* target = out.data() + static_cast<size_t>(u) * dim_;
-      for (int k = 0; k < dim_; ++k) target[k] += scale * g[k];
-    }
-  }
   metrics_.compute_seconds = metrics_.compute_seconds +
                              absl::ToDoubleSeconds(absl::Now() - compute_start);
-  for (size_t t = 0; t < handles_.size(); ++t) {
-    step.pushes.push_back(client_->PushAsync(
-        handles_[t], step.tables[t].unique, step.tables[t].grads,
-        step.batch.step, client::Client::Keys::kUnique));
-  }
   return loss;
 }
 
