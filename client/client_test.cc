@@ -332,6 +332,72 @@ TEST_F(ClientTest, SyncModeAppliesEachStepOnceWithTheSummedGradient) {
   EXPECT_EQ(after_b, want);
 }
 
+// A SYNC Pull that has to wait reads the table while it waits and then
+// re-reads the keys the steps applied meanwhile changed (all keys, when
+// more steps than the server remembers went by): its answer must be what
+// a Pull after those steps reads — for pushed keys, untouched ones and
+// keys never seen before.
+TEST_F(ClientTest, SyncPullsThatWaitAnswerWithTheRowsAfterTheStep) {
+  StartShards(2, TwoWorkers());
+  const proto::TableConfig config =
+      SteppedTable("ahead", proto::ConsistencyConfig::SYNC);
+  auto worker_a = Connect();
+  auto worker_b = Connect();
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
+                       worker_a->CreateTable(config));
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table_b,
+                       worker_b->CreateTable(config));
+  ASSERT_OK_AND_ASSIGN(embedding::TableSpec spec,
+                       server::SpecFromConfig(config));
+  ASSERT_OK_AND_ASSIGN(auto reference, embedding::Table::Create(spec));
+
+  // Pushed every step; pulled at step 0 but never pushed; new at step 1.
+  std::vector<uint64_t> pushed, untouched, fresh;
+  for (uint64_t i = 0; i < 100; ++i) {
+    pushed.push_back(1000 + i);
+    untouched.push_back(2000 + i);
+    fresh.push_back(3000 + i);
+  }
+  std::vector<uint64_t> first = pushed;
+  first.insert(first.end(), untouched.begin(), untouched.end());
+  std::vector<uint64_t> all = first;
+  all.insert(all.end(), fresh.begin(), fresh.end());
+  std::vector<float> scratch(all.size() * kDim);
+  ASSERT_OK(worker_a->Pull(table, first,
+                           absl::MakeSpan(scratch.data(), first.size() * kDim),
+                           /*step=*/0));
+  ASSERT_OK(reference->Pull(
+      first, absl::MakeSpan(scratch.data(), first.size() * kDim)));
+  std::vector<float> ga(pushed.size() * kDim), gb(pushed.size() * kDim),
+      sum(pushed.size() * kDim);
+  for (size_t i = 0; i < ga.size(); ++i) {
+    ga[i] = 0.01f * (i % 17) - 0.05f;
+    gb[i] = 0.02f * (i % 5) + 0.01f;
+    sum[i] = ga[i] + gb[i];
+  }
+  // Pulls for `step` (waiting for the steps before it), then both workers
+  // push the steps from `from` up to it; the Pull must read the rows after
+  // them.
+  const auto check = [&](uint64_t from, uint64_t step) {
+    std::vector<float> got(all.size() * kDim);
+    std::thread waiter([&] {
+      ASSERT_OK(worker_a->Pull(table, all, absl::MakeSpan(got), step));
+    });
+    absl::SleepFor(absl::Milliseconds(200));  // the Pull is waiting
+    for (uint64_t s = from; s < step; ++s) {
+      ASSERT_OK(worker_a->Push(table, pushed, ga, s));
+      ASSERT_OK(worker_b->Push(table_b, pushed, gb, s));
+      ASSERT_OK(reference->Push(pushed, sum));
+    }
+    waiter.join();
+    std::vector<float> want(all.size() * kDim);
+    ASSERT_OK(reference->Pull(all, absl::MakeSpan(want)));
+    EXPECT_EQ(got, want) << "Pull for step " << step;
+  };
+  check(0, 1);
+  check(1, 1 + 2 * 8 + 3);  // more steps than the server remembers
+}
+
 TEST_F(ClientTest, SyncModeTimesOutClearlyWhenAWorkerIsMissing) {
   StartShards(2, TwoWorkers());
   auto worker = Connect();

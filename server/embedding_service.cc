@@ -1,5 +1,6 @@
 #include "server/embedding_service.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -260,18 +261,38 @@ grpc::Status EmbeddingServiceImpl::ServePull(const PullCall& call,
   const proto::PullRequest& request = call.header;
   embedding::Table* const table = call.entry.table;
   const std::vector<uint64_t>& keys = call.keys;
-  if (call.entry.synchronizer != nullptr) {
-    const absl::Status ready =
-        call.entry.synchronizer->AwaitPullable(request.step());
-    if (!ready.ok()) return wire::ToGrpcStatus(ready);
-  }
-
+  StepSynchronizer* const synchronizer = call.entry.synchronizer;
   // The values are pulled straight into the buffer that goes out (or a
   // float32 scratch that Finish narrows into it).
   wire::PullResponseBuilder builder(request.value_type(),
                                     keys.size() * table->spec().dim);
+  // A SYNC Pull that must wait for the previous step reads the table while
+  // it waits (creating the rows it needs then, off the step's critical
+  // path), then re-reads only the keys the steps applied meanwhile changed.
+  // Not where other writers change rows: admission (a Pull's count decides
+  // a row's creation) and eviction.
+  const embedding::TableSpec& spec = table->spec();
+  const bool read_ahead =
+      synchronizer != nullptr && !request.read_only() &&
+      synchronizer->mode() == StepSynchronizer::Mode::kSync &&
+      spec.admission.kind == embedding::AdmissionSpec::Kind::kAlways &&
+      spec.eviction.ttl == 0 && !synchronizer->Pullable(request.step());
+  uint64_t read_at = 0;
+  if (read_ahead) {
+    read_at = synchronizer->AppliedThrough();
+    const absl::Status read = table->Pull(
+        keys, builder.values(), embedding::AccessContext{request.step()});
+    if (!read.ok()) return wire::ToGrpcStatus(read);
+  }
+  if (synchronizer != nullptr) {
+    const absl::Status ready = synchronizer->AwaitPullable(request.step());
+    if (!ready.ok()) return wire::ToGrpcStatus(ready);
+  }
   absl::Status status;
-  if (request.read_only()) {
+  if (read_ahead) {
+    status = RereadChanged(*synchronizer, *table, read_at, request.step(), keys,
+                           builder.values());
+  } else if (request.read_only()) {
     // Serving and evaluation: a key without a row reads as its initial
     // values, what a Pull would have created.
     std::unique_ptr<bool[]> found(new bool[keys.size()]);
@@ -287,6 +308,41 @@ grpc::Status EmbeddingServiceImpl::ServePull(const PullCall& call,
   if (!status.ok()) return wire::ToGrpcStatus(status);
   *response = std::move(builder).Finish();
   return grpc::Status::OK;
+}
+
+absl::Status EmbeddingServiceImpl::RereadChanged(
+    StepSynchronizer& synchronizer, embedding::Table& table, uint64_t read_at,
+    uint64_t step, absl::Span<const uint64_t> keys, absl::Span<float> values) {
+  std::vector<std::shared_ptr<const StepSynchronizer::StepKeys>> changed;
+  const bool known = synchronizer.ChangedKeys(read_at, step, &changed);
+  std::vector<uint32_t> positions;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const bool stale =
+        !known ||
+        std::any_of(changed.begin(), changed.end(), [&](const auto& step_keys) {
+          return step_keys->contains(keys[i]);
+        });
+    if (stale) positions.push_back(static_cast<uint32_t>(i));
+  }
+  if (positions.empty()) return absl::OkStatus();
+  const size_t dim = table.spec().dim;
+  std::vector<uint64_t> stale_keys(positions.size());
+  for (size_t j = 0; j < positions.size(); ++j) {
+    stale_keys[j] = keys[positions[j]];
+  }
+  // A Lookup: the first read already counted the access.
+  std::vector<float> fresh(stale_keys.size() * dim);
+  std::unique_ptr<bool[]> found(new bool[stale_keys.size()]);
+  RETURN_IF_ERROR(table
+                      .Lookup(stale_keys, absl::MakeSpan(fresh),
+                              absl::MakeSpan(found.get(), stale_keys.size()),
+                              embedding::Table::MissingRows::kInitialValues)
+                      .status());
+  for (size_t j = 0; j < positions.size(); ++j) {
+    std::memcpy(values.data() + static_cast<size_t>(positions[j]) * dim,
+                fresh.data() + j * dim, sizeof(float) * dim);
+  }
+  return absl::OkStatus();
 }
 
 grpc::Status EmbeddingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,

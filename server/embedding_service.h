@@ -181,6 +181,14 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
   };
   grpc::Status ParsePull(const grpc::ByteBuffer& request, PullCall* call);
   grpc::Status ServePull(const PullCall& call, grpc::ByteBuffer* response);
+  // After a Pull read `keys` into `values` at AppliedThrough() == read_at
+  // and its `step` became pullable: reads again the keys the steps applied
+  // since changed (all of them when those are no longer remembered).
+  static absl::Status RereadChanged(StepSynchronizer& synchronizer,
+                                    embedding::Table& table, uint64_t read_at,
+                                    uint64_t step,
+                                    absl::Span<const uint64_t> keys,
+                                    absl::Span<float> values);
   // `forwarded`: a backup applying its primary's write. On OK, a replicated
   // shard's primary sets *epoch (if given) to the epoch it accepted it in.
   grpc::Status PushImpl(const grpc::ByteBuffer& request, bool forwarded,

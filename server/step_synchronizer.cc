@@ -152,12 +152,35 @@ absl::Status StepSynchronizer::ApplyCompletedSteps() {
     if (it == pending_.end() || it->second.completed_workers < num_workers_)
       break;
     status.Update(table_->Push(it->second.keys, it->second.sums, {next_step_}));
+    applied_keys_.push_back(
+        std::make_shared<const StepKeys>(std::move(it->second.slot_of_key)));
+    if (applied_keys_.size() > kRememberedSteps) applied_keys_.pop_front();
     pending_.erase(it);
     ++next_step_;
     applied = true;
   }
   if (applied) progressed_.SignalAll();
   return status;
+}
+
+uint64_t StepSynchronizer::AppliedThrough() {
+  MutexLock lock(&mu_);
+  return next_step_;
+}
+
+bool StepSynchronizer::ChangedKeys(
+    uint64_t from, uint64_t to,
+    std::vector<std::shared_ptr<const StepKeys>>* sets) {
+  MutexLock lock(&mu_);
+  sets->clear();
+  if (to > next_step_ || from + applied_keys_.size() < next_step_) {
+    return false;
+  }
+  const uint64_t first = next_step_ - applied_keys_.size();
+  for (uint64_t step = from; step < to; ++step) {
+    sets->push_back(applied_keys_[step - first]);
+  }
+  return true;
 }
 
 proto::SynchronizerState StepSynchronizer::ExportState() {
@@ -226,6 +249,7 @@ absl::Status StepSynchronizer::ImportState(
   MutexLock lock(&mu_);
   started_ = state.started();
   next_step_ = state.next_step();
+  applied_keys_.clear();  // the table's rows came from elsewhere
   pending_ = std::move(pending);
   ssp_parts_.clear();
   for (const proto::SynchronizerState::Worker& w : state.ssp_parts()) {

@@ -21,7 +21,9 @@
 #define EMBEDPS_SERVER_STEP_SYNCHRONIZER_H_
 
 #include <cstdint>
+#include <deque>
 #include <map>
+#include <memory>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -56,6 +58,23 @@ class StepSynchronizer {
   absl::Status Push(uint64_t client_id, uint64_t step, uint32_t parts_in_step,
                     absl::Span<const uint64_t> keys,
                     absl::Span<const float> grads);
+
+  Mode mode() const { return mode_; }
+
+  // SYNC, for a Pull that reads the table before its step is pullable (so
+  // that the read overlaps the wait): the step the table is at now — steps
+  // before it are applied. Once the Pull's step is pullable, that reading
+  // is current for every key but those ChangedKeys(then, step) names.
+  uint64_t AppliedThrough();
+
+  // The keys of one applied SYNC step (key → its place in the step's sum).
+  using StepKeys = absl::flat_hash_map<uint64_t, uint32_t>;
+  // SYNC: the key sets of the applied steps [from, to), into `sets`; false
+  // when one of them is no longer remembered (the last kRememberedSteps
+  // applied are, since the last ImportState) or not applied yet.
+  static constexpr size_t kRememberedSteps = 8;
+  bool ChangedKeys(uint64_t from, uint64_t to,
+                   std::vector<std::shared_ptr<const StepKeys>>* sets);
 
   // Its progress (for a replica catching up), and the same restored into a
   // synchronizer of a table with the same spec. INVALID_ARGUMENT for a
@@ -97,6 +116,10 @@ class StepSynchronizer {
   bool started_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_step_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<uint64_t, PendingStep> pending_ ABSL_GUARDED_BY(mu_);
+  // SYNC: the keys of the last applied steps, the newest last; the first
+  // is step next_step_ - applied_keys_.size().
+  std::deque<std::shared_ptr<const StepKeys>> applied_keys_
+      ABSL_GUARDED_BY(mu_);
   // SSP: per worker, parts of its current step and the steps it completed.
   absl::flat_hash_map<uint64_t, absl::flat_hash_map<uint64_t, WorkerProgress>>
       ssp_parts_ ABSL_GUARDED_BY(mu_);

@@ -80,6 +80,37 @@ TEST(StepSynchronizerTest, SyncRefusesLateStepsAndBadGradients) {
   EXPECT_EQ(Row(*table, 3)[0], -1.0f);
 }
 
+// What a Pull that read ahead needs: the step the table was at, and the
+// keys of the steps applied since — as long as they are remembered.
+TEST(StepSynchronizerTest, SyncRemembersTheKeysOfTheLastAppliedSteps) {
+  auto table = SgdTable();
+  StepSynchronizer sync(StepSynchronizer::Mode::kSync, 0, 1, absl::Seconds(1),
+                        table.get());
+  const std::vector<float> g(2 * kDim, 1.0f);
+  ASSERT_OK(sync.Push(1, 0, 1, {{1, 2}}, g));
+  EXPECT_EQ(sync.AppliedThrough(), 1u);
+  constexpr uint64_t kSteps = StepSynchronizer::kRememberedSteps + 3;
+  for (uint64_t step = 1; step < kSteps; ++step) {
+    ASSERT_OK(sync.Push(1, step, 1, {{10 + step, 1}}, g));
+  }
+  EXPECT_EQ(sync.AppliedThrough(), kSteps);
+  std::vector<std::shared_ptr<const StepSynchronizer::StepKeys>> sets;
+  ASSERT_TRUE(sync.ChangedKeys(kSteps - 2, kSteps, &sets));
+  ASSERT_EQ(sets.size(), 2u);
+  EXPECT_TRUE(sets[0]->contains(10 + kSteps - 2));
+  EXPECT_TRUE(sets[1]->contains(1));
+  EXPECT_FALSE(sets[1]->contains(2));
+  ASSERT_TRUE(sync.ChangedKeys(kSteps, kSteps, &sets));
+  EXPECT_TRUE(sets.empty());
+  // Forgotten (step 0), and not applied yet.
+  EXPECT_FALSE(sync.ChangedKeys(0, kSteps, &sets));
+  EXPECT_FALSE(sync.ChangedKeys(kSteps - 1, kSteps + 1, &sets));
+  // After an import nothing before it is known.
+  ASSERT_OK(sync.ImportState(sync.ExportState()));
+  EXPECT_FALSE(sync.ChangedKeys(kSteps - 1, kSteps, &sets));
+  EXPECT_TRUE(sync.ChangedKeys(kSteps, kSteps, &sets));
+}
+
 TEST(StepSynchronizerTest, SyncPullTimesOutNamingTheStep) {
   auto table = SgdTable();
   StepSynchronizer sync(StepSynchronizer::Mode::kSync, 0, 2,
