@@ -219,7 +219,14 @@ void InteractBackwardKernel(const T* const* features, const T* dout, int batch,
   const int dim = kDim > 0 ? kDim : runtime_dim;
   const int f = num_features;
   const int out_dim = dim + f * (f - 1) / 2;
-  std::vector<T> g(static_cast<size_t>(f) * f, T{0});
+  // Where d out / d <f_i, f_j> is in a sample's dout, for i != j.
+  std::vector<int> pair(static_cast<size_t>(f) * f, 0);
+  for (int i = 0, p = dim; i < f; ++i) {
+    for (int j = i + 1; j < f; ++j, ++p) {
+      pair[static_cast<size_t>(i) * f + j] = p;
+      pair[static_cast<size_t>(j) * f + i] = p;
+    }
+  }
   std::vector<T> runtime_sum(kDim > 0 ? 0 : dim);
   std::vector<T> local(static_cast<size_t>(f) * dim);
   for (int b = 0; b < batch; ++b) {
@@ -232,20 +239,18 @@ void InteractBackwardKernel(const T* const* features, const T* dout, int batch,
     for (int i = 0; i < f; ++i) {
       std::copy(x[i], x[i] + dim, local.data() + static_cast<size_t>(i) * dim);
     }
-    for (int i = 0, p = dim; i < f; ++i) {
-      for (int j = i + 1; j < f; ++j, ++p) {
-        g[static_cast<size_t>(i) * f + j] = d[p];
-        g[static_cast<size_t>(j) * f + i] = d[p];
-      }
-    }
     for (int i = 0; i < f; ++i) {
       T fixed_sum[kDim > 0 ? kDim : 1];
       T* sum = kDim > 0 ? fixed_sum : runtime_sum.data();
       for (int k = 0; k < dim; ++k) sum[k] = i == 0 ? d[k] : T{0};
-      const T* gi = g.data() + static_cast<size_t>(i) * f;
+      const int* pair_i = pair.data() + static_cast<size_t>(i) * f;
       for (int j = 0; j < f; ++j) {
-        const T c = gi[j];
+        if (j == i) continue;
+        const T c = d[pair_i[j]];
         const T* xj = local.data() + static_cast<size_t>(j) * dim;
+        // Not unrolled before the vectorizer sees it (GCC 12 would, for
+        // dim 16, and then leave it scalar).
+#pragma GCC unroll 1
         for (int k = 0; k < dim; ++k) sum[k] += c * xj[k];
       }
       std::copy(sum, sum + dim, dx[i]);
