@@ -5,6 +5,7 @@
 #
 #   tools/reference/compare.sh [--train_rows=N] [--test_rows=N] [--out=DIR]
 #       [--model=small|large] [--vocab=A,B,...] [--torch=pypi|debian|both]
+#       [--workers=N]
 #
 # embedps: 1 ps_server + 1 ps_worker (sync, batch 512,
 # deploy/local/dlrm_small.txtpb, or dlrm_large.txtpb: dim 64, bottom
@@ -16,7 +17,10 @@
 # OpenMP builds of OpenBLAS. Each run reports the BLAS it used; the fastest
 # candidate is the one compared against. --vocab: datagen's values per slot
 # (default: like Criteo's, 100, 10k, 300k and 3M cycled over the 26 slots;
-# 10,30,100,1000 is datagen's small default). Installs python3-torch and
+# 10,30,100,1000 is datagen's small default). --workers=N (default 1):
+# embedps runs N ps_server + N ps_worker (sync, each worker nproc/N dense
+# threads) and PyTorch N processes under DistributedDataParallel (Gloo),
+# each worker or rank taking its own batch of every step. Installs python3-torch and
 # libopenblas0-openmp if missing (benchmark-only dependencies).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -27,6 +31,7 @@ out=/tmp/embedps-compare
 model=small
 vocab=100,10000,300000,3000000
 which_torch=both
+workers=1
 for arg in "$@"; do
   case "$arg" in
     --train_rows=*) train_rows="${arg#*=}" ;;
@@ -35,6 +40,7 @@ for arg in "$@"; do
     --model=*) model="${arg#*=}" ;;
     --vocab=*) vocab="${arg#*=}" ;;
     --torch=*) which_torch="${arg#*=}" ;;
+    --workers=*) workers="${arg#*=}" ;;
     *) sed -n '/^#   tools/,/^#$/p' "$0" >&2; exit 2 ;;
   esac
 done
@@ -68,21 +74,42 @@ fi
 pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; }
 trap cleanup EXIT
-rm -f "$out/port"
-bazel-bin/server/ps_server --host=127.0.0.1 --port=0 --port_file="$out/port" \
-  --log_level=warn >/dev/null 2>&1 &
-pids+=($!)
-for _ in $(seq 100); do [ -s "$out/port" ] && break; sleep 0.1; done
-echo "== embedps: 1 ps_server + 1 ps_worker"
+addresses=()
+for ((i = 0; i < workers; i++)); do
+  rm -f "$out/port$i"
+  bazel-bin/server/ps_server --host=127.0.0.1 --port=0 --port_file="$out/port$i" \
+    --num_workers="$workers" \
+    --log_level=warn >/dev/null 2>&1 &
+  pids+=($!)
+  for _ in $(seq 100); do [ -s "$out/port$i" ] && break; sleep 0.1; done
+  addresses+=("127.0.0.1:$(sed -n 1p "$out/port$i")")
+done
+servers=$(IFS=,; echo "${addresses[*]}")
+echo "== embedps: $workers ps_server + $workers ps_worker"
 case "$model" in
   small) torch_model=() ;;
   large) torch_model=(--dim=64 --bottom=512,256,64 --top=512,256) ;;
   *) echo "--model must be small or large" >&2; exit 2 ;;
 esac
-bazel-bin/worker/ps_worker --config="deploy/local/dlrm_$model.txtpb" \
-  --servers="127.0.0.1:$(sed -n 1p "$out/port")" --mode=sync \
-  --train_data="$data/train.txt" --test_data="$data/test.txt" \
-  --bayes_metrics="$data/meta.json" --log_level=warn >"$out/embedps.json"
+config="deploy/local/dlrm_$model.txtpb"
+if [ "$workers" -gt 1 ]; then
+  # The cores shared out among the workers.
+  threads=$(( $(nproc) / workers )); [ "$threads" -ge 1 ] || threads=1
+  sed "s/^blas_threads: .*/blas_threads: $threads/" "$config" >"$out/config.txtpb"
+  config="$out/config.txtpb"
+fi
+worker_pids=()
+for ((r = 0; r < workers; r++)); do
+  bazel-bin/worker/ps_worker --config="$config" --servers="$servers" \
+    --rank=$r --world_size="$workers" --job_name="compare-$$" --mode=sync \
+    --train_data="$data/train.txt" --test_data="$data/test.txt" \
+    --bayes_metrics="$data/meta.json" --log_level=warn \
+    >"$out/embedps$r.json" &
+  worker_pids+=($!)
+  pids+=($!)
+done
+for pid in "${worker_pids[@]}"; do wait "$pid"; done
+cp "$out/embedps0.json" "$out/embedps.json"
 cleanup
 pids=()
 
@@ -91,8 +118,8 @@ if [ "$which_torch" != debian ]; then
   for threads in 1 2; do
     echo "== pytorch (PyPI), $threads thread(s)"
     "$out/venv-torch/bin/python" tools/reference/dlrm_torch.py --train="$data/train.txt" \
-      --test="$data/test.txt" --threads="$threads" "${torch_model[@]}" \
-      >"$out/torch-pypi-$threads.json"
+      --test="$data/test.txt" --threads="$threads" --processes="$workers" \
+      "${torch_model[@]}" >"$out/torch-pypi-$threads.json"
     results+=("$out/torch-pypi-$threads.json")
   done
 fi
@@ -101,8 +128,8 @@ fi
     echo "== pytorch: openblas-$blas, $threads thread(s)"
     LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-$blas \
       /usr/bin/python3 tools/reference/dlrm_torch.py --train="$data/train.txt" \
-      --test="$data/test.txt" --threads="$threads" "${torch_model[@]}" \
-      >"$out/torch-$blas-$threads.json"
+      --test="$data/test.txt" --threads="$threads" --processes="$workers" \
+      "${torch_model[@]}" >"$out/torch-$blas-$threads.json"
     results+=("$out/torch-$blas-$threads.json")
   done
 done
@@ -113,16 +140,22 @@ meta = json.load(open(sys.argv[1]))
 runs = [json.load(open(p)) for p in sys.argv[2:]]
 ours, torch_runs = runs[0], runs[1:]
 print(f"\n{'implementation':<52} {'samples/s':>10} {'test AUC':>9} {'logloss':>8}")
-print(f"{'embedps 1 server + 1 worker':<52} {ours['samples_per_second']:>10,.0f} {ours['test_auc']:>9.5f} {ours['test_logloss']:>8.5f}")
+n = ours.get("workers", 1)
+print(f"{f'embedps {n} server(s) + {n} worker(s)':<52} {ours['samples_per_second']:>10,.0f} {ours['test_auc']:>9.5f} {ours['test_logloss']:>8.5f}")
 for r in torch_runs:
     blas = r["blas"]
     if "openblas" in blas:
         blas = "openblas-openmp" if "openmp" in blas else "openblas-pthread"
-    name = f"pytorch {r['torch']} {blas}, {r['threads']} thr"
+    procs = r.get("processes", 1)
+    ddp = f"DDP {procs} procs × " if procs > 1 else ""
+    name = f"pytorch {r['torch']} {blas}, {ddp}{r['threads']} thr"
     print(f"{name:<52} {r['samples_per_second']:>10,.0f} {r['test_auc']:>9.5f} {r['test_logloss']:>8.5f}")
 best = max(torch_runs, key=lambda r: r["samples_per_second"])
 print(f"{'Bayes-optimal':<52} {'':>10} {meta['bayes_test_auc']:>9.5f} {meta['bayes_test_logloss']:>8.5f}")
-print(f"\nfastest PyTorch: {best['torch']} ({best['blas']}, {best['threads']} threads)")
+procs = best.get("processes", 1)
+print(f"\nfastest PyTorch: {best['torch']} ({best['blas']}, "
+      + (f"DDP {procs} processes × " if procs > 1 else "")
+      + f"{best['threads']} threads)")
 print(f"embedps / fastest PyTorch samples/s: {ours['samples_per_second'] / best['samples_per_second']:.2f}x"
       f"   AUC difference: {ours['test_auc'] - best['test_auc']:+.5f}")
 PY

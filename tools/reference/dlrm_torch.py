@@ -5,17 +5,25 @@ config (deploy/local/dlrm_small.txtpb by default), trained on the same
 Criteo-format files, for a side-by-side samples/s and AUC comparison
 (tools/reference/compare.sh).
 
-Runs on Debian's python3-torch (/usr/bin/python3). The files are parsed
-into tensors before the clock starts; samples/s covers the training loop
-only (forward, backward, sparse Adagrad on the embeddings, Adam on the
-dense part). Prints one JSON line.
+Runs on Debian's python3-torch (/usr/bin/python3) or PyPI's. The files
+are parsed into tensors before the clock starts; samples/s covers the
+training loop only (forward, backward, sparse Adagrad on the embeddings,
+Adam on the dense part). Prints one JSON line.
+
+--processes=N trains data-parallel with DistributedDataParallel over Gloo
+(N processes on this machine, each --threads threads): every step each
+rank takes its own --batch_size rows of the step's N × batch_size, as
+ps_worker ranks do; the embedding's sparse gradients and the dense ones
+are allreduced by DDP; samples/s counts all ranks.
 
   dlrm_torch.py --train=train.txt --test=test.txt [--threads=2] [--batch_size=512]
+      [--processes=N]
 """
 import argparse
-import re
 import json
 import math
+import re
+import socket
 import time
 
 import numpy as np
@@ -132,9 +140,25 @@ def main():
     p.add_argument("--initial_accumulator", type=float, default=0.01)
     p.add_argument("--dense_lr", type=float, default=0.003)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--processes", type=int, default=1)
     a = p.parse_args()
+    if a.processes == 1:
+        train(0, a, None)
+        return
+    with socket.socket() as s:  # a free port for the rendezvous
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    torch.multiprocessing.spawn(train, args=(a, port), nprocs=a.processes)
+
+
+def train(rank, a, port):
+    world = a.processes
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
+    if world > 1:
+        torch.distributed.init_process_group(
+            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+            world_size=world)
 
     vocab = {}
     t0 = time.time()
@@ -144,35 +168,47 @@ def main():
 
     model = Dlrm(len(vocab), a.dim, [int(w) for w in a.bottom.split(",")],
                  [int(w) for w in a.top.split(",")], a.init)
+    net = model
+    if world > 1:
+        # Rank 0's parameters go to every rank; gradients are averaged.
+        net = torch.nn.parallel.DistributedDataParallel(model)
     sparse = torch.optim.Adagrad([model.embedding.weight], lr=a.embedding_lr,
                                  initial_accumulator_value=a.initial_accumulator)
     dense = torch.optim.Adam(list(model.bottom.parameters()) +
                              list(model.top.parameters()), lr=a.dense_lr)
     loss_fn = nn.BCEWithLogitsLoss()
-    steps = len(y) // a.batch_size
+    steps = len(y) // (a.batch_size * world)
+    if world > 1:
+        torch.distributed.barrier()
     start = time.time()
     for step in range(steps):
-        s = slice(step * a.batch_size, (step + 1) * a.batch_size)
-        loss = loss_fn(model(x[s], c[s]), y[s])
+        first = (step * world + rank) * a.batch_size
+        s = slice(first, first + a.batch_size)
+        loss = loss_fn(net(x[s], c[s]), y[s])
         sparse.zero_grad()
         dense.zero_grad()
         loss.backward()
         sparse.step()
         dense.step()
+    if world > 1:
+        torch.distributed.barrier()
     seconds = time.time() - start
+    if rank != 0:
+        return
     with torch.no_grad():
         logits = torch.cat([model(tx[i:i + 8192], tc[i:i + 8192])
                             for i in range(0, len(ty), 8192)])
     test_logloss = float(loss_fn(logits, ty))
+    samples = steps * a.batch_size * world
     print(json.dumps({
         "impl": "pytorch", "torch": torch.__version__, "threads": a.threads,
-        "blas": loaded_blas(),
-        "steps": steps, "samples": steps * a.batch_size,
+        "processes": world, "blas": loaded_blas(),
+        "steps": steps, "samples": samples,
         "train_seconds": round(seconds, 3),
-        "samples_per_second": round(steps * a.batch_size / seconds, 1),
+        "samples_per_second": round(samples / seconds, 1),
         "parse_seconds": round(parse_seconds, 1),
         "test_auc": round(auc(logits.numpy(), ty.numpy()), 6),
-        "test_logloss": round(test_logloss, 6)}))
+        "test_logloss": round(test_logloss, 6)}), flush=True)
 
 
 if __name__ == "__main__":
