@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <thread>
 #include <vector>
 
@@ -149,6 +150,20 @@ void UnpoolGradients(absl::Span<const Pooling> pooling,
 
 namespace {
 
+// 32 bytes of T as a GCC/Clang vector (one AVX register; two SSE ones on
+// x86-64-v2): arithmetic lane by lane, exactly as the scalar loops.
+template <typename T>
+struct Vector {
+  typedef T Type __attribute__((vector_size(32)));
+  static constexpr int kLanes = 32 / sizeof(T);
+  static Type Load(const T* p) {
+    Type v;
+    std::memcpy(&v, p, sizeof(v));
+    return v;
+  }
+  static void Store(Type v, T* p) { std::memcpy(p, &v, sizeof(v)); }
+};
+
 // The interaction's kernels, with the feature width a compile-time
 // constant (kDim > 0) so that a row's accumulators live in vector
 // registers, or read at run time (kDim == 0, any width). Every dot product
@@ -161,7 +176,12 @@ namespace {
 template <typename T, int kDim>
 void InteractKernel(const T* const* features, int batch, int num_features,
                     int runtime_dim, T* out) {
-  constexpr int kBlock = 16, kRows = 4;
+  // Each group of kRows features i against a block of kBlock columns j:
+  // kRows × kBlockVectors independent vector sums.
+  using V = typename Vector<T>::Type;
+  constexpr int kLanes = Vector<T>::kLanes;
+  constexpr int kRows = 4, kBlockVectors = 1;
+  constexpr int kBlock = kBlockVectors * kLanes;
   const int dim = kDim > 0 ? kDim : runtime_dim;
   const int f = num_features;
   const int padded = (f + kBlock - 1) / kBlock * kBlock;
@@ -188,13 +208,23 @@ void InteractKernel(const T* const* features, int batch, int num_features,
       }
       // Blocks holding some j > i0.
       for (int j0 = (i0 + 1) / kBlock * kBlock; j0 < f; j0 += kBlock) {
-        T sum[kRows][kBlock] = {};
+        T sum[kRows][kBlock];
+        V acc[kRows][kBlockVectors] = {};
         for (int k = 0; k < dim; ++k) {
           const T* column =
               transposed.data() + static_cast<size_t>(k) * padded + j0;
+          V c[kBlockVectors];
+          for (int v = 0; v < kBlockVectors; ++v) {
+            c[v] = Vector<T>::Load(column + v * kLanes);
+          }
           for (int r = 0; r < kRows; ++r) {
-            const T a = row[r][k];
-            for (int l = 0; l < kBlock; ++l) sum[r][l] += a * column[l];
+            const V a = V{} + row[r][k];
+            for (int v = 0; v < kBlockVectors; ++v) acc[r][v] += a * c[v];
+          }
+        }
+        for (int r = 0; r < kRows; ++r) {
+          for (int v = 0; v < kBlockVectors; ++v) {
+            Vector<T>::Store(acc[r][v], sum[r] + v * kLanes);
           }
         }
         for (int r = 0; r < kRows && i0 + r < f; ++r) {
@@ -229,6 +259,8 @@ void InteractBackwardKernel(const T* const* features, const T* dout, int batch,
   }
   std::vector<T> runtime_sum(kDim > 0 ? 0 : dim);
   std::vector<T> local(static_cast<size_t>(f) * dim);
+  std::vector<T> g_row(f);
+  T* const gi = g_row.data();
   for (int b = 0; b < batch; ++b) {
     const T* const* x = features + static_cast<size_t>(b) * f;
     const T* d = dout + static_cast<size_t>(b) * out_dim;
@@ -243,15 +275,41 @@ void InteractBackwardKernel(const T* const* features, const T* dout, int batch,
       T fixed_sum[kDim > 0 ? kDim : 1];
       T* sum = kDim > 0 ? fixed_sum : runtime_sum.data();
       for (int k = 0; k < dim; ++k) sum[k] = i == 0 ? d[k] : T{0};
+      // Row i of the symmetric gradient (0 on the diagonal).
       const int* pair_i = pair.data() + static_cast<size_t>(i) * f;
-      for (int j = 0; j < f; ++j) {
-        if (j == i) continue;
-        const T c = d[pair_i[j]];
-        const T* xj = local.data() + static_cast<size_t>(j) * dim;
-        // Not unrolled before the vectorizer sees it (GCC 12 would, for
-        // dim 16, and then leave it scalar).
-#pragma GCC unroll 1
-        for (int k = 0; k < dim; ++k) sum[k] += c * xj[k];
+      for (int j = 0; j < f; ++j) gi[j] = j == i ? T{0} : d[pair_i[j]];
+      if constexpr (kDim > 0 && kDim % Vector<T>::kLanes == 0) {
+        // The row's sums in vector registers across the j loop (as plain
+        // loops GCC 12 either kept them in memory or, for dim 16, unrolled
+        // them into scalar code).
+        using V = typename Vector<T>::Type;
+        constexpr int kLanes = Vector<T>::kLanes;
+        // Four vectors of the row at a time (more would not stay in
+        // registers).
+        constexpr int kChunk = std::min(4, kDim / kLanes);
+        static_assert(kDim % (kChunk * kLanes) == 0);
+        for (int k0 = 0; k0 < kDim; k0 += kChunk * kLanes) {
+          V acc[kChunk];
+          for (int v = 0; v < kChunk; ++v) {
+            acc[v] = Vector<T>::Load(sum + k0 + v * kLanes);
+          }
+          for (int j = 0; j < f; ++j) {
+            const V c = V{} + gi[j];
+            const T* xj = local.data() + static_cast<size_t>(j) * dim + k0;
+            for (int v = 0; v < kChunk; ++v) {
+              acc[v] += c * Vector<T>::Load(xj + v * kLanes);
+            }
+          }
+          for (int v = 0; v < kChunk; ++v) {
+            Vector<T>::Store(acc[v], sum + k0 + v * kLanes);
+          }
+        }
+      } else {
+        for (int j = 0; j < f; ++j) {
+          const T c = gi[j];
+          const T* xj = local.data() + static_cast<size_t>(j) * dim;
+          for (int k = 0; k < dim; ++k) sum[k] += c * xj[k];
+        }
       }
       std::copy(sum, sum + dim, dx[i]);
     }
