@@ -41,7 +41,8 @@ ABSL_FLAG(double, min_learning_rate, 0.0, "the decay's final rate");
 ABSL_FLAG(int32_t, eval_samples, 8192, "held-out samples per evaluation");
 ABSL_FLAG(int64_t, eval_every, 0, "evaluate every N steps (0: start and end)");
 ABSL_FLAG(int64_t, log_every, 100, "a progress line every N steps");
-ABSL_FLAG(int32_t, blas_threads, 1, "threads BLAS may use");
+ABSL_FLAG(int32_t, blas_threads, 1,
+          "threads the dense step runs on (each its share of the batch)");
 
 namespace embedps::worker {
 namespace {

@@ -43,8 +43,8 @@ ABSL_FLAG(int64_t, cache_rows, 0, "rows of the hot-key cache (0: none)");
 ABSL_FLAG(absl::Duration, cache_ttl, absl::Seconds(1),
           "how long a cached row may be used");
 ABSL_FLAG(int32_t, blas_threads, 1,
-          "threads BLAS may use in one prediction (predictions run in "
-          "parallel on the server's threads)");
+          "threads one prediction's batch is split over (predictions run "
+          "in parallel on the server's threads)");
 ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error or off");
 
