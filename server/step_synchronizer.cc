@@ -127,6 +127,14 @@ absl::Status StepSynchronizer::Push(uint64_t client_id, uint64_t step,
     }
   }
   PendingStep& pending = pending_[step];
+  if (pending.keys.empty()) {
+    // Sized once for the step (every worker's part about this size), not
+    // grown key by key.
+    const size_t expected = keys.size() * static_cast<size_t>(num_workers_);
+    pending.slot_of_key.reserve(expected);
+    pending.keys.reserve(expected);
+    pending.sums.reserve(expected * dim_);
+  }
   for (size_t i = 0; i < keys.size(); ++i) {
     auto [it, inserted] =
         pending.slot_of_key.try_emplace(keys[i], pending.keys.size());
