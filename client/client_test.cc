@@ -398,6 +398,26 @@ TEST_F(ClientTest, SyncPullsThatWaitAnswerWithTheRowsAfterTheStep) {
   check(1, 1 + 2 * 8 + 3);  // more steps than the server remembers
 }
 
+// Only a Pull for the step after the one being applied reads ahead: one
+// for a later step that times out leaves the table as it was.
+TEST_F(ClientTest, ASyncPullForAFarStepThatTimesOutCreatesNoRows) {
+  StartShards(1, TwoWorkers());
+  auto worker = Connect();
+  ASSERT_OK_AND_ASSIGN(
+      client::TableHandle table,
+      worker->CreateTable(SteppedTable("far", proto::ConsistencyConfig::SYNC, 0,
+                                       /*timeout_ms=*/300)));
+  const std::vector<uint64_t> keys = {1, 2, 3};
+  std::vector<float> values(keys.size() * kDim);
+  ASSERT_OK(worker->Pull(table, keys, absl::MakeSpan(values), 0));
+  const std::vector<uint64_t> new_keys = {7, 8, 9, 10};
+  std::vector<float> more(new_keys.size() * kDim);
+  EXPECT_THAT(worker->Pull(table, new_keys, absl::MakeSpan(more), 5),
+              StatusIs(absl::StatusCode::kDeadlineExceeded));
+  ASSERT_OK_AND_ASSIGN(auto stats, worker->Stats());
+  EXPECT_EQ(stats[0].table(0).rows(), keys.size());
+}
+
 TEST_F(ClientTest, SyncModeTimesOutClearlyWhenAWorkerIsMissing) {
   StartShards(2, TwoWorkers());
   auto worker = Connect();

@@ -272,7 +272,7 @@ grpc::Status EmbeddingServiceImpl::ServePull(const PullCall& call,
   // Not where other writers change rows: admission (a Pull's count decides
   // a row's creation) and eviction.
   const embedding::TableSpec& spec = table->spec();
-  const bool read_ahead =
+  bool read_ahead =
       synchronizer != nullptr && !request.read_only() &&
       synchronizer->mode() == StepSynchronizer::Mode::kSync &&
       spec.admission.kind == embedding::AdmissionSpec::Kind::kAlways &&
@@ -280,6 +280,12 @@ grpc::Status EmbeddingServiceImpl::ServePull(const PullCall& call,
   uint64_t read_at = 0;
   if (read_ahead) {
     read_at = synchronizer->AppliedThrough();
+    // Only for the step after the one being applied (a worker's prefetch):
+    // a Pull for a later step may never become pullable, and its read
+    // would have counted accesses and created rows for nothing.
+    if (request.step() != read_at + 1) read_ahead = false;
+  }
+  if (read_ahead) {
     const absl::Status read = table->Pull(
         keys, builder.values(), embedding::AccessContext{request.step()});
     if (!read.ok()) return wire::ToGrpcStatus(read);
