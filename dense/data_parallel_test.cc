@@ -99,6 +99,64 @@ TEST(DataParallelTest, TwoRanksOfBMatchOneRankOf2B) {
   EXPECT_NE(initial, one);
 }
 
+// The worker starts its Pushes in row_gradients_ready: by then the row
+// gradients are written and the dense parameters not yet stepped.
+TEST(DataParallelTest, RowGradientsAreReadyBeforeTheOptimizerStep) {
+  InMemoryStore store;
+  GlooOptions options;
+  ASSERT_OK_AND_ASSIGN(auto communicator,
+                       CreateGlooCommunicator(options, &store));
+  ModelSpec spec;
+  spec.num_dense = 3;
+  spec.bottom = {4};
+  spec.embedding_dim = 4;
+  spec.slots = {Pooling::kSum, Pooling::kSum};
+  spec.top = {5};
+  ASSERT_OK_AND_ASSIGN(auto model, CreateModel(spec, {}));
+  ASSERT_OK_AND_ASSIGN(auto optimizer,
+                       DenseOptimizer::Create(Sgd(), model->num_parameters()));
+  ASSERT_OK_AND_ASSIGN(
+      auto trainer, DataParallelTrainer::Create(model.get(), communicator.get(),
+                                                optimizer.get()));
+  constexpr int kSamples = 6;
+  std::vector<float> dense(kSamples * 3), labels(kSamples), rows(kSamples * 4);
+  for (size_t i = 0; i < dense.size(); ++i) dense[i] = 0.1f * (i % 7) - 0.3f;
+  for (size_t i = 0; i < rows.size(); ++i) rows[i] = 0.05f * (i % 5) - 0.1f;
+  for (int i = 0; i < kSamples; ++i) labels[i] = static_cast<float>(i % 2);
+  std::vector<int32_t> offsets(kSamples + 1);
+  for (int i = 0; i <= kSamples; ++i) offsets[i] = i;
+  Batch<float> batch;
+  batch.size = kSamples;
+  batch.dense = dense;
+  batch.labels = labels;
+  batch.slots = {{rows, offsets}, {rows, offsets}};
+  std::vector<float> g0(rows.size(), 0.0f), g1(rows.size(), 0.0f);
+  const std::vector<absl::Span<float>> grads = {absl::MakeSpan(g0),
+                                                absl::MakeSpan(g1)};
+  std::vector<float> before(model->num_parameters()),
+      during(model->num_parameters()), after(model->num_parameters());
+  ASSERT_OK(model->GetParameters(absl::MakeSpan(before)));
+  int calls = 0;
+  bool rows_written = false;
+  ASSERT_OK(
+      trainer
+          ->Step(batch, grads,
+                 [&] {
+                   ++calls;
+                   rows_written = std::any_of(g0.begin(), g0.end(),
+                                              [](float g) { return g != 0; }) &&
+                                  std::any_of(g1.begin(), g1.end(),
+                                              [](float g) { return g != 0; });
+                   ASSERT_OK(model->GetParameters(absl::MakeSpan(during)));
+                 })
+          .status());
+  ASSERT_OK(model->GetParameters(absl::MakeSpan(after)));
+  EXPECT_EQ(calls, 1);
+  EXPECT_TRUE(rows_written);
+  EXPECT_EQ(during, before);
+  EXPECT_NE(after, before);
+}
+
 TEST(SyntheticTaskTest, AnySliceIsTheSameData) {
   ASSERT_OK_AND_ASSIGN(auto task, SyntheticTask::Create({}));
   const int dim = task->input_dim();
