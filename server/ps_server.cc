@@ -358,10 +358,14 @@ int Run() {
   }
   const int port = (*shard)->port();
   const int metrics_port = (*shard)->metrics_port();
+  const std::string what =
+      options->replica_directory
+          ? std::string("coordinator (replica directory)")
+          : absl::StrCat(options->serving ? "serving" : "training", " shard ",
+                         options->service.shard_index, " of ",
+                         options->service.num_shards);
   log->info(
-      "{} shard {} of {} listening on {}:{} ({}{})",
-      options->serving ? "serving" : "training", options->service.shard_index,
-      options->service.num_shards, options->host, port,
+      "{} listening on {}:{} ({}{})", what, options->host, port,
       options->security.tls()
           ? (options->security.client_ca_file.empty() ? "TLS" : "mutual TLS")
           : "plain text",
