@@ -247,8 +247,9 @@ struct Client::Impl {
         "docs/operations.md)"));
   }
 
-  // Calls `rpc(context)` until it succeeds, fails with a non-retryable code,
-  // or the retry deadline passes.
+  // Calls `rpc(stub, context)` (the shard's stub for the attempt) until it
+  // succeeds, fails with a non-retryable code, or the retry deadline
+  // passes.
   // `extra_time`: how long the server may legitimately hold the call
   // (a SYNC Pull waiting for other workers).
   template <typename Rpc>
@@ -258,8 +259,10 @@ struct Client::Impl {
     while (true) {
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(schedule.StartAttempt()));
-      const proto::EmbeddingService::Stub* stub = Stub(shard);
-      const grpc::Status status = rpc(&context);
+      // The attempt's stub: the one the call goes to is the one a failure
+      // is reported against.
+      proto::EmbeddingService::Stub* const stub = Stub(shard);
+      const grpc::Status status = rpc(*stub, &context);
       if (status.ok()) return absl::OkStatus();
       const bool other_replica =
           (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
@@ -356,11 +359,11 @@ absl::StatusOr<TableHandle> Client::CreateTable(
   *request.mutable_config() = config;
   const absl::Status status = RunParts(num_shards(), [&](size_t shard) {
     proto::CreateTableResponse response;
-    absl::Status s = impl_->Call(static_cast<int32_t>(shard), "CreateTable",
-                                 [&](grpc::ClientContext* context) {
-                                   return impl_->Stub(shard)->CreateTable(
-                                       context, request, &response);
-                                 });
+    absl::Status s = impl_->Call(
+        static_cast<int32_t>(shard), "CreateTable",
+        [&](proto::EmbeddingService::Stub& stub, grpc::ClientContext* context) {
+          return stub.CreateTable(context, request, &response);
+        });
     handle.shard_table_ids[shard] = response.table_id();
     return s;
   });
@@ -374,11 +377,11 @@ absl::Status Client::DropTable(const std::string& name) {
   std::atomic<int> dropped{0};
   const absl::Status status = RunParts(num_shards(), [&](size_t shard) {
     proto::DropTableResponse response;
-    absl::Status s = impl_->Call(static_cast<int32_t>(shard), "DropTable",
-                                 [&](grpc::ClientContext* context) {
-                                   return impl_->Stub(shard)->DropTable(
-                                       context, request, &response);
-                                 });
+    absl::Status s = impl_->Call(
+        static_cast<int32_t>(shard), "DropTable",
+        [&](proto::EmbeddingService::Stub& stub, grpc::ClientContext* context) {
+          return stub.DropTable(context, request, &response);
+        });
     if (s.ok()) dropped.fetch_add(1);
     return absl::IsNotFound(s) ? absl::OkStatus() : s;
   });
@@ -637,9 +640,11 @@ Client::StartCheckpoint(const CheckpointOptions& options) {
   }
   // The tables' specs, for the manifest (every shard has every table).
   proto::ListTablesResponse tables;
-  RETURN_IF_ERROR(impl_->Call(0, "ListTables", [&](grpc::ClientContext* c) {
-    return impl_->Stub(0)->ListTables(c, proto::ListTablesRequest(), &tables);
-  }));
+  RETURN_IF_ERROR(impl_->Call(
+      0, "ListTables",
+      [&](proto::EmbeddingService::Stub& stub, grpc::ClientContext* c) {
+        return stub.ListTables(c, proto::ListTablesRequest(), &tables);
+      }));
   for (const auto& entry : tables.table()) {
     pending->tables_.push_back(entry.config());
   }
@@ -653,8 +658,9 @@ Client::StartCheckpoint(const CheckpointOptions& options) {
     request.set_incremental(options.incremental);
     proto::SaveResponse response;
     RETURN_IF_ERROR(impl_->Call(
-        static_cast<int32_t>(shard), "Save", [&](grpc::ClientContext* c) {
-          return impl_->Stub(shard)->Save(c, request, &response);
+        static_cast<int32_t>(shard), "Save",
+        [&](proto::EmbeddingService::Stub& stub, grpc::ClientContext* c) {
+          return stub.Save(c, request, &response);
         }));
     pauses[shard] = response.pause_seconds();
     return absl::OkStatus();
@@ -674,8 +680,8 @@ absl::StatusOr<proto::CheckpointManifest> Client::PendingCheckpoint::Finish(
     // The shard holds the call until its files are written.
     return impl.Call(
         static_cast<int32_t>(shard), "AwaitSave",
-        [&](grpc::ClientContext* c) {
-          return impl.Stub(shard)->AwaitSave(c, request, &saved[shard]);
+        [&](proto::EmbeddingService::Stub& stub, grpc::ClientContext* c) {
+          return stub.AwaitSave(c, request, &saved[shard]);
         },
         absl::Hours(1));
   }));
@@ -741,8 +747,8 @@ absl::StatusOr<proto::LoadResponse> Client::Load(const std::string& path) {
     request.set_path(path);
     return impl_->Call(
         static_cast<int32_t>(shard), "Load",
-        [&](grpc::ClientContext* c) {
-          return impl_->Stub(shard)->Load(c, request, &responses[shard]);
+        [&](proto::EmbeddingService::Stub& stub, grpc::ClientContext* c) {
+          return stub.Load(c, request, &responses[shard]);
         },
         absl::Hours(1));
   }));
@@ -760,8 +766,8 @@ absl::StatusOr<uint64_t> Client::Publish(uint64_t step,
     // A SYNC shard holds the call until the step is applied.
     RETURN_IF_ERROR(impl_->Call(
         static_cast<int32_t>(shard), "Publish",
-        [&](grpc::ClientContext* c) {
-          return impl_->Stub(shard)->Publish(c, request, &response);
+        [&](proto::EmbeddingService::Stub& stub, grpc::ClientContext* c) {
+          return stub.Publish(c, request, &response);
         },
         absl::Minutes(5)));
     rows[shard] = response.rows();
@@ -776,11 +782,11 @@ absl::StatusOr<std::vector<proto::StatsResponse>> Client::Stats() {
   std::vector<proto::StatsResponse> responses(num_shards());
   const absl::Status status = RunParts(num_shards(), [&](size_t shard) {
     proto::StatsRequest request;
-    return impl_->Call(static_cast<int32_t>(shard), "Stats",
-                       [&](grpc::ClientContext* context) {
-                         return impl_->Stub(shard)->Stats(context, request,
-                                                          &responses[shard]);
-                       });
+    return impl_->Call(
+        static_cast<int32_t>(shard), "Stats",
+        [&](proto::EmbeddingService::Stub& stub, grpc::ClientContext* context) {
+          return stub.Stats(context, request, &responses[shard]);
+        });
   });
   if (!status.ok()) return status;
   return responses;
