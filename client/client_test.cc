@@ -66,6 +66,25 @@ class ClientTest : public ::testing::Test {
     return std::move(client).value();
   }
 
+  // Two workers, each with its own client, on one table created by both
+  // (as every worker of a job does).
+  struct TwoWorkersOnATable {
+    std::unique_ptr<client::Client> a, b;
+    client::TableHandle table_a, table_b;
+  };
+  TwoWorkersOnATable ConnectTwoWorkers(const proto::TableConfig& config) {
+    TwoWorkersOnATable workers;
+    workers.a = Connect();
+    workers.b = Connect();
+    auto table_a = workers.a->CreateTable(config);
+    auto table_b = workers.b->CreateTable(config);
+    EXPECT_OK(table_a);
+    EXPECT_OK(table_b);
+    if (table_a.ok()) workers.table_a = *table_a;
+    if (table_b.ok()) workers.table_b = *table_b;
+    return workers;
+  }
+
   server::testing::InProcessCluster cluster_;
   std::vector<std::string> addresses_;
 };
@@ -282,12 +301,8 @@ TEST_F(ClientTest, SyncModeAppliesEachStepOnceWithTheSummedGradient) {
   StartShards(2, TwoWorkers());
   const proto::TableConfig config =
       SteppedTable("bsp", proto::ConsistencyConfig::SYNC);
-  auto worker_a = Connect();
-  auto worker_b = Connect();
-  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
-                       worker_a->CreateTable(config));
-  ASSERT_OK_AND_ASSIGN(client::TableHandle table_b,
-                       worker_b->CreateTable(config));
+  TwoWorkersOnATable workers = ConnectTwoWorkers(config);
+  auto& [worker_a, worker_b, table, table_b] = workers;
 
   std::vector<uint64_t> keys(200);
   for (int i = 0; i < 200; ++i) keys[i] = 1000 + i;
@@ -341,12 +356,8 @@ TEST_F(ClientTest, SyncPullsThatWaitAnswerWithTheRowsAfterTheStep) {
   StartShards(2, TwoWorkers());
   const proto::TableConfig config =
       SteppedTable("ahead", proto::ConsistencyConfig::SYNC);
-  auto worker_a = Connect();
-  auto worker_b = Connect();
-  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
-                       worker_a->CreateTable(config));
-  ASSERT_OK_AND_ASSIGN(client::TableHandle table_b,
-                       worker_b->CreateTable(config));
+  TwoWorkersOnATable workers = ConnectTwoWorkers(config);
+  auto& [worker_a, worker_b, table, table_b] = workers;
   ASSERT_OK_AND_ASSIGN(embedding::TableSpec spec,
                        server::SpecFromConfig(config));
   ASSERT_OK_AND_ASSIGN(auto reference, embedding::Table::Create(spec));

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstring>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "dense/blas.h"
@@ -316,45 +317,42 @@ void InteractBackwardKernel(const T* const* features, const T* dout, int batch,
   }
 }
 
+// Calls kernel(std::integral_constant<int, W>) with W = dim for the widths
+// the kernels are specialized for, W = 0 (read at run time) otherwise.
+template <typename Kernel>
+void WithWidth(int dim, Kernel&& kernel) {
+  switch (dim) {
+    case 16:
+      return kernel(std::integral_constant<int, 16>());
+    case 32:
+      return kernel(std::integral_constant<int, 32>());
+    case 64:
+      return kernel(std::integral_constant<int, 64>());
+    case 128:
+      return kernel(std::integral_constant<int, 128>());
+    default:
+      return kernel(std::integral_constant<int, 0>());
+  }
+}
+
 }  // namespace
 
 template <typename T>
 void Interact(const T* const* features, int batch, int num_features, int dim,
               T* out) {
-  switch (dim) {
-    case 16:
-      return InteractKernel<T, 16>(features, batch, num_features, dim, out);
-    case 32:
-      return InteractKernel<T, 32>(features, batch, num_features, dim, out);
-    case 64:
-      return InteractKernel<T, 64>(features, batch, num_features, dim, out);
-    case 128:
-      return InteractKernel<T, 128>(features, batch, num_features, dim, out);
-    default:
-      return InteractKernel<T, 0>(features, batch, num_features, dim, out);
-  }
+  WithWidth(dim, [&](auto width) {
+    InteractKernel<T, decltype(width)::value>(features, batch, num_features,
+                                              dim, out);
+  });
 }
 
 template <typename T>
 void InteractBackward(const T* const* features, const T* dout, int batch,
                       int num_features, int dim, T* const* dfeatures) {
-  switch (dim) {
-    case 16:
-      return InteractBackwardKernel<T, 16>(features, dout, batch, num_features,
-                                           dim, dfeatures);
-    case 32:
-      return InteractBackwardKernel<T, 32>(features, dout, batch, num_features,
-                                           dim, dfeatures);
-    case 64:
-      return InteractBackwardKernel<T, 64>(features, dout, batch, num_features,
-                                           dim, dfeatures);
-    case 128:
-      return InteractBackwardKernel<T, 128>(features, dout, batch, num_features,
-                                            dim, dfeatures);
-    default:
-      return InteractBackwardKernel<T, 0>(features, dout, batch, num_features,
-                                          dim, dfeatures);
-  }
+  WithWidth(dim, [&](auto width) {
+    InteractBackwardKernel<T, decltype(width)::value>(
+        features, dout, batch, num_features, dim, dfeatures);
+  });
 }
 
 void ForEachPart(int parts, const std::function<void(int)>& work) {
