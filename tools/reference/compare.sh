@@ -9,7 +9,8 @@
 #
 # embedps: 1 ps_server + 1 ps_worker (sync, batch 512,
 # deploy/local/dlrm_small.txtpb, or dlrm_large.txtpb: dim 64, bottom
-# 512-256-64, top 512-256, ~3 MFLOP a sample, 2 BLAS threads).
+# 512-256-64, top 512-256, ~3 MFLOP a sample; the dense step on every
+# core: blas_threads set to nproc).
 # PyTorch, one process, 1 and 2 threads: the current PyTorch from PyPI
 # (torch 2.15: MKL and oneDNN inside the wheel) in a venv made under OUT on
 # the first run (several GB: the wheel pulls CUDA libraries; never part of
@@ -91,13 +92,11 @@ case "$model" in
   large) torch_model=(--dim=64 --bottom=512,256,64 --top=512,256) ;;
   *) echo "--model must be small or large" >&2; exit 2 ;;
 esac
-config="deploy/local/dlrm_$model.txtpb"
-if [ "$workers" -gt 1 ]; then
-  # The cores shared out among the workers.
-  threads=$(( $(nproc) / workers )); [ "$threads" -ge 1 ] || threads=1
-  sed "s/^blas_threads: .*/blas_threads: $threads/" "$config" >"$out/config.txtpb"
-  config="$out/config.txtpb"
-fi
+# The model's config with the cores shared out among the workers.
+threads=$(( $(nproc) / workers )); [ "$threads" -ge 1 ] || threads=1
+grep -v "^blas_threads:" "deploy/local/dlrm_$model.txtpb" >"$out/config.txtpb"
+echo "blas_threads: $threads" >>"$out/config.txtpb"
+config="$out/config.txtpb"
 worker_pids=()
 for ((r = 0; r < workers; r++)); do
   bazel-bin/worker/ps_worker --config="$config" --servers="$servers" \
