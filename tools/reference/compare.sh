@@ -92,9 +92,12 @@ case "$model" in
   large) torch_model=(--dim=64 --bottom=512,256,64 --top=512,256) ;;
   *) echo "--model must be small or large" >&2; exit 2 ;;
 esac
-# The model's config with the cores shared out among the workers.
+# The model's config with the cores shared out among the workers, and
+# without publications (there is no serving replica here to follow them:
+# the training is what is compared).
 threads=$(( $(nproc) / workers )); [ "$threads" -ge 1 ] || threads=1
-grep -v "^blas_threads:" "deploy/local/dlrm_$model.txtpb" >"$out/config.txtpb"
+grep -v -e "^blas_threads:" -e "^publish_every_seconds:" \
+  "deploy/local/dlrm_$model.txtpb" >"$out/config.txtpb"
 echo "blas_threads: $threads" >>"$out/config.txtpb"
 config="$out/config.txtpb"
 worker_pids=()
