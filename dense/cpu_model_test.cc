@@ -339,34 +339,42 @@ TEST(CpuModelTest, Float32AgreesWithFloat64) {
   }
 }
 
-TEST(CpuModelTest, TheSameStepOnOneTwoOrThreeThreads) {
+class ThreadSplit : public ::testing::TestWithParam<ModelSpec> {};
+
+TEST_P(ThreadSplit, TheSameStepOnOneTwoOrThreeThreads) {
   // The batch is split into DenseThreads() parts, one per thread, with
-  // single-threaded GEMMs: each sample's logit and row gradients come out
-  // of the same arithmetic whatever the split; the weight gradients are
-  // sums over the batch, added part by part.
-  const ModelSpec spec = SmallDlrm();
-  std::vector<float> logits_of[4], gradients_of[4], rows_of[4];
+  // single-threaded GEMMs: each sample's logit, row gradients and dense
+  // input gradients come out of the same arithmetic whatever the split;
+  // the weight gradients and the loss are sums over the batch, added part
+  // by part.
+  const ModelSpec spec = GetParam();
+  constexpr int kSamples = 100;
+  std::vector<float> logits_of[4], gradients_of[4], rows_of[4], dense_of[4];
+  float loss_of[4] = {};
   for (int threads : {1, 2, 3}) {
     SetDenseThreads(threads);
     ASSERT_OK_AND_ASSIGN(auto model, CpuModel<float>::Create(spec));
-    BatchData<float> data(spec, 100, 9);
+    BatchData<float> data(spec, kSamples, 9);
     auto row_gradients = data.GradientSpans();
-    ASSERT_OK(model->TrainStep(data.View(100), row_gradients).status());
+    dense_of[threads].resize(data.dense.size());
+    ASSERT_OK_AND_ASSIGN(loss_of[threads],
+                         model->TrainStep(data.View(kSamples), row_gradients,
+                                          absl::MakeSpan(dense_of[threads])));
     gradients_of[threads].assign(model->gradients().begin(),
                                  model->gradients().end());
     for (const auto& g : data.row_gradients) {
       rows_of[threads].insert(rows_of[threads].end(), g.begin(), g.end());
     }
-    logits_of[threads].resize(100);
-    ASSERT_OK(
-        model->Predict(data.View(100), absl::MakeSpan(logits_of[threads])));
+    logits_of[threads].resize(kSamples);
+    ASSERT_OK(model->Predict(data.View(kSamples),
+                             absl::MakeSpan(logits_of[threads])));
   }
   SetDenseThreads(1);
   for (int threads : {2, 3}) {
     EXPECT_EQ(rows_of[threads], rows_of[1]) << threads << " threads";
+    EXPECT_EQ(dense_of[threads], dense_of[1]) << threads << " threads";
     EXPECT_EQ(logits_of[threads], logits_of[1]) << threads << " threads";
-    // The weight gradients are sums over the batch: summed in another
-    // order per thread count.
+    EXPECT_NEAR(loss_of[threads], loss_of[1], 1e-6f);
     ASSERT_EQ(gradients_of[threads].size(), gradients_of[1].size());
     for (size_t i = 0; i < gradients_of[1].size(); ++i) {
       ASSERT_NEAR(gradients_of[threads][i], gradients_of[1][i],
@@ -374,7 +382,15 @@ TEST(CpuModelTest, TheSameStepOnOneTwoOrThreeThreads) {
           << i;
     }
   }
+  // The comparison is not vacuous: the step wrote gradients.
+  EXPECT_TRUE(std::any_of(dense_of[1].begin(), dense_of[1].end(),
+                          [](float g) { return g != 0; }));
 }
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ThreadSplit,
+                         ::testing::Values(SmallDlrm(), NoBottom(),
+                                           MlpModelSpec(6, {7, 4}, 11),
+                                           MlpModelSpec(3, {}, 2)));
 
 TEST(CpuModelTest, SameSeedSameParametersAndTrainingReducesLoss) {
   const ModelSpec spec = SmallDlrm();
