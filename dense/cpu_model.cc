@@ -32,8 +32,9 @@ CpuModel<T>::CpuModel(const ModelSpec& spec)
 
 namespace {
 // Below this many samples a part's GEMMs are too small to be worth a
-// thread.
-constexpr int kMinPartSamples = 32;
+// thread (and their kernels lose efficiency): a batch of 512 goes to at
+// most 8 threads.
+constexpr int kMinPartSamples = 64;
 }  // namespace
 
 template <typename T>

@@ -348,7 +348,7 @@ TEST_P(ThreadSplit, TheSameStepOnOneTwoOrThreeThreads) {
   // the weight gradients and the loss are sums over the batch, added part
   // by part.
   const ModelSpec spec = GetParam();
-  constexpr int kSamples = 100;
+  constexpr int kSamples = 200;  // three parts of at least 64 samples
   std::vector<float> logits_of[4], gradients_of[4], rows_of[4], dense_of[4];
   float loss_of[4] = {};
   for (int threads : {1, 2, 3}) {
