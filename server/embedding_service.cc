@@ -90,6 +90,17 @@ void EmbeddingServiceImpl::Identify(grpc::CallbackServerContext* context) {
 
 namespace {
 
+// The rows of `keys` without counting an access or an admission; a key
+// without a row reads as its initial values, what a Pull would create.
+absl::Status ReadRows(embedding::Table& table, absl::Span<const uint64_t> keys,
+                      absl::Span<float> values) {
+  std::unique_ptr<bool[]> found(new bool[keys.size()]);
+  return table
+      .Lookup(keys, values, absl::MakeSpan(found.get(), keys.size()),
+              embedding::Table::MissingRows::kInitialValues)
+      .status();
+}
+
 // What a serving replica says to a call that would change something.
 grpc::Status ReadOnlyReplica(absl::string_view method) {
   return grpc::Status(
@@ -266,25 +277,22 @@ grpc::Status EmbeddingServiceImpl::ServePull(const PullCall& call,
   // float32 scratch that Finish narrows into it).
   wire::PullResponseBuilder builder(request.value_type(),
                                     keys.size() * table->spec().dim);
-  // A SYNC Pull that must wait for the previous step reads the table while
-  // it waits (creating the rows it needs then, off the step's critical
-  // path), then re-reads only the keys the steps applied meanwhile changed.
-  // Not where other writers change rows: admission (a Pull's count decides
-  // a row's creation) and eviction.
+  // A SYNC Pull for the step after the one being applied (a worker's
+  // prefetch) reads the table while it waits (creating the rows it needs
+  // then, off the step's critical path), then re-reads only the keys the
+  // steps applied meanwhile changed. Not for a later step (it may never
+  // become pullable: its read would have counted accesses and created rows
+  // for nothing), nor where other writers change rows: admission (a Pull's
+  // count decides a row's creation) and eviction.
   const embedding::TableSpec& spec = table->spec();
-  bool read_ahead =
+  const bool may_read_ahead =
       synchronizer != nullptr && !request.read_only() &&
       synchronizer->mode() == StepSynchronizer::Mode::kSync &&
       spec.admission.kind == embedding::AdmissionSpec::Kind::kAlways &&
-      spec.eviction.ttl == 0 && !synchronizer->Pullable(request.step());
-  uint64_t read_at = 0;
-  if (read_ahead) {
-    read_at = synchronizer->AppliedThrough();
-    // Only for the step after the one being applied (a worker's prefetch):
-    // a Pull for a later step may never become pullable, and its read
-    // would have counted accesses and created rows for nothing.
-    if (request.step() != read_at + 1) read_ahead = false;
-  }
+      spec.eviction.ttl == 0;
+  const uint64_t read_at =
+      may_read_ahead ? synchronizer->AppliedThrough() : uint64_t{0};
+  const bool read_ahead = may_read_ahead && request.step() == read_at + 1;
   if (read_ahead) {
     const absl::Status read = table->Pull(
         keys, builder.values(), embedding::AccessContext{request.step()});
@@ -299,14 +307,8 @@ grpc::Status EmbeddingServiceImpl::ServePull(const PullCall& call,
     status = RereadChanged(*synchronizer, *table, read_at, request.step(), keys,
                            builder.values());
   } else if (request.read_only()) {
-    // Serving and evaluation: a key without a row reads as its initial
-    // values, what a Pull would have created.
-    std::unique_ptr<bool[]> found(new bool[keys.size()]);
-    status = table
-                 ->Lookup(keys, builder.values(),
-                          absl::MakeSpan(found.get(), keys.size()),
-                          embedding::Table::MissingRows::kInitialValues)
-                 .status();
+    // Serving and evaluation.
+    status = ReadRows(*table, keys, builder.values());
   } else {
     status = table->Pull(keys, builder.values(),
                          embedding::AccessContext{request.step()});
@@ -320,30 +322,24 @@ absl::Status EmbeddingServiceImpl::RereadChanged(
     StepSynchronizer& synchronizer, embedding::Table& table, uint64_t read_at,
     uint64_t step, absl::Span<const uint64_t> keys, absl::Span<float> values) {
   std::vector<std::shared_ptr<const StepSynchronizer::StepKeys>> changed;
-  const bool known = synchronizer.ChangedKeys(read_at, step, &changed);
+  // A Lookup: the first read already counted the access.
+  if (!synchronizer.ChangedKeys(read_at, step, &changed)) {
+    return ReadRows(table, keys, values);
+  }
   std::vector<uint32_t> positions;
+  std::vector<uint64_t> stale_keys;
   for (size_t i = 0; i < keys.size(); ++i) {
-    const bool stale =
-        !known ||
-        std::any_of(changed.begin(), changed.end(), [&](const auto& step_keys) {
-          return step_keys->contains(keys[i]);
-        });
-    if (stale) positions.push_back(static_cast<uint32_t>(i));
+    if (std::any_of(changed.begin(), changed.end(), [&](const auto& applied) {
+          return applied->contains(keys[i]);
+        })) {
+      positions.push_back(static_cast<uint32_t>(i));
+      stale_keys.push_back(keys[i]);
+    }
   }
   if (positions.empty()) return absl::OkStatus();
   const size_t dim = table.spec().dim;
-  std::vector<uint64_t> stale_keys(positions.size());
-  for (size_t j = 0; j < positions.size(); ++j) {
-    stale_keys[j] = keys[positions[j]];
-  }
-  // A Lookup: the first read already counted the access.
   std::vector<float> fresh(stale_keys.size() * dim);
-  std::unique_ptr<bool[]> found(new bool[stale_keys.size()]);
-  RETURN_IF_ERROR(table
-                      .Lookup(stale_keys, absl::MakeSpan(fresh),
-                              absl::MakeSpan(found.get(), stale_keys.size()),
-                              embedding::Table::MissingRows::kInitialValues)
-                      .status());
+  RETURN_IF_ERROR(ReadRows(table, stale_keys, absl::MakeSpan(fresh)));
   for (size_t j = 0; j < positions.size(); ++j) {
     std::memcpy(values.data() + static_cast<size_t>(positions[j]) * dim,
                 fresh.data() + j * dim, sizeof(float) * dim);

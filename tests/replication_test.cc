@@ -167,6 +167,28 @@ std::unique_ptr<client::Client> Connect(std::vector<std::string> servers) {
   return connected.ok() ? *std::move(connected) : nullptr;
 }
 
+// The set-up most tests share: a client of every shard with the SGD table
+// created, shard 0's keys, and gradients of one for them.
+struct Writer {
+  std::unique_ptr<client::Client> client;
+  client::TableHandle table;
+  std::vector<uint64_t> keys = KeysOfShard0();
+  std::vector<float> grads = std::vector<float>(keys.size() * kDim, 1.0f);
+};
+
+absl::StatusOr<Writer> ConnectWriter(std::vector<std::string> servers) {
+  Writer writer;
+  writer.client = Connect(std::move(servers));
+  if (writer.client == nullptr) {
+    return absl::UnavailableError("no client of the shards");
+  }
+  absl::StatusOr<client::TableHandle> table =
+      writer.client->CreateTable(SgdTable());
+  if (!table.ok()) return table.status();
+  writer.table = *table;
+  return writer;
+}
+
 // 20 rounds of SIGKILL of a random replica (primary or backup) at a random
 // time while two clients push known gradients; every killed replica is
 // restarted and catches up. Gradients are small integers and the optimizer
@@ -269,12 +291,8 @@ TEST_F(ReplicationTest, NoAcknowledgedPushIsLostOrDoubledAcrossKills) {
 // A replica that restarts while no one writes catches up all the same:
 // the primary's last write is long past, and nothing new will come.
 TEST_F(ReplicationTest, AReplicaCatchesUpWhileNothingIsWritten) {
-  auto setup = Connect(Servers());
-  ASSERT_NE(setup, nullptr);
-  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
-                       setup->CreateTable(SgdTable()));
-  const std::vector<uint64_t> keys = KeysOfShard0();
-  const std::vector<float> grads(keys.size() * kDim, 1.0f);
+  ASSERT_OK_AND_ASSIGN(Writer writer, ConnectWriter(Servers()));
+  auto& [setup, table, keys, grads] = writer;
   for (int i = 0; i < 40; ++i) ASSERT_OK(setup->Push(table, keys, grads));
   ASSERT_OK_AND_ASSIGN(const proto::ReplicaView view, View(0));
   const int backup = 1 - PrimaryIndex(view, 0);
@@ -290,12 +308,8 @@ TEST_F(ReplicationTest, AReplicaCatchesUpWhileNothingIsWritten) {
 // partition would) loses its lease: a backup takes over, and the old
 // primary, resumed, accepts no write for its epoch (and leaves the shard).
 TEST_F(ReplicationTest, ADeposedPrimaryAcceptsNoWrite) {
-  auto setup = Connect(Servers());
-  ASSERT_NE(setup, nullptr);
-  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
-                       setup->CreateTable(SgdTable()));
-  const std::vector<uint64_t> keys = KeysOfShard0();
-  const std::vector<float> grads(keys.size() * kDim, 1.0f);
+  ASSERT_OK_AND_ASSIGN(Writer writer, ConnectWriter(Servers()));
+  auto& [setup, table, keys, grads] = writer;
   ASSERT_OK(setup->Push(table, keys, grads));
   ASSERT_OK_AND_ASSIGN(const proto::ReplicaView before, View(0));
   const int old = PrimaryIndex(before, 0);
@@ -341,11 +355,8 @@ TEST_F(ReplicationTest, ADeposedPrimaryAcceptsNoWrite) {
 // (trailing metadata). No epoch may have two acceptors, and the table
 // holds exactly the acknowledged pushes.
 TEST_F(ReplicationTest, NoEpochHasTwoAcceptors) {
-  auto setup = Connect(Servers());
-  ASSERT_NE(setup, nullptr);
-  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
-                       setup->CreateTable(SgdTable()));
-  const std::vector<uint64_t> keys = KeysOfShard0();
+  ASSERT_OK_AND_ASSIGN(Writer writer, ConnectWriter(Servers()));
+  auto& [setup, table, keys, grads] = writer;
   ASSERT_OK_AND_ASSIGN(const proto::ReplicaView before, View(0));
   const int old = PrimaryIndex(before, 0);
 
@@ -363,13 +374,14 @@ TEST_F(ReplicationTest, NoEpochHasTwoAcceptors) {
       auto stub = proto::EmbeddingService::NewStub(grpc::CreateChannel(
           Address(0, r), grpc::InsecureChannelCredentials()));
       proto::PushRequest push;
-      push.set_table_id(table.shard_table_ids[0]);
-      push.set_keys(std::string(reinterpret_cast<const char*>(keys.data()),
-                                keys.size() * sizeof(uint64_t)));
-      const std::vector<float> grads(keys.size() * kDim, 1.0f);
+      // The writer's members: C++17 lambdas cannot capture the bindings.
+      push.set_table_id(writer.table.shard_table_ids[0]);
+      push.set_keys(
+          std::string(reinterpret_cast<const char*>(writer.keys.data()),
+                      writer.keys.size() * sizeof(uint64_t)));
       push.set_gradients(
-          std::string(reinterpret_cast<const char*>(grads.data()),
-                      grads.size() * sizeof(float)));
+          std::string(reinterpret_cast<const char*>(writer.grads.data()),
+                      writer.grads.size() * sizeof(float)));
       push.set_client_id(1000 + r);
       for (uint64_t sequence = 1; !stop.load(); ++sequence) {
         push.set_sequence(sequence);
@@ -446,12 +458,8 @@ TEST_F(ReplicationTest, NoEpochHasTwoAcceptors) {
 // go on (with the same primary, or another after a failover) and the table
 // holds exactly the acknowledged writes.
 TEST_F(ReplicationTest, APrimaryCutOffFromTheCoordinatorStopsWriting) {
-  auto setup = Connect(Servers());
-  ASSERT_NE(setup, nullptr);
-  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
-                       setup->CreateTable(SgdTable()));
-  const std::vector<uint64_t> keys = KeysOfShard0();
-  const std::vector<float> grads(keys.size() * kDim, 1.0f);
+  ASSERT_OK_AND_ASSIGN(Writer writer, ConnectWriter(Servers()));
+  auto& [setup, table, keys, grads] = writer;
   ASSERT_OK(setup->Push(table, keys, grads));
   ASSERT_OK_AND_ASSIGN(const proto::ReplicaView before, View(0));
   // Pushes straight to that primary, never retried elsewhere.

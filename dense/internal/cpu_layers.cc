@@ -165,6 +165,20 @@ struct Vector {
   static void Store(Type v, T* p) { std::memcpy(p, &v, sizeof(v)); }
 };
 
+// Where <f_i, f_j> (i != j; symmetric) is in a sample's interaction
+// output of width dim + F(F-1)/2: pairs i < j follow f_0, row after row.
+// F × F, 0 on the diagonal.
+std::vector<int> PairPositions(int f, int dim) {
+  std::vector<int> pair(static_cast<size_t>(f) * f, 0);
+  for (int i = 0, p = dim; i < f; ++i) {
+    for (int j = i + 1; j < f; ++j, ++p) {
+      pair[static_cast<size_t>(i) * f + j] = p;
+      pair[static_cast<size_t>(j) * f + i] = p;
+    }
+  }
+  return pair;
+}
+
 // The interaction's kernels, with the feature width a compile-time
 // constant (kDim > 0) so that a row's accumulators live in vector
 // registers, or read at run time (kDim == 0, any width). Every dot product
@@ -188,11 +202,7 @@ void InteractKernel(const T* const* features, int batch, int num_features,
   const int padded = (f + kBlock - 1) / kBlock * kBlock;
   const int out_dim = dim + f * (f - 1) / 2;
   std::vector<T> transposed(static_cast<size_t>(dim) * padded, T{0});
-  // Where pair (i, j), i < j, goes in a sample's output.
-  std::vector<int> pair(static_cast<size_t>(f) * f, -1);
-  for (int i = 0, p = dim; i < f; ++i) {
-    for (int j = i + 1; j < f; ++j) pair[static_cast<size_t>(i) * f + j] = p++;
-  }
+  const std::vector<int> pair = PairPositions(f, dim);
   for (int b = 0; b < batch; ++b) {
     const T* const* x = features + static_cast<size_t>(b) * f;
     T* o = out + static_cast<size_t>(b) * out_dim;
@@ -250,14 +260,7 @@ void InteractBackwardKernel(const T* const* features, const T* dout, int batch,
   const int dim = kDim > 0 ? kDim : runtime_dim;
   const int f = num_features;
   const int out_dim = dim + f * (f - 1) / 2;
-  // Where d out / d <f_i, f_j> is in a sample's dout, for i != j.
-  std::vector<int> pair(static_cast<size_t>(f) * f, 0);
-  for (int i = 0, p = dim; i < f; ++i) {
-    for (int j = i + 1; j < f; ++j, ++p) {
-      pair[static_cast<size_t>(i) * f + j] = p;
-      pair[static_cast<size_t>(j) * f + i] = p;
-    }
-  }
+  const std::vector<int> pair = PairPositions(f, dim);
   std::vector<T> runtime_sum(kDim > 0 ? 0 : dim);
   std::vector<T> local(static_cast<size_t>(f) * dim);
   std::vector<T> g_row(f);
