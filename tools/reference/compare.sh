@@ -160,4 +160,7 @@ print(f"\nfastest PyTorch: {best['torch']} ({best['blas']}, "
       + f"{best['threads']} threads)")
 print(f"embedps / fastest PyTorch samples/s: {ours['samples_per_second'] / best['samples_per_second']:.2f}x"
       f"   AUC difference: {ours['test_auc'] - best['test_auc']:+.5f}")
+print(f"embedps worker 0 waited for Pulls {ours['pull_wait_seconds']:.2f} s of "
+      f"{ours['train_seconds']:.2f} s "
+      f"({100 * ours['pull_wait_seconds'] / ours['train_seconds']:.1f}% of the steps)")
 PY
