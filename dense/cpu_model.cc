@@ -96,35 +96,44 @@ absl::Status CpuModel<T>::Predict(const Batch<T>& batch, absl::Span<T> logits) {
 }
 
 template <typename T>
-void CpuModel<T>::Backward(const Batch<T>& batch,
-                           absl::Span<const absl::Span<T>> row_gradients,
-                           absl::Span<T> dense_gradients, T* gradients,
-                           Part& part) {
+T* CpuModel<T>::PartGradients(int p) {
+  if (p == 0) return gradients_.data();
+  Part& part = *parts_[p];
+  part.gradients.resize(gradients_.size());
+  return part.gradients.data();
+}
+
+template <typename T>
+void CpuModel<T>::BackwardToRows(const Batch<T>& batch,
+                                 absl::Span<const absl::Span<T>> row_gradients,
+                                 bool need_dz0, T* gradients, Part& part) {
   const int begin = part.begin, n = part.end - part.begin;
   const int f = layout_.num_features, d = layout_.z0_dim;
-  // d loss / d z0: from the interaction's gradient, or directly the top
-  // input's gradient when there are no slots. Not computed at all when
-  // nothing below the top MLP needs it (a plain MLP).
-  const bool need_dz0 =
-      !spec_.slots.empty() || !part.bottom.empty() || !dense_gradients.empty();
   part.dinteraction.resize(static_cast<size_t>(n) * layout_.interaction_dim);
   part.top.Backward(parameters_.data(), part.top_input, &part.delta, n,
                     gradients, need_dz0 ? part.dinteraction.data() : nullptr);
   if (!need_dz0) return;
   if (spec_.slots.empty()) {
     part.dz0.swap(part.dinteraction);
-  } else {
-    part.dz0.resize(static_cast<size_t>(n) * d);
-    part.dpooled.resize(part.pooled.size());
-    part.dfeatures.resize(part.features.size());
-    dense_internal::FeatureGradientTargets<T>(
-        batch.slots, row_gradients, begin, n, d, part.dz0.data(),
-        part.dpooled.data(), part.dfeatures.data());
-    InteractBackward(part.features.data(), part.dinteraction.data(), n, f, d,
-                     part.dfeatures.data());
-    dense_internal::UnpoolGradients<T>(spec_.slots, batch.slots, row_gradients,
-                                       begin, n, d, part.dpooled.data());
+    return;
   }
+  part.dz0.resize(static_cast<size_t>(n) * d);
+  part.dpooled.resize(part.pooled.size());
+  part.dfeatures.resize(part.features.size());
+  dense_internal::FeatureGradientTargets<T>(
+      batch.slots, row_gradients, begin, n, d, part.dz0.data(),
+      part.dpooled.data(), part.dfeatures.data());
+  InteractBackward(part.features.data(), part.dinteraction.data(), n, f, d,
+                   part.dfeatures.data());
+  dense_internal::UnpoolGradients<T>(spec_.slots, batch.slots, row_gradients,
+                                     begin, n, d, part.dpooled.data());
+}
+
+template <typename T>
+void CpuModel<T>::BackwardBottom(const Batch<T>& batch,
+                                 absl::Span<T> dense_gradients, T* gradients,
+                                 Part& part) {
+  const int begin = part.begin, n = part.end - part.begin;
   T* dx = dense_gradients.empty()
               ? nullptr
               : dense_gradients.data() +
@@ -142,7 +151,8 @@ void CpuModel<T>::Backward(const Batch<T>& batch,
 template <typename T>
 absl::StatusOr<T> CpuModel<T>::TrainStep(
     const Batch<T>& batch, absl::Span<const absl::Span<T>> row_gradients,
-    absl::Span<T> dense_gradients) {
+    absl::Span<T> dense_gradients,
+    const std::function<void()>& row_gradients_ready) {
   if (absl::Status s = ValidateBatch(spec_, batch, /*with_labels=*/true);
       !s.ok()) {
     return s;
@@ -158,6 +168,11 @@ absl::StatusOr<T> CpuModel<T>::TrainStep(
   }
   const int n = batch.size;
   SplitBatch(n);
+  // What lies below the interaction: the bottom MLP, the dense features'
+  // gradients. d loss / d z0 is not computed at all when nothing below the
+  // top MLP needs it (a plain MLP).
+  const bool below = !layout_.bottom.empty() || !dense_gradients.empty();
+  const bool need_dz0 = !spec_.slots.empty() || below;
   std::vector<T> losses(num_parts_);
   dense_internal::ForEachPart(num_parts_, [&](int p) {
     Part& part = *parts_[p];
@@ -167,14 +182,19 @@ absl::StatusOr<T> CpuModel<T>::TrainStep(
     losses[p] = BinaryCrossEntropy(logits_.data() + part.begin,
                                    batch.labels.data() + part.begin, samples, n,
                                    part.delta.data());
-    T* gradients = gradients_.data();
-    if (p > 0) {
-      part.gradients.resize(gradients_.size());
-      gradients = part.gradients.data();
-    }
-    Backward(batch, row_gradients, dense_gradients, gradients, part);
+    BackwardToRows(batch, row_gradients, need_dz0, PartGradients(p), part);
   });
   last_logits_ = absl::MakeConstSpan(logits_);
+  // Every row's gradient is written: the caller may send them while the
+  // parts finish below the interaction (part 0's after the callback).
+  if (below) {
+    dense_internal::ForEachPart(num_parts_, [&](int p) {
+      if (p == 0 && row_gradients_ready) row_gradients_ready();
+      BackwardBottom(batch, dense_gradients, PartGradients(p), *parts_[p]);
+    });
+  } else if (row_gradients_ready) {
+    row_gradients_ready();
+  }
   // The weight gradients are sums over the batch: add the other parts'
   // into part 0's, each thread over its own range of parameters.
   if (num_parts_ > 1) {

@@ -12,6 +12,7 @@
 #ifndef EMBEDPS_DENSE_CPU_MODEL_H_
 #define EMBEDPS_DENSE_CPU_MODEL_H_
 
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -41,9 +42,15 @@ class CpuModel {
   // size of its rows) and, when `dense_gradients` is not empty,
   // d loss / d dense features. INVALID_ARGUMENT (nothing changes) for a
   // batch or buffers that do not fit the spec.
-  absl::StatusOr<T> TrainStep(const Batch<T>& batch,
-                              absl::Span<const absl::Span<T>> row_gradients,
-                              absl::Span<T> dense_gradients = {});
+  //
+  // `row_gradients_ready`, when given, is called once (on the calling
+  // thread) as soon as every part has written its rows' gradients, while
+  // the other parts' threads go on with the bottom MLP's backward pass: a
+  // worker sends the rows' gradients there. It must not change the model.
+  absl::StatusOr<T> TrainStep(
+      const Batch<T>& batch, absl::Span<const absl::Span<T>> row_gradients,
+      absl::Span<T> dense_gradients = {},
+      const std::function<void()>& row_gradients_ready = nullptr);
 
   // The logits of the last TrainStep or Predict batch (empty before the
   // first). Valid until the next call.
@@ -80,10 +87,18 @@ class CpuModel {
   void SplitBatch(int n);
   // The forward pass of `part`; writes its logits into logits_.
   void Forward(const Batch<T>& batch, Part& part);
-  // The backward pass of `part` given its d loss / d logit in part.delta.
-  void Backward(const Batch<T>& batch,
-                absl::Span<const absl::Span<T>> row_gradients,
-                absl::Span<T> dense_gradients, T* gradients, Part& part);
+  // The backward pass of `part` given its d loss / d logit in part.delta,
+  // in two halves: down to the rows (the top MLP, the interaction, the
+  // rows' gradients; d loss / d z0 into part.dz0), then the bottom MLP and
+  // d loss / d dense features. `gradients`: where the part's weight
+  // gradients go.
+  void BackwardToRows(const Batch<T>& batch,
+                      absl::Span<const absl::Span<T>> row_gradients,
+                      bool need_dz0, T* gradients, Part& part);
+  void BackwardBottom(const Batch<T>& batch, absl::Span<T> dense_gradients,
+                      T* gradients, Part& part);
+  // Part p's weight gradients: gradients_ for part 0, its own for others.
+  T* PartGradients(int p);
 
   const ModelSpec spec_;
   const ModelLayout layout_;

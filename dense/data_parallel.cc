@@ -28,9 +28,9 @@ absl::StatusOr<float> DataParallelTrainer::Step(
     const Batch<float>& batch,
     absl::Span<const absl::Span<float>> row_gradients,
     const std::function<void()>& row_gradients_ready) {
-  absl::StatusOr<float> loss = model_->TrainStep(batch, row_gradients);
+  absl::StatusOr<float> loss =
+      model_->TrainStep(batch, row_gradients, row_gradients_ready);
   if (!loss.ok()) return loss.status();
-  if (row_gradients_ready) row_gradients_ready();
   if (communicator_->world_size() > 1) {
     if (absl::Status s = communicator_->AllReduce(model_->gradient_buffer(),
                                                   ReduceOp::kMean);

@@ -35,8 +35,9 @@ class DataParallelTrainer {
   // gradients, one optimizer step. Returns this rank's mean loss.
   // `row_gradients` as in Model::TrainStep (the slot embeddings' gradients
   // stay per rank: the parameter servers reduce those). `row_gradients_ready`,
-  // when given, is called once they are written, before the AllReduce and
-  // the optimizer step (a worker starts its Pushes there, so that the
+  // when given, is called once they are written (Model::TrainStep: on the
+  // CPU before the bottom MLP's backward pass), always before the AllReduce
+  // and the optimizer step (a worker starts its Pushes there, so that the
   // servers apply them while the dense half finishes). On a collective
   // error the step is not applied on this rank (the callback has run).
   absl::StatusOr<float> Step(

@@ -39,8 +39,10 @@ class CpuBackendModel final : public Model {
   }
   absl::StatusOr<float> TrainStep(
       const Batch<float>& batch,
-      absl::Span<const absl::Span<float>> row_gradients) override {
-    return model_->TrainStep(batch, row_gradients);
+      absl::Span<const absl::Span<float>> row_gradients,
+      const std::function<void()>& row_gradients_ready) override {
+    return model_->TrainStep(batch, row_gradients, /*dense_gradients=*/{},
+                             row_gradients_ready);
   }
   absl::Status Predict(const Batch<float>& batch,
                        absl::Span<float> logits) override {

@@ -11,6 +11,7 @@
 #define EMBEDPS_DENSE_MODEL_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -52,9 +53,17 @@ class Model {
   // `row_gradients` (host; one span per slot, the size of its rows).
   // INVALID_ARGUMENT for a batch or buffers that do not fit the spec
   // (nothing changes); INTERNAL with the device error for a CUDA failure.
+  //
+  // `row_gradients_ready`, when given, is called once on the calling
+  // thread when `row_gradients` hold their final values and before
+  // TrainStep returns: on the CPU backend while the dense layers below the
+  // interaction still run their backward pass (so that a worker's Pushes
+  // overlap it), on CUDA at the end of the step. It must not change the
+  // model. Not called when the step fails before the rows' gradients exist.
   virtual absl::StatusOr<float> TrainStep(
       const Batch<float>& batch,
-      absl::Span<const absl::Span<float>> row_gradients) = 0;
+      absl::Span<const absl::Span<float>> row_gradients,
+      const std::function<void()>& row_gradients_ready = nullptr) = 0;
 
   // Copies the logits of the last TrainStep's or Predict's batch into
   // `host` (e.g. for a running AUC without a second forward pass).

@@ -94,7 +94,8 @@ class CudaModel final : public Model {
 
   absl::StatusOr<float> TrainStep(
       const Batch<float>& batch,
-      absl::Span<const absl::Span<float>> row_gradients) override {
+      absl::Span<const absl::Span<float>> row_gradients,
+      const std::function<void()>& row_gradients_ready) override {
     RETURN_IF_ERROR(ValidateBatch(spec_, batch, /*with_labels=*/true));
     RETURN_IF_ERROR(ValidateRowGradients(batch, row_gradients));
     RETURN_IF_ERROR(MakeCurrent());
@@ -147,6 +148,7 @@ class CudaModel final : public Model {
     RETURN_IF_ERROR(CublasStatus(
         cublasSasum(cublas_, n, losses_.data(), 1, &loss_sum), "cublasSasum"));
     RETURN_IF_ERROR(Synchronize("TrainStep"));
+    if (row_gradients_ready) row_gradients_ready();
     return loss_sum / static_cast<float>(n);
   }
 
