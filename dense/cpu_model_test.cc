@@ -251,6 +251,63 @@ TEST(InteractionTest, EveryWidthAndFeatureCountAgreesWithTheDefinition) {
   }
 }
 
+// The float kernels (the AVX2 ones where the build has them, for widths a
+// multiple of 8) against the definition in float64: summed in another
+// order and rounded to float at each step, so within float rounding.
+TEST(InteractionTest, FloatAgreesWithTheDefinitionInFloat64) {
+  for (int dim : {16, 32, 64, 128, 24, 8, 3}) {
+    for (int f : {1, 2, 3, 5, 16, 17, 27, 33}) {
+      SCOPED_TRACE(::testing::Message() << "dim " << dim << ", F " << f);
+      std::vector<float> features = Normal<float>(kBatch * f * dim, dim * f);
+      const std::vector<float*> x = FeaturePointers(features, kBatch, f, dim);
+      const int out_dim = dim + f * (f - 1) / 2;
+      // Every output written: NaN where nothing is.
+      std::vector<float> out(kBatch * out_dim, std::nanf(""));
+      dense_internal::Interact<float>(x.data(), kBatch, f, dim, out.data());
+      const std::vector<float> dout = Normal<float>(out.size(), f);
+      std::vector<float> dfeatures(features.size(), std::nanf(""));
+      dense_internal::InteractBackward<float>(
+          x.data(), dout.data(), kBatch, f, dim,
+          FeaturePointers(dfeatures, kBatch, f, dim).data());
+      for (int b = 0; b < kBatch; ++b) {
+        const float* xb = features.data() + b * f * dim;
+        const float* o = out.data() + b * out_dim;
+        const float* d = dout.data() + b * out_dim;
+        // d f_i's definition in float64, and the sum of its terms' sizes.
+        std::vector<double> grad(f * dim, 0), grad_scale(f * dim, 0);
+        for (int k = 0; k < dim; ++k) {
+          ASSERT_EQ(o[k], xb[k]) << k;
+          grad[k] = d[k];
+          grad_scale[k] = std::abs(d[k]);
+        }
+        int p = dim;
+        for (int i = 0; i < f; ++i) {
+          for (int j = i + 1; j < f; ++j, ++p) {
+            double dot = 0, scale = 0;
+            for (int k = 0; k < dim; ++k) {
+              const double term =
+                  static_cast<double>(xb[i * dim + k]) * xb[j * dim + k];
+              dot += term;
+              scale += std::abs(term);
+              const double to_i = static_cast<double>(d[p]) * xb[j * dim + k];
+              const double to_j = static_cast<double>(d[p]) * xb[i * dim + k];
+              grad[i * dim + k] += to_i;
+              grad_scale[i * dim + k] += std::abs(to_i);
+              grad[j * dim + k] += to_j;
+              grad_scale[j * dim + k] += std::abs(to_j);
+            }
+            ASSERT_NEAR(o[p], dot, 1e-6 * scale) << "pair " << i << ", " << j;
+          }
+        }
+        for (int i = 0; i < f * dim; ++i) {
+          ASSERT_NEAR(dfeatures[b * f * dim + i], grad[i], 1e-6 * grad_scale[i])
+              << "feature " << i / dim << ", k " << i % dim;
+        }
+      }
+    }
+  }
+}
+
 TEST(PoolingTest, OneRowBagsAreUsedInPlaceOthersPooled) {
   // One slot of dim 2; bags: empty, 3 rows, 1 row.
   const std::vector<double> rows = {1, 2, 3, 4, 5, 6, 7, 8};

@@ -12,7 +12,9 @@
 //     which package would bring it. The calls: the MLP above, and the
 //     large DLRM's layers (bottom 13-512-256-64, top 415-512-256-1) at the
 //     training job's batch 512.
-//  3. The default DLRM (13 dense, bottom 512-256-64, 26 slots of dim 64
+//  3. The DLRM's interaction alone (F = 27, dim 64, one thread) forward
+//     and backward, next to the same products as one cblas_sgemm a sample.
+//  4. The default DLRM (13 dense, bottom 512-256-64, 26 slots of dim 64
 //     with one row per bag, top 512-256) at batch 8192: samples/s on the
 //     CPU and, where a CUDA device exists, on the GPU with its MFU (model
 //     FLOPs / time / the device's dense FP32 or TF32 peak).
@@ -36,6 +38,7 @@
 #include "absl/time/clock.h"
 #include "dense/blas.h"
 #include "dense/device.h"
+#include "dense/internal/cpu_layers.h"
 #include "dense/model.h"
 
 extern "C" void openblas_set_num_threads(int num_threads);
@@ -48,7 +51,7 @@ ABSL_FLAG(int32_t, dlrm_batch, 8192, "DLRM batch");
 ABSL_FLAG(double, seconds, 3.0, "minimum seconds per measurement");
 ABSL_FLAG(std::string, devices, "cpu,cuda",
           "backends to run the DLRM on (cuda is skipped without a device)");
-ABSL_FLAG(std::string, sections, "mlp,gemm,dlrm",
+ABSL_FLAG(std::string, sections, "mlp,gemm,interaction,dlrm",
           "what to measure: mlp (model vs sgemm), gemm (the libraries), "
           "dlrm");
 ABSL_FLAG(bool, allow_tf32, false, "cuda: allow TF32 GEMMs");
@@ -419,6 +422,61 @@ void Dlrm(Backend backend) {
   std::printf("\n");
 }
 
+// The DLRM's interaction alone (26 slots of dim 64 and z0: F = 27, one
+// thread, as each part of a step runs it), forward and backward, next to
+// the same products as one cblas_sgemm a sample: X·Xᵀ (F × F, the whole
+// square: what a batched matrix product computes) forward, (G + Gᵀ)·X
+// backward.
+void InteractionVersusSgemm() {
+  openblas_set_num_threads(1);
+  constexpr int kF = 27, kDim = 64;
+  const int batch = absl::GetFlag(FLAGS_dlrm_batch);
+  const int out_dim = kDim + kF * (kF - 1) / 2;
+  const std::vector<float> features =
+      Random(static_cast<size_t>(batch) * kF * kDim, 5);
+  std::vector<float> dfeatures(features.size()),
+      out(size_t{1} * batch * out_dim);
+  const std::vector<float> dout = Random(out.size(), 6);
+  std::vector<const float*> x(static_cast<size_t>(batch) * kF);
+  std::vector<float*> dx(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    x[i] = features.data() + i * kDim;
+    dx[i] = dfeatures.data() + i * kDim;
+  }
+  const double seconds = absl::GetFlag(FLAGS_seconds);
+  const double forward = TimePerCall(seconds, [&] {
+    dense_internal::Interact<float>(x.data(), batch, kF, kDim, out.data());
+  });
+  const double backward = TimePerCall(seconds, [&] {
+    dense_internal::InteractBackward<float>(x.data(), dout.data(), batch, kF,
+                                            kDim, dx.data());
+  });
+  std::vector<float> gram(static_cast<size_t>(batch) * kF * kF);
+  const double gemm_forward = TimePerCall(seconds, [&] {
+    for (int b = 0; b < batch; ++b) {
+      const float* xb = features.data() + static_cast<size_t>(b) * kF * kDim;
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kF, kF, kDim, 1.0f,
+                  xb, kDim, xb, kDim, 0.0f,
+                  gram.data() + static_cast<size_t>(b) * kF * kF, kF);
+    }
+  });
+  const double gemm_backward = TimePerCall(seconds, [&] {
+    for (int b = 0; b < batch; ++b) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, kF, kDim, kF, 1.0f,
+                  gram.data() + static_cast<size_t>(b) * kF * kF, kF,
+                  features.data() + static_cast<size_t>(b) * kF * kDim, kDim,
+                  0.0f, dfeatures.data() + static_cast<size_t>(b) * kF * kDim,
+                  kDim);
+    }
+  });
+  std::printf(
+      "interaction F %d dim %d, 1 thread: forward %.0f samples/s (sgemm X·Xᵀ "
+      "%.0f: %.2fx), backward %.0f (sgemm (G+Gᵀ)·X %.0f: %.2fx)\n",
+      kF, kDim, batch / forward, batch / gemm_forward, gemm_forward / forward,
+      batch / backward, batch / gemm_backward, gemm_backward / backward);
+  SetDenseThreads(absl::GetFlag(FLAGS_threads));
+}
+
 }  // namespace
 }  // namespace embedps::dense
 
@@ -432,6 +490,7 @@ int main(int argc, char** argv) {
   };
   if (wanted("mlp")) embedps::dense::MlpVersusSgemm();
   if (wanted("gemm")) embedps::dense::GemmLibraries();
+  if (wanted("interaction")) embedps::dense::InteractionVersusSgemm();
   if (!wanted("dlrm")) return 0;
   for (absl::string_view device :
        absl::StrSplit(absl::GetFlag(FLAGS_devices), ',')) {

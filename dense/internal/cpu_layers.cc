@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "dense/blas.h"
+#include "dense/internal/interaction_x86.h"
 #include "dense/log_loss.h"
 
 namespace embedps::dense_internal {
@@ -182,7 +183,9 @@ std::vector<int> PairPositions(int f, int dim) {
 // The interaction's kernels, with the feature width a compile-time
 // constant (kDim > 0) so that a row's accumulators live in vector
 // registers, or read at run time (kDim == 0, any width). Every dot product
-// is summed in k order, the same in every instantiation.
+// is summed in k order, the same in every instantiation. Float features a
+// multiple of 8 wide go to the AVX2 kernels instead where the build has
+// them (interaction_x86.h).
 
 // out[b] = [f_0, <f_i, f_j> for i < j]. Per sample the features are
 // transposed (dim × F, F padded to a block of kBlock columns), and each
@@ -343,6 +346,11 @@ void WithWidth(int dim, Kernel&& kernel) {
 template <typename T>
 void Interact(const T* const* features, int batch, int num_features, int dim,
               T* out) {
+  if constexpr (std::is_same_v<T, float> && kHaveAvx2Interaction) {
+    if (dim % 8 == 0) {
+      return InteractAvx2(features, batch, num_features, dim, out);
+    }
+  }
   WithWidth(dim, [&](auto width) {
     InteractKernel<T, decltype(width)::value>(features, batch, num_features,
                                               dim, out);
@@ -352,6 +360,12 @@ void Interact(const T* const* features, int batch, int num_features, int dim,
 template <typename T>
 void InteractBackward(const T* const* features, const T* dout, int batch,
                       int num_features, int dim, T* const* dfeatures) {
+  if constexpr (std::is_same_v<T, float> && kHaveAvx2Interaction) {
+    if (dim % 8 == 0) {
+      return InteractBackwardAvx2(features, dout, batch, num_features, dim,
+                                  dfeatures);
+    }
+  }
   WithWidth(dim, [&](auto width) {
     InteractBackwardKernel<T, decltype(width)::value>(
         features, dout, batch, num_features, dim, dfeatures);
