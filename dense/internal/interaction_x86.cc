@@ -24,6 +24,15 @@ inline __m256 SumLanes(const __m256 a[4], const __m256 b[4]) {
                        _mm256_permute2f128_ps(a_halves, b_halves, 0x31));
 }
 
+// Fetches rows[0, n) of `width` floats each into the cache.
+void Prefetch(const float* const* rows, int n, int width) {
+  for (int i = 0; i < n; ++i) {
+    for (int k = 0; k < width; k += 64 / sizeof(float)) {
+      _mm_prefetch(reinterpret_cast<const char*>(rows[i] + k), _MM_HINT_T0);
+    }
+  }
+}
+
 // Where <f_i, f_j> (i < j) is in a sample's output: after f_0's dim
 // values, the pairs row after row.
 inline int PairPosition(int i, int j, int f, int dim) {
@@ -51,14 +60,7 @@ void Kernel(const float* const* features, int batch, int f, int runtime_dim,
     }
     // The next sample's rows are scattered over the Pulls' buffers (and
     // mostly not in cache): fetched while this sample computes.
-    if (b + 1 < batch) {
-      const float* const* next = x + f;
-      for (int i = 0; i < f; ++i) {
-        for (int k = 0; k < dim; k += 64 / sizeof(float)) {
-          _mm_prefetch(reinterpret_cast<const char*>(next[i] + k), _MM_HINT_T0);
-        }
-      }
-    }
+    if (b + 1 < batch) Prefetch(x + f, f, dim);
     // Rows i0 and i1 = i0 + 1 against columns j0 .. j0 + 3 (j > i0): eight
     // independent sums a vector wide.
     for (int i0 = 0; i0 + 1 < f; i0 += 2) {
@@ -119,14 +121,7 @@ void BackwardKernel(const float* const* features, const float* dout, int batch,
       std::memcpy(local.data() + static_cast<size_t>(i) * dim, x[i],
                   sizeof(float) * dim);
     }
-    if (b + 1 < batch) {
-      const float* const* next = x + f;
-      for (int i = 0; i < f; ++i) {
-        for (int k = 0; k < dim; k += 64 / sizeof(float)) {
-          _mm_prefetch(reinterpret_cast<const char*>(next[i] + k), _MM_HINT_T0);
-        }
-      }
-    }
+    if (b + 1 < batch) Prefetch(x + f, f, dim);
     for (int i = 0, p = dim; i < f; ++i) {
       for (int j = i + 1; j < f; ++j, ++p) {
         g[static_cast<size_t>(i) * f + j] = d[p];
