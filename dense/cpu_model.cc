@@ -106,12 +106,12 @@ T* CpuModel<T>::PartGradients(int p) {
 template <typename T>
 void CpuModel<T>::BackwardToRows(const Batch<T>& batch,
                                  absl::Span<const absl::Span<T>> row_gradients,
-                                 bool need_dz0, T* gradients, Part& part) {
+                                 bool need_dz0, Part& part) {
   const int begin = part.begin, n = part.end - part.begin;
   const int f = layout_.num_features, d = layout_.z0_dim;
   part.dinteraction.resize(static_cast<size_t>(n) * layout_.interaction_dim);
-  part.top.Backward(parameters_.data(), part.top_input, &part.delta, n,
-                    gradients, need_dz0 ? part.dinteraction.data() : nullptr);
+  part.top.BackwardInputs(parameters_.data(), &part.delta, n,
+                          need_dz0 ? part.dinteraction.data() : nullptr);
   if (!need_dz0) return;
   if (spec_.slots.empty()) {
     part.dz0.swap(part.dinteraction);
@@ -130,10 +130,12 @@ void CpuModel<T>::BackwardToRows(const Batch<T>& batch,
 }
 
 template <typename T>
-void CpuModel<T>::BackwardBottom(const Batch<T>& batch,
-                                 absl::Span<T> dense_gradients, T* gradients,
-                                 Part& part) {
+void CpuModel<T>::BackwardWeights(const Batch<T>& batch, bool below,
+                                  absl::Span<T> dense_gradients, T* gradients,
+                                  Part& part) {
   const int begin = part.begin, n = part.end - part.begin;
+  part.top.BackwardWeights(part.top_input, n, gradients);
+  if (!below) return;
   T* dx = dense_gradients.empty()
               ? nullptr
               : dense_gradients.data() +
@@ -182,19 +184,16 @@ absl::StatusOr<T> CpuModel<T>::TrainStep(
     losses[p] = BinaryCrossEntropy(logits_.data() + part.begin,
                                    batch.labels.data() + part.begin, samples, n,
                                    part.delta.data());
-    BackwardToRows(batch, row_gradients, need_dz0, PartGradients(p), part);
+    BackwardToRows(batch, row_gradients, need_dz0, part);
   });
   last_logits_ = absl::MakeConstSpan(logits_);
   // Every row's gradient is written: the caller may send them while the
-  // parts finish below the interaction (part 0's after the callback).
-  if (below) {
-    dense_internal::ForEachPart(num_parts_, [&](int p) {
-      if (p == 0 && row_gradients_ready) row_gradients_ready();
-      BackwardBottom(batch, dense_gradients, PartGradients(p), *parts_[p]);
-    });
-  } else if (row_gradients_ready) {
-    row_gradients_ready();
-  }
+  // parts compute their weight gradients (part 0's after the callback).
+  dense_internal::ForEachPart(num_parts_, [&](int p) {
+    if (p == 0 && row_gradients_ready) row_gradients_ready();
+    BackwardWeights(batch, below, dense_gradients, PartGradients(p),
+                    *parts_[p]);
+  });
   // The weight gradients are sums over the batch: add the other parts'
   // into part 0's, each thread over its own range of parameters.
   if (num_parts_ > 1) {

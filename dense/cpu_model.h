@@ -45,8 +45,9 @@ class CpuModel {
   //
   // `row_gradients_ready`, when given, is called once (on the calling
   // thread) as soon as every part has written its rows' gradients, while
-  // the other parts' threads go on with the bottom MLP's backward pass: a
-  // worker sends the rows' gradients there. It must not change the model.
+  // the other parts' threads go on with the weight gradients (the top
+  // MLP's, then the bottom MLP's backward pass): a worker sends the rows'
+  // gradients there. It must not change the model.
   absl::StatusOr<T> TrainStep(
       const Batch<T>& batch, absl::Span<const absl::Span<T>> row_gradients,
       absl::Span<T> dense_gradients = {},
@@ -88,15 +89,17 @@ class CpuModel {
   // The forward pass of `part`; writes its logits into logits_.
   void Forward(const Batch<T>& batch, Part& part);
   // The backward pass of `part` given its d loss / d logit in part.delta,
-  // in two halves: down to the rows (the top MLP, the interaction, the
-  // rows' gradients; d loss / d z0 into part.dz0), then the bottom MLP and
-  // d loss / d dense features. `gradients`: where the part's weight
-  // gradients go.
+  // in two halves: down to the rows (the top MLP's input gradients, the
+  // interaction, the rows' gradients; d loss / d z0 into part.dz0 when
+  // `need_dz0`), then the rest: the top MLP's weight gradients and, when
+  // there is anything `below` the interaction, the bottom MLP's backward
+  // pass and d loss / d dense features. `gradients`: where the part's
+  // weight gradients go.
   void BackwardToRows(const Batch<T>& batch,
                       absl::Span<const absl::Span<T>> row_gradients,
-                      bool need_dz0, T* gradients, Part& part);
-  void BackwardBottom(const Batch<T>& batch, absl::Span<T> dense_gradients,
-                      T* gradients, Part& part);
+                      bool need_dz0, Part& part);
+  void BackwardWeights(const Batch<T>& batch, bool below,
+                       absl::Span<T> dense_gradients, T* gradients, Part& part);
   // Part p's weight gradients: gradients_ for part 0, its own for others.
   T* PartGradients(int p);
 

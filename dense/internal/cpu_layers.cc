@@ -41,37 +41,46 @@ const T* LinearStack<T>::Forward(const T* parameters, const T* x, int batch) {
 }
 
 template <typename T>
-void LinearStack<T>::Backward(const T* parameters, const T* x,
-                              std::vector<T>* delta, int batch, T* gradients,
-                              T* dx) {
+void LinearStack<T>::BackwardInputs(const T* parameters, std::vector<T>* delta,
+                                    int batch, T* dx) {
+  if (layers_.empty()) return;
+  deltas_.back().swap(*delta);
   for (size_t l = layers_.size(); l-- > 0;) {
     const LayerShape& layer = layers_[l];
+    std::vector<T>& dz = deltas_[l];
     if (layer.relu) {
       const std::vector<T>& a = activations_[l];
       for (size_t i = 0; i < a.size(); ++i) {
-        if (!(a[i] > T{0})) (*delta)[i] = T{0};
+        if (!(a[i] > T{0})) dz[i] = T{0};
       }
     }
+    if (l == 0 && dx == nullptr) break;
+    // dX = dZ · W: the layer below's d loss / d output, or dx.
+    T* target = dx;
+    if (l > 0) {
+      deltas_[l - 1].resize(static_cast<size_t>(batch) * layer.in);
+      target = deltas_[l - 1].data();
+    }
+    Gemm<T>(false, false, batch, layer.in, layer.out, T{1}, dz.data(),
+            parameters + layer.weight_offset, T{0}, target);
+  }
+}
+
+template <typename T>
+void LinearStack<T>::BackwardWeights(const T* x, int batch, T* gradients) {
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const LayerShape& layer = layers_[l];
+    const std::vector<T>& dz = deltas_[l];
     const T* input = l == 0 ? x : activations_[l - 1].data();
-    // dW = dZᵀ · X, db = Σ_rows dZ, dX = dZ · W.
-    Gemm<T>(true, false, layer.out, layer.in, batch, T{1}, delta->data(), input,
+    // dW = dZᵀ · X, db = Σ_rows dZ.
+    Gemm<T>(true, false, layer.out, layer.in, batch, T{1}, dz.data(), input,
             T{0}, gradients + layer.weight_offset);
     T* db = gradients + layer.bias_offset;
     std::fill(db, db + layer.out, T{0});
     for (int r = 0; r < batch; ++r) {
-      const T* row = delta->data() + static_cast<size_t>(r) * layer.out;
+      const T* row = dz.data() + static_cast<size_t>(r) * layer.out;
       for (int o = 0; o < layer.out; ++o) db[o] += row[o];
     }
-    if (l == 0 && dx == nullptr) break;
-    T* target = dx;
-    if (l > 0) {
-      scratch_.resize(static_cast<size_t>(batch) * layer.in);
-      target = scratch_.data();
-    }
-    Gemm<T>(false, false, batch, layer.in, layer.out, T{1}, delta->data(),
-            parameters + layer.weight_offset, T{0}, target);
-    if (l == 0) break;
-    delta->swap(scratch_);
   }
 }
 

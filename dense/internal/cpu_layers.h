@@ -26,7 +26,9 @@ template <typename T>
 class LinearStack {
  public:
   explicit LinearStack(std::vector<LayerShape> layers)
-      : layers_(std::move(layers)), activations_(layers_.size()) {}
+      : layers_(std::move(layers)),
+        activations_(layers_.size()),
+        deltas_(layers_.size()) {}
 
   bool empty() const { return layers_.empty(); }
 
@@ -34,16 +36,27 @@ class LinearStack {
   // and x must stay unchanged until Backward.
   const T* Forward(const T* parameters, const T* x, int batch);
 
-  // Given `delta` = d loss / d output (batch × last out; used as scratch),
-  // writes each layer's weight and bias gradients into `gradients` (same
-  // layout as the parameters) and, when `dx` is not null, d loss / d x.
+  // The backward pass in two halves, so that what depends on d loss / d x
+  // can start before the weight gradients are computed.
+  // BackwardInputs: given `delta` = d loss / d output (batch × last out;
+  // taken over), keeps each layer's d loss / d pre-activation and, when
+  // `dx` is not null, writes d loss / d x. BackwardWeights, after it and
+  // before the next Forward: each layer's weight and bias gradients into
+  // `gradients` (same layout as the parameters). Backward: both.
+  void BackwardInputs(const T* parameters, std::vector<T>* delta, int batch,
+                      T* dx);
+  void BackwardWeights(const T* x, int batch, T* gradients);
   void Backward(const T* parameters, const T* x, std::vector<T>* delta,
-                int batch, T* gradients, T* dx);
+                int batch, T* gradients, T* dx) {
+    BackwardInputs(parameters, delta, batch, dx);
+    BackwardWeights(x, batch, gradients);
+  }
 
  private:
   std::vector<LayerShape> layers_;
   std::vector<std::vector<T>> activations_;  // per layer, after ReLU
-  std::vector<T> scratch_;
+  // Per layer, d loss / d pre-activation (BackwardInputs).
+  std::vector<std::vector<T>> deltas_;
 };
 
 // The F feature vectors of samples [0, batch) as pointers (features[b·F +
