@@ -5,7 +5,7 @@
 #
 #   tools/reference/compare.sh [--train_rows=N] [--test_rows=N] [--out=DIR]
 #       [--model=small|large] [--vocab=A,B,...] [--torch=pypi|debian|both]
-#       [--workers=N]
+#       [--workers=N] [--rounds=N]
 #
 # embedps: 1 ps_server + 1 ps_worker (sync, batch 512,
 # deploy/local/dlrm_small.txtpb, or dlrm_large.txtpb: dim 64, bottom
@@ -21,8 +21,13 @@
 # 10,30,100,1000 is datagen's small default). --workers=N (default 1):
 # embedps runs N ps_server + N ps_worker (sync, each worker nproc/N dense
 # threads) and PyTorch N processes under DistributedDataParallel (Gloo),
-# each worker or rank taking its own batch of every step. Installs python3-torch and
-# libopenblas0-openmp if missing (benchmark-only dependencies).
+# each worker or rank taking its own batch of every step. --rounds=N
+# (default 1): everything N times in turn (embedps, then each PyTorch
+# candidate); each round's ratio is to that round's fastest candidate, and
+# the median of the rounds' ratios is the figure (this machine's speed
+# drifts by tens of percent within minutes: rounds taken in turn see the
+# same drift). Installs python3-torch and libopenblas0-openmp if missing
+# (benchmark-only dependencies).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -33,6 +38,7 @@ model=small
 vocab=100,10000,300000,3000000
 which_torch=both
 workers=1
+rounds=1
 for arg in "$@"; do
   case "$arg" in
     --train_rows=*) train_rows="${arg#*=}" ;;
@@ -42,6 +48,7 @@ for arg in "$@"; do
     --vocab=*) vocab="${arg#*=}" ;;
     --torch=*) which_torch="${arg#*=}" ;;
     --workers=*) workers="${arg#*=}" ;;
+    --rounds=*) rounds="${arg#*=}" ;;
     *) sed -n '/^#   tools/,/^#$/p' "$0" >&2; exit 2 ;;
   esac
 done
@@ -75,18 +82,6 @@ fi
 pids=()
 cleanup() { for pid in "${pids[@]}"; do kill "$pid" 2>/dev/null || true; wait "$pid" 2>/dev/null || true; done; }
 trap cleanup EXIT
-addresses=()
-for ((i = 0; i < workers; i++)); do
-  rm -f "$out/port$i"
-  bazel-bin/server/ps_server --host=127.0.0.1 --port=0 --port_file="$out/port$i" \
-    --num_workers="$workers" \
-    --log_level=warn >/dev/null 2>&1 &
-  pids+=($!)
-  for _ in $(seq 100); do [ -s "$out/port$i" ] && break; sleep 0.1; done
-  addresses+=("127.0.0.1:$(sed -n 1p "$out/port$i")")
-done
-servers=$(IFS=,; echo "${addresses[*]}")
-echo "== embedps: $workers ps_server + $workers ps_worker"
 case "$model" in
   small) torch_model=() ;;
   large) torch_model=(--dim=64 --bottom=512,256,64 --top=512,256) ;;
@@ -100,67 +95,116 @@ grep -v -e "^blas_threads:" -e "^publish_every_seconds:" \
   "deploy/local/dlrm_$model.txtpb" >"$out/config.txtpb"
 echo "blas_threads: $threads" >>"$out/config.txtpb"
 config="$out/config.txtpb"
-worker_pids=()
-for ((r = 0; r < workers; r++)); do
-  bazel-bin/worker/ps_worker --config="$config" --servers="$servers" \
-    --rank=$r --world_size="$workers" --job_name="compare-$$" --mode=sync \
-    --train_data="$data/train.txt" --test_data="$data/test.txt" \
-    --bayes_metrics="$data/meta.json" --log_level=warn \
-    >"$out/embedps$r.json" &
-  worker_pids+=($!)
-  pids+=($!)
-done
-for pid in "${worker_pids[@]}"; do wait "$pid"; done
-cp "$out/embedps0.json" "$out/embedps.json"
-cleanup
-pids=()
 
-results=("$out/embedps.json")
-if [ "$which_torch" != debian ]; then
-  for threads in 1 2; do
-    echo "== pytorch (PyPI), $threads thread(s)"
-    "$out/venv-torch/bin/python" tools/reference/dlrm_torch.py --train="$data/train.txt" \
-      --test="$data/test.txt" --threads="$threads" --processes="$workers" \
-      "${torch_model[@]}" >"$out/torch-pypi-$threads.json"
-    results+=("$out/torch-pypi-$threads.json")
+# One embedps run: fresh servers, the workers, worker 0's summary in $1.
+run_embedps() {
+  local addresses=() worker_pids=() i r servers
+  for ((i = 0; i < workers; i++)); do
+    rm -f "$out/port$i"
+    bazel-bin/server/ps_server --host=127.0.0.1 --port=0 --port_file="$out/port$i" \
+      --num_workers="$workers" \
+      --log_level=warn >/dev/null 2>&1 &
+    pids+=($!)
+    for _ in $(seq 100); do [ -s "$out/port$i" ] && break; sleep 0.1; done
+    addresses+=("127.0.0.1:$(sed -n 1p "$out/port$i")")
   done
-fi
-[ "$which_torch" = pypi ] || for blas in pthread openmp; do
-  for threads in 1 2; do
-    echo "== pytorch: openblas-$blas, $threads thread(s)"
-    LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-$blas \
-      /usr/bin/python3 tools/reference/dlrm_torch.py --train="$data/train.txt" \
-      --test="$data/test.txt" --threads="$threads" --processes="$workers" \
-      "${torch_model[@]}" >"$out/torch-$blas-$threads.json"
-    results+=("$out/torch-$blas-$threads.json")
+  servers=$(IFS=,; echo "${addresses[*]}")
+  echo "== embedps: $workers ps_server + $workers ps_worker"
+  for ((r = 0; r < workers; r++)); do
+    bazel-bin/worker/ps_worker --config="$config" --servers="$servers" \
+      --rank=$r --world_size="$workers" --job_name="compare-$$" --mode=sync \
+      --train_data="$data/train.txt" --test_data="$data/test.txt" \
+      --bayes_metrics="$data/meta.json" --log_level=warn \
+      >"$out/embedps$r.json" &
+    worker_pids+=($!)
+    pids+=($!)
   done
+  for pid in "${worker_pids[@]}"; do wait "$pid"; done
+  cp "$out/embedps0.json" "$1"
+  cleanup
+  pids=()
+}
+
+# Each round's results, one list per round separated by "--".
+results=()
+for ((round = 1; round <= rounds; round++)); do
+  [ "$rounds" -eq 1 ] || echo "== round $round of $rounds"
+  suffix=""; [ "$rounds" -eq 1 ] || suffix="-r$round"
+  run_embedps "$out/embedps$suffix.json"
+  results+=("$out/embedps$suffix.json")
+  if [ "$which_torch" != debian ]; then
+    for threads in 1 2; do
+      echo "== pytorch (PyPI), $threads thread(s)"
+      "$out/venv-torch/bin/python" tools/reference/dlrm_torch.py --train="$data/train.txt" \
+        --test="$data/test.txt" --threads="$threads" --processes="$workers" \
+        "${torch_model[@]}" >"$out/torch-pypi-$threads$suffix.json"
+      results+=("$out/torch-pypi-$threads$suffix.json")
+    done
+  fi
+  [ "$which_torch" = pypi ] || for blas in pthread openmp; do
+    for threads in 1 2; do
+      echo "== pytorch: openblas-$blas, $threads thread(s)"
+      LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-$blas \
+        /usr/bin/python3 tools/reference/dlrm_torch.py --train="$data/train.txt" \
+        --test="$data/test.txt" --threads="$threads" --processes="$workers" \
+        "${torch_model[@]}" >"$out/torch-$blas-$threads$suffix.json"
+      results+=("$out/torch-$blas-$threads$suffix.json")
+    done
+  done
+  results+=(--)
 done
 
 /usr/bin/python3 - "$data/meta.json" "${results[@]}" <<'PY'
-import json, sys
+import json, statistics, sys
 meta = json.load(open(sys.argv[1]))
-runs = [json.load(open(p)) for p in sys.argv[2:]]
-ours, torch_runs = runs[0], runs[1:]
-print(f"\n{'implementation':<52} {'samples/s':>10} {'test AUC':>9} {'logloss':>8}")
-n = ours.get("workers", 1)
-print(f"{f'embedps {n} server(s) + {n} worker(s)':<52} {ours['samples_per_second']:>10,.0f} {ours['test_auc']:>9.5f} {ours['test_logloss']:>8.5f}")
-for r in torch_runs:
+rounds, current = [], []
+for arg in sys.argv[2:]:
+    if arg == "--":
+        rounds.append(current)
+        current = []
+    else:
+        current.append(json.load(open(arg)))
+
+def name_of(r):
     blas = r["blas"]
     if "openblas" in blas:
         blas = "openblas-openmp" if "openmp" in blas else "openblas-pthread"
     procs = r.get("processes", 1)
     ddp = f"DDP {procs} procs × " if procs > 1 else ""
-    name = f"pytorch {r['torch']} {blas}, {ddp}{r['threads']} thr"
-    print(f"{name:<52} {r['samples_per_second']:>10,.0f} {r['test_auc']:>9.5f} {r['test_logloss']:>8.5f}")
-best = max(torch_runs, key=lambda r: r["samples_per_second"])
+    return f"pytorch {r['torch']} {blas}, {ddp}{r['threads']} thr"
+
+median = statistics.median
+ours_runs = [runs[0] for runs in rounds]
+n = ours_runs[0].get("workers", 1)
+label = "median of rounds" if len(rounds) > 1 else ""
+print(f"\n{'implementation':<52} {'samples/s':>10} {'test AUC':>9} {'logloss':>8}  {label}")
+print(f"{f'embedps {n} server(s) + {n} worker(s)':<52} "
+      f"{median(r['samples_per_second'] for r in ours_runs):>10,.0f} "
+      f"{ours_runs[0]['test_auc']:>9.5f} {ours_runs[0]['test_logloss']:>8.5f}")
+for c in range(1, len(rounds[0])):
+    runs = [rs[c] for rs in rounds]
+    print(f"{name_of(runs[0]):<52} {median(r['samples_per_second'] for r in runs):>10,.0f} "
+          f"{runs[0]['test_auc']:>9.5f} {runs[0]['test_logloss']:>8.5f}")
 print(f"{'Bayes-optimal':<52} {'':>10} {meta['bayes_test_auc']:>9.5f} {meta['bayes_test_logloss']:>8.5f}")
+ratios, bests = [], []
+for runs in rounds:
+    best = max(runs[1:], key=lambda r: r["samples_per_second"])
+    bests.append(best)
+    ratios.append(runs[0]["samples_per_second"] / best["samples_per_second"])
+best = bests[-1]
 procs = best.get("processes", 1)
 print(f"\nfastest PyTorch: {best['torch']} ({best['blas']}, "
       + (f"DDP {procs} processes × " if procs > 1 else "")
       + f"{best['threads']} threads)")
-print(f"embedps / fastest PyTorch samples/s: {ours['samples_per_second'] / best['samples_per_second']:.2f}x"
+if len(rounds) > 1:
+    print("embedps / fastest PyTorch by round: "
+          + ", ".join(f"{r:.2f}x" for r in ratios))
+ours = ours_runs[-1]
+print(f"embedps / fastest PyTorch samples/s: {median(ratios):.2f}x"
       f"   AUC difference: {ours['test_auc'] - best['test_auc']:+.5f}")
+waits = [100 * r["pull_wait_seconds"] / r["train_seconds"] for r in ours_runs]
 print(f"embedps worker 0 waited for Pulls {ours['pull_wait_seconds']:.2f} s of "
       f"{ours['train_seconds']:.2f} s "
-      f"({100 * ours['pull_wait_seconds'] / ours['train_seconds']:.1f}% of the steps)")
+      f"({median(waits):.1f}% of the steps"
+      + (", median of rounds" if len(rounds) > 1 else "") + ")")
 PY
