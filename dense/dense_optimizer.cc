@@ -78,15 +78,24 @@ class Optimizer final : public DenseOptimizer {
     }
     const float lr = static_cast<float>(LearningRate(step_));
     ++step_;
+    // The loops run over restrict-qualified raw pointers: through the
+    // vectors' and spans' accessors GCC reloads the data pointers at every
+    // element (a store may change them, as far as it knows) and keeps the
+    // loops scalar — Adam's divisions and square root then took 12% of a
+    // training job's cycles.
+    float* __restrict params = p.data();
+    const float* __restrict grads = g.data();
+    float* __restrict first = first_.data();
+    float* __restrict second = second_.data();
     switch (spec_.kind) {
       case DenseOptimizerSpec::Kind::kSgd:
         if (first_.empty()) {
-          for (size_t i = 0; i < n_; ++i) p[i] -= lr * g[i];
+          for (size_t i = 0; i < n_; ++i) params[i] -= lr * grads[i];
         } else {
           const float mu = static_cast<float>(spec_.momentum);
           for (size_t i = 0; i < n_; ++i) {
-            first_[i] = mu * first_[i] + g[i];
-            p[i] -= lr * first_[i];
+            first[i] = mu * first[i] + grads[i];
+            params[i] -= lr * first[i];
           }
         }
         return absl::OkStatus();
@@ -94,7 +103,7 @@ class Optimizer final : public DenseOptimizer {
       case DenseOptimizerSpec::Kind::kAdam: {
         if (spec_.kind == DenseOptimizerSpec::Kind::kAdamW) {
           const float decay = lr * static_cast<float>(spec_.weight_decay);
-          for (size_t i = 0; i < n_; ++i) p[i] -= decay * p[i];
+          for (size_t i = 0; i < n_; ++i) params[i] -= decay * params[i];
         }
         const float b1 = static_cast<float>(spec_.beta1);
         const float b2 = static_cast<float>(spec_.beta2);
@@ -104,10 +113,10 @@ class Optimizer final : public DenseOptimizer {
         const float bias2 =
             static_cast<float>(1.0 - std::pow(spec_.beta2, step_));
         for (size_t i = 0; i < n_; ++i) {
-          first_[i] = b1 * first_[i] + (1.0f - b1) * g[i];
-          second_[i] = b2 * second_[i] + (1.0f - b2) * (g[i] * g[i]);
-          p[i] -=
-              lr * (first_[i] / bias1) / (std::sqrt(second_[i] / bias2) + eps);
+          first[i] = b1 * first[i] + (1.0f - b1) * grads[i];
+          second[i] = b2 * second[i] + (1.0f - b2) * (grads[i] * grads[i]);
+          params[i] -=
+              lr * (first[i] / bias1) / (std::sqrt(second[i] / bias2) + eps);
         }
         return absl::OkStatus();
       }

@@ -57,7 +57,8 @@ class DenseOptimizer {
   virtual double LearningRate(int64_t step) const = 0;
 
   // Applies one step. INVALID_ARGUMENT if the sizes differ from
-  // num_parameters (nothing changes).
+  // num_parameters (nothing changes). REQUIRES: the two spans do not
+  // overlap.
   virtual absl::Status Step(absl::Span<float> parameters,
                             absl::Span<const float> gradients) = 0;
 
