@@ -333,24 +333,6 @@ void InteractBackwardKernel(const T* const* features, const T* dout, int batch,
   }
 }
 
-// Calls kernel(std::integral_constant<int, W>) with W = dim for the widths
-// the kernels are specialized for, W = 0 (read at run time) otherwise.
-template <typename Kernel>
-void WithWidth(int dim, Kernel&& kernel) {
-  switch (dim) {
-    case 16:
-      return kernel(std::integral_constant<int, 16>());
-    case 32:
-      return kernel(std::integral_constant<int, 32>());
-    case 64:
-      return kernel(std::integral_constant<int, 64>());
-    case 128:
-      return kernel(std::integral_constant<int, 128>());
-    default:
-      return kernel(std::integral_constant<int, 0>());
-  }
-}
-
 }  // namespace
 
 template <typename T>

@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <type_traits>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -100,6 +101,24 @@ void Interact(const T* const* features, int batch, int num_features, int dim,
 template <typename T>
 void InteractBackward(const T* const* features, const T* dout, int batch,
                       int num_features, int dim, T* const* dfeatures);
+
+// Calls kernel(std::integral_constant<int, W>) with W = dim for the widths
+// the kernels are specialized for, W = 0 (read at run time) otherwise.
+template <typename Kernel>
+void WithWidth(int dim, Kernel&& kernel) {
+  switch (dim) {
+    case 16:
+      return kernel(std::integral_constant<int, 16>());
+    case 32:
+      return kernel(std::integral_constant<int, 32>());
+    case 64:
+      return kernel(std::integral_constant<int, 64>());
+    case 128:
+      return kernel(std::integral_constant<int, 128>());
+    default:
+      return kernel(std::integral_constant<int, 0>());
+  }
+}
 
 // Calls work(p) for every p in [0, parts): p = 0 on the calling thread,
 // the others on threads started for the call (the start cost, ~20 µs, is

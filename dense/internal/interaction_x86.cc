@@ -8,6 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include "dense/internal/cpu_layers.h"
+
 namespace embedps::dense_internal {
 namespace {
 
@@ -165,39 +167,18 @@ void BackwardKernel(const float* const* features, const float* dout, int batch,
 void InteractBackwardAvx2(const float* const* features, const float* dout,
                           int batch, int num_features, int dim,
                           float* const* dfeatures) {
-  switch (dim) {
-    case 16:
-      return BackwardKernel<2>(features, dout, batch, num_features, dim,
-                               dfeatures);
-    case 32:
-      return BackwardKernel<4>(features, dout, batch, num_features, dim,
-                               dfeatures);
-    case 64:
-      return BackwardKernel<8>(features, dout, batch, num_features, dim,
-                               dfeatures);
-    case 128:
-      return BackwardKernel<16>(features, dout, batch, num_features, dim,
-                                dfeatures);
-    default:
-      return BackwardKernel<0>(features, dout, batch, num_features, dim,
-                               dfeatures);
-  }
+  WithWidth(dim, [&](auto width) {
+    BackwardKernel<decltype(width)::value / kLanes>(
+        features, dout, batch, num_features, dim, dfeatures);
+  });
 }
 
 void InteractAvx2(const float* const* features, int batch, int num_features,
                   int dim, float* out) {
-  switch (dim) {
-    case 16:
-      return Kernel<2>(features, batch, num_features, dim, out);
-    case 32:
-      return Kernel<4>(features, batch, num_features, dim, out);
-    case 64:
-      return Kernel<8>(features, batch, num_features, dim, out);
-    case 128:
-      return Kernel<16>(features, batch, num_features, dim, out);
-    default:
-      return Kernel<0>(features, batch, num_features, dim, out);
-  }
+  WithWidth(dim, [&](auto width) {
+    Kernel<decltype(width)::value / kLanes>(features, batch, num_features, dim,
+                                            out);
+  });
 }
 
 }  // namespace embedps::dense_internal
