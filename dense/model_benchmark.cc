@@ -428,7 +428,7 @@ void Dlrm(Backend backend) {
 // square: what a batched matrix product computes) forward, (G + Gᵀ)·X
 // backward.
 void InteractionVersusSgemm() {
-  openblas_set_num_threads(1);
+  SetDenseThreads(absl::GetFlag(FLAGS_threads));  // BLAS back to 1 thread
   constexpr int kF = 27, kDim = 64;
   const int batch = absl::GetFlag(FLAGS_dlrm_batch);
   const int out_dim = kDim + kF * (kF - 1) / 2;
@@ -474,7 +474,6 @@ void InteractionVersusSgemm() {
       "%.0f: %.2fx), backward %.0f (sgemm (G+Gᵀ)·X %.0f: %.2fx)\n",
       kF, kDim, batch / forward, batch / gemm_forward, gemm_forward / forward,
       batch / backward, batch / gemm_backward, gemm_backward / backward);
-  SetDenseThreads(absl::GetFlag(FLAGS_threads));
 }
 
 }  // namespace

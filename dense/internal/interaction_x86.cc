@@ -26,11 +26,21 @@ inline __m256 SumLanes(const __m256 a[4], const __m256 b[4]) {
                        _mm256_permute2f128_ps(a_halves, b_halves, 0x31));
 }
 
-// Fetches rows[0, n) of `width` floats each into the cache.
-void Prefetch(const float* const* rows, int n, int width) {
-  for (int i = 0; i < n; ++i) {
-    for (int k = 0; k < width; k += 64 / sizeof(float)) {
-      _mm_prefetch(reinterpret_cast<const char*>(rows[i] + k), _MM_HINT_T0);
+// Sample b's F rows side by side into `local` (F × dim; bags' rows in
+// place would share a few cache sets, and each is read several times),
+// and sample b + 1's rows, scattered over the Pulls' buffers and mostly not
+// in cache, fetched while this one computes.
+void GatherSample(const float* const* features, int b, int batch, int f,
+                  int dim, float* local) {
+  const float* const* x = features + static_cast<size_t>(b) * f;
+  for (int i = 0; i < f; ++i) {
+    std::memcpy(local + static_cast<size_t>(i) * dim, x[i],
+                sizeof(float) * dim);
+  }
+  if (b + 1 == batch) return;
+  for (int i = 0; i < f; ++i) {
+    for (int k = 0; k < dim; k += 64 / sizeof(float)) {
+      _mm_prefetch(reinterpret_cast<const char*>(x[f + i] + k), _MM_HINT_T0);
     }
   }
 }
@@ -49,20 +59,11 @@ void Kernel(const float* const* features, int batch, int f, int runtime_dim,
   const int dim = kVectors > 0 ? kVectors * kLanes : runtime_dim;
   const int vectors = dim / kLanes;
   const int out_dim = dim + f * (f - 1) / 2;
-  // The sample's features side by side (bags' rows in place would share a
-  // few cache sets), each read about F / 4 times below.
   std::vector<float> local(static_cast<size_t>(f) * dim);
   for (int b = 0; b < batch; ++b) {
-    const float* const* x = features + static_cast<size_t>(b) * f;
     float* o = out + static_cast<size_t>(b) * out_dim;
-    std::memcpy(o, x[0], sizeof(float) * dim);
-    for (int i = 0; i < f; ++i) {
-      std::memcpy(local.data() + static_cast<size_t>(i) * dim, x[i],
-                  sizeof(float) * dim);
-    }
-    // The next sample's rows are scattered over the Pulls' buffers (and
-    // mostly not in cache): fetched while this sample computes.
-    if (b + 1 < batch) Prefetch(x + f, f, dim);
+    std::memcpy(o, features[static_cast<size_t>(b) * f], sizeof(float) * dim);
+    GatherSample(features, b, batch, f, dim, local.data());
     // Rows i0 and i1 = i0 + 1 against columns j0 .. j0 + 3 (j > i0): eight
     // independent sums a vector wide.
     for (int i0 = 0; i0 + 1 < f; i0 += 2) {
@@ -116,14 +117,9 @@ void BackwardKernel(const float* const* features, const float* dout, int batch,
   // The sample's g as an F × F matrix, a row padded to an even count.
   std::vector<float> g(static_cast<size_t>(f + 1) * f, 0.0f);
   for (int b = 0; b < batch; ++b) {
-    const float* const* x = features + static_cast<size_t>(b) * f;
     const float* d = dout + static_cast<size_t>(b) * out_dim;
     float* const* dx = dfeatures + static_cast<size_t>(b) * f;
-    for (int i = 0; i < f; ++i) {
-      std::memcpy(local.data() + static_cast<size_t>(i) * dim, x[i],
-                  sizeof(float) * dim);
-    }
-    if (b + 1 < batch) Prefetch(x + f, f, dim);
+    GatherSample(features, b, batch, f, dim, local.data());
     for (int i = 0, p = dim; i < f; ++i) {
       for (int j = i + 1; j < f; ++j, ++p) {
         g[static_cast<size_t>(i) * f + j] = d[p];
