@@ -14,6 +14,7 @@ packages=(
   libabsl-dev libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev
   protobuf-compiler librocksdb-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libspdlog-dev libfmt-dev libopenblas-dev libcpp-httplib-dev
+  libdnnl-dev
   zlib1g-dev libxxhash-dev nlohmann-json3-dev libssl-dev
   # The Python module (python/) and its tests: headers, pybind11, and the
   # numpy, PyTorch and pytest of Debian's /usr/bin/python3.
