@@ -6,9 +6,11 @@
 #include <random>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "common/status_matchers.h"
 #include "dense/blas.h"
 #include "dense/internal/cpu_layers.h"
+#include "dense/internal/interaction_x86.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -303,6 +305,37 @@ TEST(InteractionTest, FloatAgreesWithTheDefinitionInFloat64) {
           ASSERT_NEAR(dfeatures[b * f * dim + i], grad[i], 1e-6 * grad_scale[i])
               << "feature " << i / dim << ", k " << i % dim;
         }
+      }
+    }
+  }
+}
+
+// The AVX-512 backward runs where the machine has it, the AVX2 one
+// elsewhere: a model's gradients must not depend on which ran.
+TEST(InteractionTest, Avx512BackwardEqualsAvx2BitForBit) {
+  if (!dense_internal::kHaveAvx2Interaction ||
+      !dense_internal::HaveAvx512InteractionBackward()) {
+    GTEST_SKIP() << "this build or machine has no AVX-512 interaction";
+  }
+  for (int dim : {16, 32, 48, 64, 128}) {
+    for (int f : {1, 2, 3, 5, 16, 27, 33}) {
+      SCOPED_TRACE(::testing::Message() << "dim " << dim << ", F " << f);
+      std::vector<float> features = Normal<float>(kBatch * f * dim, dim + f);
+      const std::vector<float*> x = FeaturePointers(features, kBatch, f, dim);
+      const int out_dim = dim + f * (f - 1) / 2;
+      const std::vector<float> dout = Normal<float>(kBatch * out_dim, f);
+      std::vector<float> avx2(features.size(), std::nanf(""));
+      std::vector<float> avx512(features.size(), std::nanf(""));
+      dense_internal::InteractBackwardAvx2(
+          x.data(), dout.data(), kBatch, f, dim,
+          FeaturePointers(avx2, kBatch, f, dim).data());
+      dense_internal::InteractBackwardAvx512(
+          x.data(), dout.data(), kBatch, f, dim,
+          FeaturePointers(avx512, kBatch, f, dim).data());
+      for (size_t i = 0; i < avx2.size(); ++i) {
+        ASSERT_EQ(absl::bit_cast<uint32_t>(avx512[i]),
+                  absl::bit_cast<uint32_t>(avx2[i]))
+            << "feature " << i / dim % f << ", k " << i % dim;
       }
     }
   }

@@ -353,6 +353,10 @@ template <typename T>
 void InteractBackward(const T* const* features, const T* dout, int batch,
                       int num_features, int dim, T* const* dfeatures) {
   if constexpr (std::is_same_v<T, float> && kHaveAvx2Interaction) {
+    if (dim % 16 == 0 && HaveAvx512InteractionBackward()) {
+      return InteractBackwardAvx512(features, dout, batch, num_features, dim,
+                                    dfeatures);
+    }
     if (dim % 8 == 0) {
       return InteractBackwardAvx2(features, dout, batch, num_features, dim,
                                   dfeatures);

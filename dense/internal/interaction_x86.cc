@@ -158,7 +158,88 @@ void BackwardKernel(const float* const* features, const float* dout, int batch,
   }
 }
 
+// BackwardKernel in 16-lane registers: rows i0 .. i0 + 3 of the result
+// a chunk of kChunk vectors wide at a time (up to 16 sums in registers of
+// the 32 across the j loop). Every output element is the same fused
+// multiply-add chain over j as in BackwardKernel, so the two agree bit for
+// bit. kVectors: dim / 16 when fixed at compile time, 0 otherwise.
+template <int kVectors>
+__attribute__((target("avx512f"))) void BackwardKernel512(
+    const float* const* features, const float* dout, int batch, int f,
+    int runtime_dim, float* const* dfeatures) {
+  constexpr int kLanes512 = 16;
+  constexpr int kRows = 4;
+  const int dim = kVectors > 0 ? kVectors * kLanes512 : runtime_dim;
+  const int vectors = dim / kLanes512;
+  constexpr int kChunk = kVectors > 0 && kVectors < 4 ? kVectors : 4;
+  const int out_dim = dim + f * (f - 1) / 2;
+  std::vector<float> local(static_cast<size_t>(f) * dim);
+  // g as in BackwardKernel, its rows padded to a multiple of kRows (zero).
+  const int padded_rows = (f + kRows - 1) / kRows * kRows;
+  std::vector<float> g(static_cast<size_t>(padded_rows) * f, 0.0f);
+  for (int b = 0; b < batch; ++b) {
+    const float* d = dout + static_cast<size_t>(b) * out_dim;
+    float* const* dx = dfeatures + static_cast<size_t>(b) * f;
+    GatherSample(features, b, batch, f, dim, local.data());
+    for (int i = 0, p = dim; i < f; ++i) {
+      for (int j = i + 1; j < f; ++j, ++p) {
+        g[static_cast<size_t>(i) * f + j] = d[p];
+        g[static_cast<size_t>(j) * f + i] = d[p];
+      }
+    }
+    for (int i0 = 0; i0 < f; i0 += kRows) {
+      const float* gi = g.data() + static_cast<size_t>(i0) * f;
+      for (int v0 = 0; v0 < vectors; v0 += kChunk) {
+        const int chunk =
+            kVectors > 0 ? kChunk : std::min(kChunk, vectors - v0);
+        __m512 a[kRows][kChunk];
+        for (int r = 0; r < kRows; ++r) {
+          for (int v = 0; v < kChunk; ++v) a[r][v] = _mm512_setzero_ps();
+        }
+        for (int j = 0; j < f; ++j) {
+          __m512 c[kRows];
+          for (int r = 0; r < kRows; ++r) {
+            c[r] = _mm512_set1_ps(gi[static_cast<size_t>(r) * f + j]);
+          }
+          const float* y = local.data() + static_cast<size_t>(j) * dim +
+                           static_cast<size_t>(v0) * kLanes512;
+          for (int v = 0; v < chunk; ++v) {
+            const __m512 yv = _mm512_loadu_ps(y + v * kLanes512);
+            for (int r = 0; r < kRows; ++r) {
+              a[r][v] = _mm512_fmadd_ps(c[r], yv, a[r][v]);
+            }
+          }
+        }
+        for (int r = 0; r < kRows && i0 + r < f; ++r) {
+          for (int v = 0; v < chunk; ++v) {
+            const int k = (v0 + v) * kLanes512;
+            if (i0 + r == 0) {
+              a[r][v] = _mm512_add_ps(a[r][v], _mm512_loadu_ps(d + k));
+            }
+            _mm512_storeu_ps(dx[i0 + r] + k, a[r][v]);
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
+
+bool HaveAvx512InteractionBackward() {
+  static const bool have = __builtin_cpu_supports("avx512f");
+  return have;
+}
+
+void InteractBackwardAvx512(const float* const* features, const float* dout,
+                            int batch, int num_features, int dim,
+                            float* const* dfeatures) {
+  // Widths WithWidth fixes, in 16-lane vectors (16: one, …, 128: eight).
+  WithWidth(dim, [&](auto width) {
+    BackwardKernel512<decltype(width)::value / 16>(
+        features, dout, batch, num_features, dim, dfeatures);
+  });
+}
 
 void InteractBackwardAvx2(const float* const* features, const float* dout,
                           int batch, int num_features, int dim,

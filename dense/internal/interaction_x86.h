@@ -33,6 +33,19 @@ void InteractBackwardAvx2(const float* const* features, const float* dout,
                           int batch, int num_features, int dim,
                           float* const* dfeatures);
 
+// Whether this machine (checked at run time) runs InteractBackwardAvx512.
+// REQUIRES: kHaveAvx2Interaction (the build's x86 kernels).
+bool HaveAvx512InteractionBackward();
+
+// InteractBackwardAvx2 in AVX-512 registers, four result rows at a time:
+// bit for bit the same results (each element the same fused multiply-add
+// chain), ~1.5× as fast where the machine has AVX-512 (model_benchmark
+// --sections=interaction). REQUIRES: HaveAvx512InteractionBackward(),
+// dim % 16 == 0, num_features >= 1.
+void InteractBackwardAvx512(const float* const* features, const float* dout,
+                            int batch, int num_features, int dim,
+                            float* const* dfeatures);
+
 }  // namespace embedps::dense_internal
 
 #endif  // EMBEDPS_DENSE_INTERNAL_INTERACTION_X86_H_
