@@ -57,6 +57,9 @@ class MemoryTable final : public Table {
 
   const TableSpec& spec() const override { return core_.spec; }
 
+  // Table::Create, before the table is handed out.
+  absl::Status CommitExpectedRows() { return core_.CommitExpectedRows(); }
+
   absl::Status Pull(absl::Span<const uint64_t> keys, absl::Span<float> values,
                     const AccessContext& context) override {
     const size_t dim = core_.dim;
@@ -405,8 +408,23 @@ absl::StatusOr<std::unique_ptr<Table>> Table::Create(const TableSpec& spec,
     ASSIGN_OR_RETURN(spill,
                      embedding_internal::SpillStore::Open(spill_options));
   }
-  return std::unique_ptr<Table>(
-      new MemoryTable(spec, std::move(options), std::move(spill)));
+  auto table =
+      std::make_unique<MemoryTable>(spec, std::move(options), std::move(spill));
+  RETURN_IF_ERROR(table->CommitExpectedRows());
+  return table;
+}
+
+uint64_t ExpectedRowsBytes(const TableSpec& spec) {
+  const uint64_t row_bytes =
+      sizeof(float) *
+      static_cast<uint64_t>(embedding_internal::ArenaRowFloats(
+          spec.dim, OptimizerStateFloats(spec.optimizer, spec.dim)));
+  const uint64_t bytes = embedding_internal::ExpectedRowsPerStripe(
+                             spec, embedding_internal::kMaxRowsPerStripe) *
+                         static_cast<uint64_t>(spec.num_stripes) * row_bytes;
+  return spec.memory_budget_bytes > 0
+             ? std::min(bytes, spec.memory_budget_bytes)
+             : bytes;
 }
 
 }  // namespace embedps::embedding

@@ -184,9 +184,16 @@ struct RowView {
   uint32_t last_touch;
 };
 
+// Memory a table created from `spec` commits at once for its
+// expected_rows (rows of the arena; the index comes on top, ~5 bytes a
+// row): what a server admits before creating it. 0 without a hint.
+// REQUIRES: ValidateTableSpec(spec) is OK.
+uint64_t ExpectedRowsBytes(const TableSpec& spec);
+
 class Table {
  public:
-  // INVALID_ARGUMENT (naming the field) if ValidateTableSpec rejects `spec`.
+  // INVALID_ARGUMENT (naming the field) if ValidateTableSpec rejects `spec`;
+  // RESOURCE_EXHAUSTED if the memory for spec.expected_rows is refused.
   static absl::StatusOr<std::unique_ptr<Table>> Create(
       const TableSpec& spec, TableOptions options = {});
 

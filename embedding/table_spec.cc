@@ -163,6 +163,14 @@ absl::Status ValidateTableSpec(const TableSpec& spec) {
                    absl::StrCat("must be a power of two in [1, 4096], got ",
                                 spec.num_stripes));
   }
+  // A stripe holds at most 2^24 rows (row_layout.h's kMaxRowsPerStripe).
+  if (spec.expected_rows > (uint64_t{1} << 24) * spec.num_stripes) {
+    return Invalid(
+        "expected_rows",
+        absl::StrCat("must be at most num_stripes × 2^24 = ",
+                     (uint64_t{1} << 24) * spec.num_stripes,
+                     " (a table's most rows), got ", spec.expected_rows));
+  }
   RETURN_IF_ERROR(ValidateInitializer(spec.initializer));
   RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer));
   RETURN_IF_ERROR(ValidateAdmission(spec.admission));

@@ -103,6 +103,16 @@ struct TableSpec {
   uint64_t memory_budget_bytes = 0;
   // Lock stripes: a power of two in [1, 4096]. Default: 64.
   int32_t num_stripes = 64;
+  // Rows the table expects to hold: a hint. Table::Create reserves and
+  // commits memory for them at once (each stripe its share, with room for
+  // the hash's imbalance), and sizes the stripes' indexes for them, so
+  // that rows created later write into memory the kernel has already
+  // zeroed (first touch of fresh pages costs the training path otherwise)
+  // and no index grows mid-training. More rows still fit, as without it.
+  // With memory_budget_bytes, at most what the budget holds is committed.
+  // At most num_stripes × 2^24 (a table's most rows). Default: 0 (memory is
+  // taken as rows come).
+  uint64_t expected_rows = 0;
 };
 
 // OK, or INVALID_ARGUMENT naming the first field that is out of range.

@@ -1,7 +1,10 @@
 #include "embedding/table.h"
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <random>
@@ -214,26 +217,32 @@ TEST_P(TableContractTest, DuplicateKeysInOnePushAreSummedAndAppliedOnce) {
 }
 
 TEST_P(TableContractTest, ManyRowsAcrossChunksAndRehashesKeepTheirValues) {
-  TableSpec spec = SgdSpec();
-  spec.num_stripes = 4;
-  ASSERT_OK_AND_ASSIGN(auto table, MakeTable(spec));
-  constexpr int kKeys = 50000;
-  std::vector<uint64_t> keys(kKeys);
-  std::mt19937_64 rng(3);
-  for (auto& k : keys) k = rng();
-  std::vector<float> values(keys.size() * kDim);
-  ASSERT_OK(table->Pull(keys, absl::MakeSpan(values)));
-  std::vector<float> grads(keys.size() * kDim);
-  for (size_t i = 0; i < grads.size(); ++i) grads[i] = (i % 5) * 0.125f;
-  ASSERT_OK(table->Push(keys, grads));
-  ASSERT_OK(table->Pull(keys, absl::MakeSpan(values)));
-  for (int k = 0; k < kKeys; k += 997) {
-    const std::vector<float> init = InitialOf(spec, keys[k]);
-    for (int d = 0; d < kDim; ++d) {
-      ASSERT_EQ(values[k * kDim + d], init[d] - 0.5f * grads[k * kDim + d]);
+  // Without a hint, with one that covers the rows, and one far too small:
+  // expected_rows changes where memory is taken, never what rows hold.
+  for (uint64_t expected_rows : {0, 50000, 1000}) {
+    SCOPED_TRACE(absl::StrCat("expected_rows ", expected_rows));
+    TableSpec spec = SgdSpec();
+    spec.num_stripes = 4;
+    spec.expected_rows = expected_rows;
+    ASSERT_OK_AND_ASSIGN(auto table, MakeTable(spec));
+    constexpr int kKeys = 50000;
+    std::vector<uint64_t> keys(kKeys);
+    std::mt19937_64 rng(3);
+    for (auto& k : keys) k = rng();
+    std::vector<float> values(keys.size() * kDim);
+    ASSERT_OK(table->Pull(keys, absl::MakeSpan(values)));
+    std::vector<float> grads(keys.size() * kDim);
+    for (size_t i = 0; i < grads.size(); ++i) grads[i] = (i % 5) * 0.125f;
+    ASSERT_OK(table->Push(keys, grads));
+    ASSERT_OK(table->Pull(keys, absl::MakeSpan(values)));
+    for (int k = 0; k < kKeys; k += 997) {
+      const std::vector<float> init = InitialOf(spec, keys[k]);
+      for (int d = 0; d < kDim; ++d) {
+        ASSERT_EQ(values[k * kDim + d], init[d] - 0.5f * grads[k * kDim + d]);
+      }
     }
+    EXPECT_EQ(table->Stats().rows, static_cast<uint64_t>(kKeys));
   }
-  EXPECT_EQ(table->Stats().rows, static_cast<uint64_t>(kKeys));
 }
 
 TEST_P(TableContractTest, LookupIsReadOnlyAndReportsMisses) {
@@ -516,6 +525,48 @@ TEST(MemoryTableTest, MemoryIsAccountedAndOverBudgetIsVisible) {
   EXPECT_LT(stats.resident_bytes, stats.payload_bytes + 100000u * 48);
   EXPECT_TRUE(stats.over_budget);
   EXPECT_EQ(stats.memory_budget_bytes, 4u << 20);
+}
+
+// The process's resident bytes (/proc/self/statm).
+uint64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+TEST(MemoryTableTest, ExpectedRowsAreCommittedWhenTheTableIsCreated) {
+  TableSpec spec = SgdSpec();
+  spec.dim = 64;
+  spec.optimizer.kind = OptimizerSpec::Kind::kAdagrad;
+  spec.expected_rows = 200000;
+  const uint64_t expected = ExpectedRowsBytes(spec);
+  // 200k rows of (16 B header + 2 × 64 floats), plus the stripes' slack.
+  EXPECT_GE(expected, 200000u * 528);
+  EXPECT_LT(expected, 200000u * 528 * 11 / 10);
+  const uint64_t before = ResidentBytes();
+  ASSERT_OK_AND_ASSIGN(auto table, Table::Create(spec));
+  EXPECT_GE(ResidentBytes() - before, expected * 9 / 10);
+  // Rows handed out are what the stats count, not the committed memory.
+  EXPECT_EQ(table->Stats().rows, 0u);
+  EXPECT_LT(table->Stats().payload_bytes, 1u << 20);
+
+  TableSpec budgeted = spec;
+  budgeted.memory_budget_bytes = 10 << 20;
+  EXPECT_EQ(ExpectedRowsBytes(budgeted), uint64_t{10} << 20);
+  spec.expected_rows = 0;
+  EXPECT_EQ(ExpectedRowsBytes(spec), 0u);
+}
+
+TEST(MemoryTableTest, ExpectedRowsBeyondWhatATableHoldsAreRefused) {
+  TableSpec spec = SgdSpec();
+  spec.num_stripes = 2;
+  spec.expected_rows = (uint64_t{2} << 24) + 1;
+  EXPECT_THAT(Table::Create(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("expected_rows")));
+  spec.expected_rows = ~uint64_t{0};
+  EXPECT_THAT(Table::Create(spec), StatusIs(absl::StatusCode::kInvalidArgument,
+                                            HasSubstr("expected_rows")));
 }
 
 }  // namespace

@@ -151,7 +151,9 @@ absl::StatusOr<std::shared_ptr<const ServingVersion>> Follower::LoadCheckpoint(
   // The registry, and its spill tiers on disk, go with the last version
   // that uses them.
   std::shared_ptr<TableRegistry> registry(
-      new TableRegistry(/*num_workers=*/1, spill_dir),
+      new TableRegistry(/*num_workers=*/1, spill_dir,
+                        /*spill_block_cache_bytes=*/uint64_t{64} << 20,
+                        /*spill_read_around=*/false, /*num_shards=*/0),
       [spill_dir](TableRegistry* r) {
         delete r;
         if (!spill_dir.empty()) {

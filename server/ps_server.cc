@@ -82,6 +82,9 @@ ABSL_FLAG(uint64_t, max_keys_per_request, uint64_t{4} << 20,
 ABSL_FLAG(uint64_t, max_sketch_counters, uint64_t{1} << 28,
           "most admission sketch counters (a byte each) one table may ask "
           "for (RESOURCE_EXHAUSTED above)");
+ABSL_FLAG(uint64_t, max_expected_rows_mb, 8192,
+          "most MiB one table's expected_rows may commit when it is created "
+          "(RESOURCE_EXHAUSTED above)");
 ABSL_FLAG(uint64_t, max_tables, 256,
           "most tables this server holds at once (DropTable frees a place)");
 ABSL_FLAG(uint64_t, memory_limit_mb, 0,
@@ -214,6 +217,8 @@ absl::StatusOr<ShardOptions> OptionsFromFlags() {
       static_cast<uint64_t>(options.max_message_bytes) - (uint64_t{64} << 10);
   options.service.max_sketch_counters =
       absl::GetFlag(FLAGS_max_sketch_counters);
+  options.service.max_expected_rows_bytes =
+      absl::GetFlag(FLAGS_max_expected_rows_mb) << 20;
   options.service.max_tables = absl::GetFlag(FLAGS_max_tables);
   options.service.memory_limit_bytes = absl::GetFlag(FLAGS_memory_limit_mb)
                                        << 20;

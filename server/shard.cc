@@ -23,7 +23,7 @@ struct Shard::Parts {
   explicit Parts(const ShardOptions& o)
       : options(o),
         registry(o.num_workers, o.spill_root, o.spill_block_cache_bytes,
-                 o.spill_read_around),
+                 o.spill_read_around, o.service.num_shards),
         checkpointer(o.service.shard_index, o.service.num_shards, &registry,
                      o.checkpoint_root),
         publisher(PublisherFor(o), &registry),

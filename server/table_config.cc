@@ -26,6 +26,7 @@ absl::StatusOr<TableSpec> SpecFromConfig(const proto::TableConfig& config) {
   spec.seed = config.seed();
   spec.memory_budget_bytes = config.memory_budget_bytes();
   if (config.num_stripes() != 0) spec.num_stripes = config.num_stripes();
+  spec.expected_rows = config.expected_rows();
 
   const proto::InitializerConfig& init = config.initializer();
   switch (init.kind()) {
@@ -125,6 +126,7 @@ proto::TableConfig ConfigFromSpec(const TableSpec& spec) {
   config.set_seed(spec.seed);
   config.set_memory_budget_bytes(spec.memory_budget_bytes);
   config.set_num_stripes(spec.num_stripes);
+  config.set_expected_rows(spec.expected_rows);
 
   proto::InitializerConfig* init = config.mutable_initializer();
   switch (spec.initializer.kind) {

@@ -1,5 +1,10 @@
 #include "server/table_config.h"
 
+#include <unistd.h>
+
+#include <cstdint>
+#include <fstream>
+
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
@@ -37,6 +42,7 @@ TEST(TableConfigTest, RoundTripsEveryField) {
     seed: 9
     memory_budget_bytes: 1000000
     num_stripes: 16
+    expected_rows: 123456
     initializer { kind: NORMAL mean: 0.5 stddev: 0.2 truncated: true }
     optimizer {
       kind: FTRL
@@ -52,6 +58,8 @@ TEST(TableConfigTest, RoundTripsEveryField) {
   EXPECT_EQ(spec.optimizer.ftrl_l2, 0.02f);
   EXPECT_EQ(spec.admission.min_count, 3u);
   EXPECT_EQ(spec.eviction.ttl_unit, embedding::EvictionSpec::TtlUnit::kSeconds);
+  EXPECT_EQ(spec.expected_rows, 123456u);
+  EXPECT_EQ(ConfigFromSpec(spec).expected_rows(), 123456u);
   ASSERT_OK_AND_ASSIGN(embedding::TableSpec again,
                        SpecFromConfig(ConfigFromSpec(spec)));
   EXPECT_EQ(ConfigFromSpec(spec).SerializeAsString(),
@@ -67,6 +75,41 @@ TEST(TableConfigTest, BadConfigsNameTheField) {
   EXPECT_THAT(SpecFromConfig(config),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("optimizer.kind")));
+}
+
+// The process's resident bytes (/proc/self/statm).
+uint64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+TEST(TableRegistryTest, EachShardCommitsItsShareOfTheExpectedRows) {
+  EXPECT_EQ(TableRegistry::ShardShare(10, 4), 3u);
+  EXPECT_EQ(TableRegistry::ShardShare(12, 4), 3u);
+  EXPECT_EQ(TableRegistry::ShardShare(0, 4), 0u);
+  EXPECT_EQ(TableRegistry::ShardShare(~uint64_t{0}, 1), ~uint64_t{0});
+  const proto::TableConfig config =
+      Parse("name: 'wide' dim: 64 expected_rows: 400000");
+  ASSERT_OK_AND_ASSIGN(embedding::TableSpec whole, SpecFromConfig(config));
+  embedding::TableSpec quarter = whole;
+  quarter.expected_rows = 100000;
+  TableRegistry registry(/*num_workers=*/1, /*spill_root=*/"",
+                         /*spill_block_cache_bytes=*/uint64_t{64} << 20,
+                         /*spill_read_around=*/false, /*num_shards=*/4);
+  const uint64_t before = ResidentBytes();
+  ASSERT_OK(registry.Create(config));
+  const uint64_t grown = ResidentBytes() - before;
+  EXPECT_GE(grown, embedding::ExpectedRowsBytes(quarter) * 9 / 10);
+  EXPECT_LT(grown, embedding::ExpectedRowsBytes(whole) / 2);
+  // The table keeps the config it was asked for: the whole table's rows.
+  EXPECT_EQ(registry.List()[0].config->expected_rows(), 400000u);
+  // Another hint is the same spec.
+  ASSERT_OK_AND_ASSIGN(
+      auto again,
+      registry.Create(Parse("name: 'wide' dim: 64 expected_rows: 7")));
+  EXPECT_FALSE(again.created);
 }
 
 TEST(TableRegistryTest, CreateIsIdempotentAndRefusesAnotherSpec) {

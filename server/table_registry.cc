@@ -46,7 +46,12 @@ absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
   MutexLock lock(&mu_);
   if (auto it = id_by_name_.find(spec.name); it != id_by_name_.end()) {
     const proto::TableConfig& existing = slots_[it->second]->config;
-    if (existing.SerializeAsString() != canonical.SerializeAsString()) {
+    // expected_rows is a hint about memory, not part of the spec.
+    proto::TableConfig existing_spec = existing, requested_spec = canonical;
+    existing_spec.clear_expected_rows();
+    requested_spec.clear_expected_rows();
+    if (existing_spec.SerializeAsString() !=
+        requested_spec.SerializeAsString()) {
       return absl::FailedPreconditionError(
           absl::StrCat("table '", spec.name,
                        "' already exists with a different spec (existing: ",
@@ -79,8 +84,11 @@ absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
     options.spill_block_cache_bytes = spill_block_cache_bytes_;
     options.spill_read_around = spill_read_around_;
   }
+  embedding::TableSpec local = spec;
+  local.expected_rows =
+      num_shards_ == 0 ? 0 : ShardShare(spec.expected_rows, num_shards_);
   ASSIGN_OR_RETURN(slot->table,
-                   embedding::Table::Create(spec, std::move(options)));
+                   embedding::Table::Create(local, std::move(options)));
   const proto::ConsistencyConfig& consistency = canonical.consistency();
   if (consistency.mode() != proto::ConsistencyConfig::ASYNC) {
     slot->synchronizer = std::make_unique<StepSynchronizer>(

@@ -31,13 +31,24 @@ class TableRegistry {
   // reported.
   // `spill_block_cache_bytes`, `spill_read_around`: their tables'
   // embedding::TableOptions.
+  // `num_shards`: the shards a table's keys are spread over; each commits
+  // memory for ShardShare of a config's expected_rows. 0: none is
+  // committed (a serving replica loads exactly a checkpoint's rows).
   explicit TableRegistry(int32_t num_workers = 1, std::string spill_root = "",
                          uint64_t spill_block_cache_bytes = uint64_t{64} << 20,
-                         bool spill_read_around = false)
+                         bool spill_read_around = false, int32_t num_shards = 1)
       : num_workers_(num_workers),
         spill_root_(std::move(spill_root)),
         spill_block_cache_bytes_(spill_block_cache_bytes),
-        spill_read_around_(spill_read_around) {}
+        spill_read_around_(spill_read_around),
+        num_shards_(num_shards < 0 ? 0 : num_shards) {}
+
+  // A shard's share of a table's expected_rows (TableConfig: the whole
+  // table's) over `num_shards` shards: the rows its own Table expects.
+  static uint64_t ShardShare(uint64_t expected_rows, int32_t num_shards) {
+    const uint64_t shards = num_shards < 1 ? 1 : uint64_t(num_shards);
+    return expected_rows / shards + (expected_rows % shards != 0);
+  }
 
   struct CreateResult {
     uint32_t table_id;
@@ -96,6 +107,7 @@ class TableRegistry {
   const std::string spill_root_;
   const uint64_t spill_block_cache_bytes_;
   const bool spill_read_around_;
+  const int32_t num_shards_;
   mutable Mutex mu_;
   // Index = table id; null once dropped.
   std::vector<std::shared_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);

@@ -1,12 +1,14 @@
 #include "embedding/internal/row_arena.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 
 namespace embedps::embedding_internal {
 namespace {
@@ -45,6 +47,26 @@ absl::Status RowArena::Reserve(uint64_t rows) {
   if (huge_pages_) madvise(region, new_bytes, MADV_HUGEPAGE);
   base_ = static_cast<char*>(region);
   capacity_ = new_capacity;
+  return absl::OkStatus();
+}
+
+absl::Status RowArena::Commit(uint64_t rows) {
+  RETURN_IF_ERROR(Reserve(rows));
+  const size_t bytes = rows * row_bytes_;
+  if (bytes == 0) return absl::OkStatus();
+  // Page tables filled writable, huge pages where advised (Linux 5.14+).
+  if (madvise(base_, bytes, MADV_POPULATE_WRITE) == 0) return absl::OkStatus();
+  if (errno != EINVAL) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("cannot commit ", bytes, " bytes for ", rows,
+                     " rows: ", std::strerror(errno)));
+  }
+  // An older kernel: a write a page, of the byte already there.
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  volatile char* base = base_;
+  for (size_t offset = 0; offset < bytes; offset += page) {
+    base[offset] = base[offset];
+  }
   return absl::OkStatus();
 }
 

@@ -45,6 +45,11 @@ class RowArena {
   // arena is then unchanged).
   absl::Status Reserve(uint64_t rows);
 
+  // Reserves room for `rows` rows and commits their pages now (zeroed by
+  // the kernel) instead of at their first touch. RESOURCE_EXHAUSTED if the
+  // OS refuses the memory (pages committed so far stay committed).
+  absl::Status Commit(uint64_t rows);
+
  private:
   const size_t row_bytes_;
   const bool huge_pages_;

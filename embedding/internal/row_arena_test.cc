@@ -1,5 +1,9 @@
 #include "embedding/internal/row_arena.h"
 
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -39,6 +43,54 @@ TEST(RowArenaTest, ImpossibleReservationIsAnErrorNotACrash) {
       ::embedps::testing::StatusIs(absl::StatusCode::kResourceExhausted));
   EXPECT_GE(arena.capacity(), 4u);  // unchanged and usable
   std::memset(arena.row(3), 1, 1 << 20);
+}
+
+// Pages of [begin, begin + bytes) the kernel holds in memory (mincore).
+size_t ResidentPages(const char* begin, size_t bytes) {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const uintptr_t start = reinterpret_cast<uintptr_t>(begin) / page * page;
+  const size_t pages =
+      (reinterpret_cast<uintptr_t>(begin) + bytes - start + page - 1) / page;
+  std::vector<unsigned char> resident(pages);
+  if (mincore(reinterpret_cast<void*>(start), pages * page, resident.data()) !=
+      0) {
+    return 0;
+  }
+  size_t count = 0;
+  for (unsigned char r : resident) count += r & 1;
+  return count;
+}
+
+TEST(RowArenaTest, CommitMakesTheRowsPagesResidentBeforeAnyTouch) {
+  constexpr size_t kRowBytes = 144;
+  constexpr uint64_t kRows = 10000;  // ~1.4 MB
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  for (bool huge_pages : {false, true}) {
+    SCOPED_TRACE(huge_pages ? "huge pages" : "small pages");
+    RowArena reserved(kRowBytes, huge_pages);
+    ASSERT_OK(reserved.Reserve(kRows));
+    // Reserved only: address space, nothing resident yet.
+    EXPECT_EQ(ResidentPages(reserved.row(0), kRows * kRowBytes), 0u);
+
+    RowArena committed(kRowBytes, huge_pages);
+    ASSERT_OK(committed.Commit(kRows));
+    ASSERT_GE(committed.capacity(), kRows);
+    EXPECT_EQ(ResidentPages(committed.row(0), kRows * kRowBytes),
+              (kRows * kRowBytes + page - 1) / page);
+    // Zeroed, and rows keep what is written as the arena grows.
+    EXPECT_EQ(committed.row(kRows - 1)[kRowBytes - 1], 0);
+    std::memset(committed.row(7), 7, kRowBytes);
+    ASSERT_OK(committed.Reserve(committed.capacity() * 4));
+    EXPECT_EQ(committed.row(7)[kRowBytes - 1], 7);
+  }
+}
+
+TEST(RowArenaTest, CommittingRowsInUseKeepsTheirContents) {
+  RowArena arena(64, /*huge_pages=*/false);
+  ASSERT_OK(arena.Reserve(100));
+  for (uint64_t id = 0; id < 100; ++id) std::memset(arena.row(id), 9, 64);
+  ASSERT_OK(arena.Commit(5000));
+  for (uint64_t id = 0; id < 100; ++id) ASSERT_EQ(arena.row(id)[63], 9) << id;
 }
 
 TEST(HugePageAllocatorTest, BigAndSmallAllocationsWork) {

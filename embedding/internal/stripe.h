@@ -215,6 +215,14 @@ class Stripe {
   absl::StatusOr<RowId> AllocateRow(uint64_t key, uint32_t touch)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
+  // Commits arena room for `rows` rows (RowArena::Commit) and sizes the
+  // index for them: what TableSpec::expected_rows asks of each stripe.
+  absl::Status Prepare(uint64_t rows) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    RETURN_IF_ERROR(arena_.Commit(rows));
+    index_.reserve(rows);
+    return absl::OkStatus();
+  }
+
   // Puts a row whose header is written into the index.
   void IndexRow(RowId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     index_.insert(MakeIndexSlot(id, KeyHash(Header(id).key)));

@@ -1,18 +1,39 @@
 #include "embedding/internal/table_core.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "common/key_hash.h"
+#include "common/status_macros.h"
 #include "embedding/admission.h"
 #include "embedding/internal/spill_policy.h"
 
 namespace embedps::embedding_internal {
-namespace {
+namespace {}  // namespace
 
-int32_t RoundUp4(int32_t x) { return (x + 3) & ~3; }
+int32_t ArenaRowFloats(int32_t dim, int32_t state_floats) {
+  return (kHeaderFloats + dim + state_floats + 3) & ~3;
+}
 
-}  // namespace
+uint64_t ExpectedRowsPerStripe(const TableSpec& spec, uint64_t cap) {
+  if (spec.expected_rows == 0) return 0;
+  const uint64_t stripes = static_cast<uint64_t>(spec.num_stripes);
+  const uint64_t share = (spec.expected_rows + stripes - 1) / stripes;
+  const uint64_t slack =
+      4 * static_cast<uint64_t>(std::ceil(std::sqrt(double(share)))) + 16;
+  return std::min({share + slack, kMaxRowsPerStripe, cap});
+}
+
+absl::Status TableCore::CommitExpectedRows() {
+  const uint64_t rows = ExpectedRowsPerStripe(spec, max_resident_per_stripe);
+  if (rows == 0) return absl::OkStatus();
+  for (auto& stripe : stripes) {
+    MutexLock lock(&stripe->mu);
+    RETURN_IF_ERROR(stripe->Prepare(rows));
+  }
+  return absl::OkStatus();
+}
 
 BatchScratch& ThreadScratch(Scratch which) {
   thread_local BatchScratch scratch[2];
@@ -27,7 +48,7 @@ TableCore::TableCore(const TableSpec& table_spec, TableOptions table_options,
       optimizer(embedding::RowOptimizer::Create(table_spec.optimizer,
                                                 table_spec.dim)),
       state_floats(optimizer->state_floats()),
-      row_floats(RoundUp4(kHeaderFloats + dim + state_floats)),
+      row_floats(ArenaRowFloats(dim, state_floats)),
       stripe_mask(static_cast<uint32_t>(table_spec.num_stripes - 1)),
       record_bytes(embedding::RowRecordBytes(dim, state_floats)),
       epoch(options.clock()),

@@ -68,6 +68,15 @@ struct BatchScratch {
 enum class Scratch { kBatch = 0, kMisses = 1 };
 BatchScratch& ThreadScratch(Scratch which = Scratch::kBatch);
 
+// Floats a row of `dim` values and `state_floats` of optimizer state takes
+// in a stripe's arena: header, embedding, state, padded to 16 bytes.
+int32_t ArenaRowFloats(int32_t dim, int32_t state_floats);
+
+// Rows each stripe commits for spec.expected_rows: its share plus room for
+// the hash's imbalance (four standard deviations of a binomial share), at
+// most kMaxRowsPerStripe and `cap`. 0 without a hint.
+uint64_t ExpectedRowsPerStripe(const TableSpec& spec, uint64_t cap);
+
 struct TableCore {
   TableCore(const TableSpec& spec, TableOptions options,
             std::unique_ptr<SpillStore> spill);
@@ -106,6 +115,11 @@ struct TableCore {
   // Set once by Table::EnableChangeLog: from then on every change of a
   // row's values (update, creation, removal, restore) is logged.
   std::atomic<bool> change_log{false};
+
+  // Commits every stripe's ExpectedRowsPerStripe (capped by
+  // max_resident_per_stripe) and sizes its index: Table::Create, before the
+  // table is shared. RESOURCE_EXHAUSTED if the OS refuses the memory.
+  absl::Status CommitExpectedRows();
 
   uint32_t StripeIndex(uint64_t hash) const {
     return StripeIndexOfHash(hash, stripe_mask);

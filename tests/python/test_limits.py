@@ -52,6 +52,33 @@ def test_a_huge_admission_sketch_is_refused(start_servers):
     assert client.pull(table, np.arange(4, dtype=np.uint64)).shape == (4, 8)
 
 
+def test_expected_rows_commit_memory_up_to_the_servers_limit(start_servers):
+    server = start_servers(1, "--max_expected_rows_mb=64")[0]
+    client = embedps.Client([server.address])
+    before = resident_mib(server)
+    # 10M rows of dim 64 would commit ~5 GB at once: refused, nothing taken.
+    with pytest.raises(embedps.ResourceExhaustedError, match="--max_expected_rows_mb"):
+        client.create_table(name="huge", dim=64, optimizer=SGD, expected_rows=10_000_000)
+    # More than a table can hold at all: a bad spec.
+    with pytest.raises(embedps.InvalidArgumentError, match="expected_rows"):
+        client.create_table(name="huge", dim=4, optimizer=SGD, num_stripes=1,
+                            expected_rows=1 << 40)
+    assert resident_mib(server) < before + 16
+    assert client.stats()[0]["table"] == []
+    # 100k rows of dim 64 with SGD (~27 MB): committed when the table is
+    # created, before any row exists.
+    table = client.create_table(name="sized", dim=64, optimizer=SGD,
+                                initializer=ZEROS, expected_rows=100_000)
+    assert resident_mib(server) > before + 20
+    assert client.stats()[0]["table"][0]["rows"] == 0
+    # A hint is no part of the spec: another one names the same table.
+    again = client.create_table(name="sized", dim=64, optimizer=SGD,
+                                initializer=ZEROS, expected_rows=5)
+    keys = np.arange(1000, dtype=np.uint64)
+    client.push(again, keys, np.ones((1000, 64), np.float32))
+    np.testing.assert_array_equal(client.lookup(table, keys), -np.ones((1000, 64), np.float32))
+
+
 def test_tables_are_limited_and_drop_table_frees_a_place(start_servers):
     servers = start_servers(2, "--max_tables=3")
     client = embedps.Client([s.address for s in servers])
