@@ -10,7 +10,6 @@
 #include "embedding/internal/spill_policy.h"
 
 namespace embedps::embedding_internal {
-namespace {}  // namespace
 
 int32_t ArenaRowFloats(int32_t dim, int32_t state_floats) {
   return (kHeaderFloats + dim + state_floats + 3) & ~3;
@@ -20,8 +19,9 @@ uint64_t ExpectedRowsPerStripe(const TableSpec& spec, uint64_t cap) {
   if (spec.expected_rows == 0) return 0;
   const uint64_t stripes = static_cast<uint64_t>(spec.num_stripes);
   const uint64_t share = (spec.expected_rows + stripes - 1) / stripes;
-  const uint64_t slack =
-      4 * static_cast<uint64_t>(std::ceil(std::sqrt(double(share)))) + 16;
+  // A binomial share's standard deviation is about its square root.
+  const double deviation = std::sqrt(static_cast<double>(share));
+  const uint64_t slack = 4 * static_cast<uint64_t>(std::ceil(deviation)) + 16;
   return std::min({share + slack, kMaxRowsPerStripe, cap});
 }
 
