@@ -1,10 +1,7 @@
 #include "embedding/table.h"
 
-#include <unistd.h>
-
 #include <atomic>
 #include <cmath>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <random>
@@ -13,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/process_memory.h"
 #include "common/status_matchers.h"
 #include "embedding/initializer.h"
 #include "embedding/internal/row_index_hash.h"
@@ -525,14 +523,6 @@ TEST(MemoryTableTest, MemoryIsAccountedAndOverBudgetIsVisible) {
   EXPECT_LT(stats.resident_bytes, stats.payload_bytes + 100000u * 48);
   EXPECT_TRUE(stats.over_budget);
   EXPECT_EQ(stats.memory_budget_bytes, 4u << 20);
-}
-
-// The process's resident bytes (/proc/self/statm).
-uint64_t ResidentBytes() {
-  std::ifstream statm("/proc/self/statm");
-  uint64_t size = 0, resident = 0;
-  statm >> size >> resident;
-  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
 TEST(MemoryTableTest, ExpectedRowsAreCommittedWhenTheTableIsCreated) {

@@ -1,22 +1,11 @@
 #include "server/memory_guard.h"
 
-#include <unistd.h>
-
-#include <fstream>
-
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/process_memory.h"
 
 namespace embedps::server {
 namespace {
-
-uint64_t ReadResidentBytes() {
-  std::ifstream statm("/proc/self/statm");
-  uint64_t size_pages = 0;
-  uint64_t resident_pages = 0;
-  if (!(statm >> size_pages >> resident_pages)) return 0;
-  return resident_pages * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-}
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
@@ -31,7 +20,7 @@ uint64_t MemoryGuard::resident_bytes() {
   if (now - read_at_ns_.load(std::memory_order_acquire) >= refresh_ns_ &&
       !reading_.exchange(true, std::memory_order_acquire)) {
     // One caller reads; the others use the last figure meanwhile.
-    resident_.store(ReadResidentBytes(), std::memory_order_relaxed);
+    resident_.store(ResidentBytes(), std::memory_order_relaxed);
     read_at_ns_.store(now, std::memory_order_release);
     reading_.store(false, std::memory_order_release);
   }

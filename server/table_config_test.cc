@@ -1,10 +1,8 @@
 #include "server/table_config.h"
 
-#include <unistd.h>
-
 #include <cstdint>
-#include <fstream>
 
+#include "common/process_memory.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
@@ -75,14 +73,6 @@ TEST(TableConfigTest, BadConfigsNameTheField) {
   EXPECT_THAT(SpecFromConfig(config),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("optimizer.kind")));
-}
-
-// The process's resident bytes (/proc/self/statm).
-uint64_t ResidentBytes() {
-  std::ifstream statm("/proc/self/statm");
-  uint64_t size = 0, resident = 0;
-  statm >> size >> resident;
-  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
 TEST(TableRegistryTest, EachShardCommitsItsShareOfTheExpectedRows) {

@@ -45,6 +45,18 @@ void GatherSample(const float* const* features, int b, int batch, int f,
   }
 }
 
+// A sample's pair gradients d out / d <f_i, f_j> (i < j, after f_0's dim
+// values in `d`) as the symmetric F × F matrix g (row-major, f columns);
+// the diagonal is left as it is (zero).
+void FillPairGradients(const float* d, int f, int dim, float* g) {
+  for (int i = 0, p = dim; i < f; ++i) {
+    for (int j = i + 1; j < f; ++j, ++p) {
+      g[static_cast<size_t>(i) * f + j] = d[p];
+      g[static_cast<size_t>(j) * f + i] = d[p];
+    }
+  }
+}
+
 // Where <f_i, f_j> (i < j) is in a sample's output: after f_0's dim
 // values, the pairs row after row.
 inline int PairPosition(int i, int j, int f, int dim) {
@@ -120,12 +132,7 @@ void BackwardKernel(const float* const* features, const float* dout, int batch,
     const float* d = dout + static_cast<size_t>(b) * out_dim;
     float* const* dx = dfeatures + static_cast<size_t>(b) * f;
     GatherSample(features, b, batch, f, dim, local.data());
-    for (int i = 0, p = dim; i < f; ++i) {
-      for (int j = i + 1; j < f; ++j, ++p) {
-        g[static_cast<size_t>(i) * f + j] = d[p];
-        g[static_cast<size_t>(j) * f + i] = d[p];
-      }
-    }
+    FillPairGradients(d, f, dim, g.data());
     for (int i0 = 0; i0 < f; i0 += 2) {
       // With an odd F the last row pairs with the padding row (all zero).
       const int i1 = i0 + 1;
@@ -181,12 +188,7 @@ __attribute__((target("avx512f"))) void BackwardKernel512(
     const float* d = dout + static_cast<size_t>(b) * out_dim;
     float* const* dx = dfeatures + static_cast<size_t>(b) * f;
     GatherSample(features, b, batch, f, dim, local.data());
-    for (int i = 0, p = dim; i < f; ++i) {
-      for (int j = i + 1; j < f; ++j, ++p) {
-        g[static_cast<size_t>(i) * f + j] = d[p];
-        g[static_cast<size_t>(j) * f + i] = d[p];
-      }
-    }
+    FillPairGradients(d, f, dim, g.data());
     for (int i0 = 0; i0 < f; i0 += kRows) {
       const float* gi = g.data() + static_cast<size_t>(i0) * f;
       for (int v0 = 0; v0 < vectors; v0 += kChunk) {
