@@ -38,6 +38,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "dense/blas.h"
+#include "common/malloc_options.h"
 #include "dense/device.h"
 #include "dense/internal/cpu_layers.h"
 #include "dense/model.h"
@@ -485,6 +486,9 @@ void InteractionVersusSgemm() {
 
 int main(int argc, char** argv) {
   absl::ParseCommandLine(argc, argv);
+  // Large buffers reused rather than mapped afresh each step, as ps_worker
+  // and dense_worker run the model.
+  embedps::ReuseLargeAllocations();
   embedps::dense::SetDenseThreads(absl::GetFlag(FLAGS_threads));
   const std::vector<std::string> sections =
       absl::StrSplit(absl::GetFlag(FLAGS_sections), ',');
