@@ -45,7 +45,7 @@ TEST(ShardCheckpointerTest, SavesWhilePushingAndRestoresExactly) {
   const std::string dir = root + "/ckpt-000000000001.tmp";
   std::filesystem::create_directories(dir);
 
-  TableRegistry registry(1);
+  TableRegistry registry;
   ASSERT_OK_AND_ASSIGN(auto created, registry.Create(Config()));
   ASSERT_OK_AND_ASSIGN(auto entry, registry.Find(created.table_id));
   for (int i = 0; i < 20; ++i) Push(*entry.table, i);
@@ -86,7 +86,7 @@ TEST(ShardCheckpointerTest, SavesWhilePushingAndRestoresExactly) {
   ASSERT_OK(checkpoint::WriteManifest(dir, manifest));
   std::filesystem::rename(dir, root + "/ckpt-000000000001");
 
-  TableRegistry restored_registry(1);
+  TableRegistry restored_registry;
   ShardCheckpointer restorer(0, 1, &restored_registry);
   ASSERT_OK_AND_ASSIGN(const proto::LoadResponse loaded,
                        restorer.Restore(root));

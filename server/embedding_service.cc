@@ -182,26 +182,14 @@ grpc::Status EmbeddingServiceImpl::CreateTableImpl(
             options_.max_sketch_counters, " (--max_sketch_counters)")));
   }
   // What the table commits at once for its expected_rows (a spec that
-  // does not validate is refused by the registry below).
+  // does not validate, or asks past --max_expected_rows_mb, is refused by
+  // the registry below).
   uint64_t expected_rows_bytes = 0;
   if (config.expected_rows() > 0) {
     absl::StatusOr<embedding::TableSpec> spec = SpecFromConfig(config);
     if (spec.ok() && embedding::ValidateTableSpec(*spec).ok()) {
-      spec->expected_rows =
-          TableRegistry::ShardShare(spec->expected_rows, options_.num_shards);
-      expected_rows_bytes = embedding::ExpectedRowsBytes(*spec);
+      expected_rows_bytes = registry_->ExpectedRowsBytesHere(*spec);
     }
-  }
-  if (expected_rows_bytes > options_.max_expected_rows_bytes) {
-    return Reject(
-        Rejection::kOverLimit,
-        absl::ResourceExhaustedError(absl::StrCat(
-            "table '", config.name(), "': expected_rows ",
-            config.expected_rows(), " would commit ", expected_rows_bytes >> 20,
-            " MiB at once, more than this server commits for one table: ",
-            options_.max_expected_rows_bytes >> 20,
-            " MiB (--max_expected_rows_mb); ask for fewer rows (more still "
-            "fit: it is a hint)")));
   }
   if (!registry_->FindByName(config.name()).ok()) {
     if (absl::Status room = memory_.Admit(

@@ -48,9 +48,6 @@ struct ServiceOptions {
   // Counters (a byte each) a table's admission sketch may ask for.
   // Default: 256 Mi.
   uint64_t max_sketch_counters = uint64_t{1} << 28;
-  // Bytes one table's expected_rows may commit at CreateTable
-  // (embedding::ExpectedRowsBytes). Default: 8 GiB.
-  uint64_t max_expected_rows_bytes = uint64_t{8} << 30;
   // Tables held at once (DropTable frees a place). Default: 256.
   size_t max_tables = 256;
   // The process's resident memory past which calls that would allocate

@@ -69,6 +69,16 @@ struct TableRows {
   std::vector<uint64_t> removed;
 };
 
+// A serving version's tables: one worker, its own spill directory, and no
+// memory committed for expected_rows (a load creates exactly a
+// checkpoint's rows).
+TableRegistry::Options FollowerRegistryOptions(const std::string& spill_dir) {
+  TableRegistry::Options options;
+  options.spill_root = spill_dir;
+  options.num_shards = 0;
+  return options;
+}
+
 }  // namespace
 
 Follower::Follower(FollowerOptions options) : options_(std::move(options)) {}
@@ -151,9 +161,7 @@ absl::StatusOr<std::shared_ptr<const ServingVersion>> Follower::LoadCheckpoint(
   // The registry, and its spill tiers on disk, go with the last version
   // that uses them.
   std::shared_ptr<TableRegistry> registry(
-      new TableRegistry(/*num_workers=*/1, spill_dir,
-                        /*spill_block_cache_bytes=*/uint64_t{64} << 20,
-                        /*spill_read_around=*/false, /*num_shards=*/0),
+      new TableRegistry(FollowerRegistryOptions(spill_dir)),
       [spill_dir](TableRegistry* r) {
         delete r;
         if (!spill_dir.empty()) {

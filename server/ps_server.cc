@@ -217,8 +217,8 @@ absl::StatusOr<ShardOptions> OptionsFromFlags() {
       static_cast<uint64_t>(options.max_message_bytes) - (uint64_t{64} << 10);
   options.service.max_sketch_counters =
       absl::GetFlag(FLAGS_max_sketch_counters);
-  options.service.max_expected_rows_bytes =
-      absl::GetFlag(FLAGS_max_expected_rows_mb) << 20;
+  options.max_expected_rows_bytes = absl::GetFlag(FLAGS_max_expected_rows_mb)
+                                    << 20;
   options.service.max_tables = absl::GetFlag(FLAGS_max_tables);
   options.service.memory_limit_bytes = absl::GetFlag(FLAGS_memory_limit_mb)
                                        << 20;

@@ -17,13 +17,27 @@
 
 namespace embedps::server {
 
+namespace {
+
+TableRegistry::Options RegistryOptionsFor(const ShardOptions& o) {
+  TableRegistry::Options options;
+  options.num_workers = o.num_workers;
+  options.spill_root = o.spill_root;
+  options.spill_block_cache_bytes = o.spill_block_cache_bytes;
+  options.spill_read_around = o.spill_read_around;
+  options.num_shards = o.service.num_shards;
+  options.max_expected_rows_bytes = o.max_expected_rows_bytes;
+  return options;
+}
+
+}  // namespace
+
 // Members are destroyed in reverse order: the servers stop before the
 // services and tables they call go.
 struct Shard::Parts {
   explicit Parts(const ShardOptions& o)
       : options(o),
-        registry(o.num_workers, o.spill_root, o.spill_block_cache_bytes,
-                 o.spill_read_around, o.service.num_shards),
+        registry(RegistryOptionsFor(o)),
         checkpointer(o.service.shard_index, o.service.num_shards, &registry,
                      o.checkpoint_root),
         publisher(PublisherFor(o), &registry),

@@ -44,6 +44,9 @@ struct ShardOptions {
   uint64_t spill_block_cache_bytes = uint64_t{64} << 20;
   // embedding::TableOptions::spill_read_around. Default: false.
   bool spill_read_around = false;
+  // The most memory one table's expected_rows may commit on this shard
+  // (TableRegistry::Options). Default: 8 GiB.
+  uint64_t max_expected_rows_bytes = uint64_t{8} << 30;
   // Tables created before the shard serves. Default: none.
   proto::TableConfigList tables;
   // A checkpoint (directory, or a root: its latest complete checkpoint) to

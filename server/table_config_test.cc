@@ -85,9 +85,9 @@ TEST(TableRegistryTest, EachShardCommitsItsShareOfTheExpectedRows) {
   ASSERT_OK_AND_ASSIGN(embedding::TableSpec whole, SpecFromConfig(config));
   embedding::TableSpec quarter = whole;
   quarter.expected_rows = 100000;
-  TableRegistry registry(/*num_workers=*/1, /*spill_root=*/"",
-                         /*spill_block_cache_bytes=*/uint64_t{64} << 20,
-                         /*spill_read_around=*/false, /*num_shards=*/4);
+  TableRegistry::Options options;
+  options.num_shards = 4;
+  TableRegistry registry(options);
   const uint64_t before = ResidentBytes();
   ASSERT_OK(registry.Create(config));
   const uint64_t grown = ResidentBytes() - before;
@@ -100,6 +100,32 @@ TEST(TableRegistryTest, EachShardCommitsItsShareOfTheExpectedRows) {
       auto again,
       registry.Create(Parse("name: 'wide' dim: 64 expected_rows: 7")));
   EXPECT_FALSE(again.created);
+}
+
+// Every path that creates tables (CreateTable, a checkpoint's restore, a
+// primary's catch-up) goes through the registry: it holds the limit.
+TEST(TableRegistryTest, ExpectedRowsPastTheLimitAreRefusedAndNothingIsMade) {
+  TableRegistry::Options options;
+  options.num_shards = 2;
+  options.max_expected_rows_bytes = uint64_t{4} << 20;
+  TableRegistry registry(options);
+  const uint64_t before = ResidentBytes();
+  // 1M rows of dim 64 (SGD: ~272 bytes a row), half of them here: ~136 MB.
+  EXPECT_THAT(
+      registry.Create(Parse("name: 'big' dim: 64 optimizer { kind: SGD } "
+                            "expected_rows: 1000000")),
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               HasSubstr("--max_expected_rows_mb")));
+  EXPECT_EQ(registry.size(), 0u);
+  EXPECT_LT(ResidentBytes() - before, uint64_t{8} << 20);
+  // 20k rows, 10k here: ~2.7 MB.
+  const proto::TableConfig small =
+      Parse("name: 'big' dim: 64 optimizer { kind: SGD } expected_rows: 20000");
+  ASSERT_OK_AND_ASSIGN(embedding::TableSpec spec, SpecFromConfig(small));
+  EXPECT_LE(registry.ExpectedRowsBytesHere(spec), uint64_t{4} << 20);
+  EXPECT_GT(registry.ExpectedRowsBytesHere(spec), uint64_t{2} << 20);
+  ASSERT_OK(registry.Create(small));
+  EXPECT_EQ(registry.size(), 1u);
 }
 
 TEST(TableRegistryTest, CreateIsIdempotentAndRefusesAnotherSpec) {

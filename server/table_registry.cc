@@ -32,6 +32,14 @@ TableRegistry::Entry TableRegistry::EntryOf(uint32_t id,
                slot};
 }
 
+uint64_t TableRegistry::ExpectedRowsBytesHere(
+    const embedding::TableSpec& spec) const {
+  if (options_.num_shards == 0) return 0;
+  embedding::TableSpec local = spec;
+  local.expected_rows = ShardShare(spec.expected_rows, options_.num_shards);
+  return embedding::ExpectedRowsBytes(local);
+}
+
 absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
     const proto::TableConfig& config, size_t max_tables, uint32_t at_id) {
   ASSIGN_OR_RETURN(const embedding::TableSpec spec, SpecFromConfig(config));
@@ -78,15 +86,29 @@ absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
   }
   auto slot = std::make_shared<Slot>();
   embedding::TableOptions options;
-  if (!spill_root_.empty()) {
-    options.spill_directory =
-        absl::StrCat(spill_root_, "/", embedding::TableFileStem(spec.name));
-    options.spill_block_cache_bytes = spill_block_cache_bytes_;
-    options.spill_read_around = spill_read_around_;
+  if (!options_.spill_root.empty()) {
+    options.spill_directory = absl::StrCat(options_.spill_root, "/",
+                                           embedding::TableFileStem(spec.name));
+    options.spill_block_cache_bytes = options_.spill_block_cache_bytes;
+    options.spill_read_around = options_.spill_read_around;
   }
+  RETURN_IF_ERROR(embedding::ValidateTableSpec(spec));
   embedding::TableSpec local = spec;
   local.expected_rows =
-      num_shards_ == 0 ? 0 : ShardShare(spec.expected_rows, num_shards_);
+      options_.num_shards == 0
+          ? 0
+          : ShardShare(spec.expected_rows, options_.num_shards);
+  if (const uint64_t bytes = embedding::ExpectedRowsBytes(local);
+      bytes > options_.max_expected_rows_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "table '", spec.name, "': expected_rows ", spec.expected_rows,
+        " would commit ", bytes >> 20,
+        " MiB here at once, more than this "
+        "server commits for one table: ",
+        options_.max_expected_rows_bytes >> 20,
+        " MiB (--max_expected_rows_mb); ask for fewer rows (more still fit: "
+        "it is a hint)"));
+  }
   ASSIGN_OR_RETURN(slot->table,
                    embedding::Table::Create(local, std::move(options)));
   const proto::ConsistencyConfig& consistency = canonical.consistency();
@@ -95,7 +117,7 @@ absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
         consistency.mode() == proto::ConsistencyConfig::SYNC
             ? StepSynchronizer::Mode::kSync
             : StepSynchronizer::Mode::kSsp,
-        consistency.staleness(), num_workers_,
+        consistency.staleness(), options_.num_workers,
         absl::Milliseconds(consistency.timeout_ms()), slot->table.get());
   }
   slot->config = std::move(canonical);

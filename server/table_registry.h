@@ -25,23 +25,27 @@ namespace embedps::server {
 
 class TableRegistry {
  public:
-  // `num_workers`: the workers the SYNC and SSP modes wait for.
-  // `spill_root`: where tables with a memory budget keep their spill tier
-  // (one RocksDB directory per table under it); empty: budgets are only
-  // reported.
-  // `spill_block_cache_bytes`, `spill_read_around`: their tables'
-  // embedding::TableOptions.
-  // `num_shards`: the shards a table's keys are spread over; each commits
-  // memory for ShardShare of a config's expected_rows. 0: none is
-  // committed (a serving replica loads exactly a checkpoint's rows).
-  explicit TableRegistry(int32_t num_workers = 1, std::string spill_root = "",
-                         uint64_t spill_block_cache_bytes = uint64_t{64} << 20,
-                         bool spill_read_around = false, int32_t num_shards = 1)
-      : num_workers_(num_workers),
-        spill_root_(std::move(spill_root)),
-        spill_block_cache_bytes_(spill_block_cache_bytes),
-        spill_read_around_(spill_read_around),
-        num_shards_(num_shards < 0 ? 0 : num_shards) {}
+  struct Options {
+    // The workers the SYNC and SSP modes wait for.
+    int32_t num_workers = 1;
+    // Where tables with a memory budget keep their spill tier (one RocksDB
+    // directory per table under it); empty: budgets are only reported.
+    std::string spill_root;
+    // Their tables' embedding::TableOptions.
+    uint64_t spill_block_cache_bytes = uint64_t{64} << 20;
+    bool spill_read_around = false;
+    // The shards a table's keys are spread over: each commits memory for
+    // ShardShare of a config's expected_rows. 0: none is committed (a
+    // serving replica loads exactly a checkpoint's rows).
+    int32_t num_shards = 1;
+    // The most a table's expected_rows may commit here (its share's
+    // embedding::ExpectedRowsBytes); RESOURCE_EXHAUSTED above, whichever
+    // path creates the table (CreateTable, a checkpoint, a primary).
+    uint64_t max_expected_rows_bytes = UINT64_MAX;
+  };
+
+  TableRegistry() : TableRegistry(Options()) {}
+  explicit TableRegistry(Options options) : options_(std::move(options)) {}
 
   // A shard's share of a table's expected_rows (TableConfig: the whole
   // table's) over `num_shards` shards: the rows its own Table expects.
@@ -49,6 +53,10 @@ class TableRegistry {
     const uint64_t shards = num_shards < 1 ? 1 : uint64_t(num_shards);
     return expected_rows / shards + (expected_rows % shards != 0);
   }
+
+  // What a table of `spec` (the whole table's) commits here at creation
+  // for its expected_rows. REQUIRES: ValidateTableSpec(spec) is OK.
+  uint64_t ExpectedRowsBytesHere(const embedding::TableSpec& spec) const;
 
   struct CreateResult {
     uint32_t table_id;
@@ -59,7 +67,8 @@ class TableRegistry {
   // Creates the table, or returns the existing one if a table of that name
   // has the same configuration (idempotent). FAILED_PRECONDITION if the
   // name exists with a different one; INVALID_ARGUMENT (naming the field)
-  // for an invalid config; RESOURCE_EXHAUSTED if `max_tables` are held.
+  // for an invalid config; RESOURCE_EXHAUSTED if `max_tables` are held or
+  // its expected_rows would commit more than max_expected_rows_bytes.
   // `at_id` (a replica catching up takes its primary's ids): the id the
   // table must have; FAILED_PRECONDITION if it is taken by another table or
   // below an id already given out. Default: the next id.
@@ -103,11 +112,7 @@ class TableRegistry {
   };
   static Entry EntryOf(uint32_t id, const std::shared_ptr<Slot>& slot);
 
-  const int32_t num_workers_;
-  const std::string spill_root_;
-  const uint64_t spill_block_cache_bytes_;
-  const bool spill_read_around_;
-  const int32_t num_shards_;
+  const Options options_;
   mutable Mutex mu_;
   // Index = table id; null once dropped.
   std::vector<std::shared_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
