@@ -32,11 +32,16 @@ TableRegistry::Entry TableRegistry::EntryOf(uint32_t id,
                slot};
 }
 
+uint64_t TableRegistry::LocalExpectedRows(uint64_t expected_rows) const {
+  return options_.num_shards == 0
+             ? 0
+             : ShardShare(expected_rows, options_.num_shards);
+}
+
 uint64_t TableRegistry::ExpectedRowsBytesHere(
     const embedding::TableSpec& spec) const {
-  if (options_.num_shards == 0) return 0;
   embedding::TableSpec local = spec;
-  local.expected_rows = ShardShare(spec.expected_rows, options_.num_shards);
+  local.expected_rows = LocalExpectedRows(spec.expected_rows);
   return embedding::ExpectedRowsBytes(local);
 }
 
@@ -51,38 +56,45 @@ absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
     canonical.mutable_consistency()->set_timeout_ms(kDefaultStepTimeoutMs);
   }
 
-  MutexLock lock(&mu_);
-  if (auto it = id_by_name_.find(spec.name); it != id_by_name_.end()) {
-    const proto::TableConfig& existing = slots_[it->second]->config;
-    // expected_rows is a hint about memory, not part of the spec.
-    proto::TableConfig existing_spec = existing, requested_spec = canonical;
-    existing_spec.clear_expected_rows();
-    requested_spec.clear_expected_rows();
-    if (existing_spec.SerializeAsString() !=
-        requested_spec.SerializeAsString()) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("table '", spec.name,
-                       "' already exists with a different spec (existing: ",
-                       existing.ShortDebugString(),
-                       "; requested: ", canonical.ShortDebugString(), ")"));
+  // One Create at a time; the table is built with only this held, so that
+  // Find (every Pull's and Push's lookup) never waits for a table that
+  // commits its expected rows' memory or opens its spill tier.
+  MutexLock creating(&create_mu_);
+  {
+    ReaderMutexLock lock(&mu_);
+    if (auto it = id_by_name_.find(spec.name); it != id_by_name_.end()) {
+      const proto::TableConfig& existing = slots_[it->second]->config;
+      // expected_rows is a hint about memory, not part of the spec.
+      proto::TableConfig existing_spec = existing, requested_spec = canonical;
+      existing_spec.clear_expected_rows();
+      requested_spec.clear_expected_rows();
+      if (existing_spec.SerializeAsString() !=
+          requested_spec.SerializeAsString()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("table '", spec.name,
+                         "' already exists with a different spec (existing: ",
+                         existing.ShortDebugString(),
+                         "; requested: ", canonical.ShortDebugString(), ")"));
+      }
+      if (at_id != kNextId && at_id != it->second) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("table '", spec.name, "' has id ", it->second,
+                         " here, not ", at_id));
+      }
+      return CreateResult{it->second, false};
     }
-    if (at_id != kNextId && at_id != it->second) {
+    if (at_id != kNextId && at_id < slots_.size()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "table '", spec.name, "' has id ", it->second, " here, not ", at_id));
+          "table '", spec.name, "' cannot take id ", at_id, ": ids up to ",
+          slots_.size() - 1, " are given out here"));
     }
-    return CreateResult{it->second, false};
-  }
-  if (at_id != kNextId && at_id < slots_.size()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("table '", spec.name, "' cannot take id ", at_id,
-                     ": ids up to ", slots_.size() - 1, " are given out here"));
-  }
-  if (id_by_name_.size() >= max_tables) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("table '", spec.name, "' not created: this server holds ",
-                     id_by_name_.size(),
-                     " tables, its limit (--max_tables); drop one "
-                     "(DropTable) or raise the limit"));
+    if (id_by_name_.size() >= max_tables) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("table '", spec.name,
+                       "' not created: this server holds ", id_by_name_.size(),
+                       " tables, its limit (--max_tables); drop one "
+                       "(DropTable) or raise the limit"));
+    }
   }
   auto slot = std::make_shared<Slot>();
   embedding::TableOptions options;
@@ -94,10 +106,7 @@ absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
   }
   RETURN_IF_ERROR(embedding::ValidateTableSpec(spec));
   embedding::TableSpec local = spec;
-  local.expected_rows =
-      options_.num_shards == 0
-          ? 0
-          : ShardShare(spec.expected_rows, options_.num_shards);
+  local.expected_rows = LocalExpectedRows(spec.expected_rows);
   if (const uint64_t bytes = embedding::ExpectedRowsBytes(local);
       bytes > options_.max_expected_rows_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -121,6 +130,8 @@ absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
         absl::Milliseconds(consistency.timeout_ms()), slot->table.get());
   }
   slot->config = std::move(canonical);
+  // Nothing else added a table meanwhile (create_mu_); Drop only removes.
+  MutexLock lock(&mu_);
   if (at_id != kNextId) slots_.resize(at_id);  // dropped ids stay empty
   const uint32_t id = static_cast<uint32_t>(slots_.size());
   slots_.push_back(std::move(slot));

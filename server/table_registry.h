@@ -113,6 +113,12 @@ class TableRegistry {
   static Entry EntryOf(uint32_t id, const std::shared_ptr<Slot>& slot);
 
   const Options options_;
+  // A shard's share of a config's expected_rows here (0 for a follower).
+  uint64_t LocalExpectedRows(uint64_t expected_rows) const;
+
+  // Held by Create throughout (creations one at a time); mu_ only while
+  // the maps are read or changed.
+  Mutex create_mu_;
   mutable Mutex mu_;
   // Index = table id; null once dropped.
   std::vector<std::shared_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
