@@ -55,7 +55,7 @@ ABSL_FLAG(std::string, devices, "cpu,cuda",
           "backends to run the DLRM on (cuda is skipped without a device)");
 ABSL_FLAG(std::string, sections, "mlp,gemm,interaction,dlrm",
           "what to measure: mlp (model vs sgemm), gemm (the libraries), "
-          "dlrm");
+          "interaction (alone vs sgemm), dlrm");
 ABSL_FLAG(bool, allow_tf32, false, "cuda: allow TF32 GEMMs");
 ABSL_FLAG(double, gpu_peak_tflops, 0,
           "the GPU's dense peak for the kernels used (FP32, or TF32 with "
@@ -134,6 +134,19 @@ std::vector<float> Random(size_t n, uint32_t seed) {
   return v;
 }
 
+using CblasSgemm = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, int,
+                            int, int, float, const float*, int, const float*,
+                            int, float, float*, int);
+
+std::function<void(const GemmCall&, const float*, const float*, float*)>
+ViaCblas(CblasSgemm sgemm) {
+  return [sgemm](const GemmCall& g, const float* a, const float* b, float* c) {
+    sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans,
+          g.tb ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f, a,
+          g.ta ? g.m : g.k, b, g.tb ? g.k : g.n, 0.0f, c, g.n);
+  };
+}
+
 void MlpVersusSgemm() {
   const std::vector<int> hidden = MlpHidden();
   const int batch = absl::GetFlag(FLAGS_mlp_batch);
@@ -150,13 +163,9 @@ void MlpVersusSgemm() {
   std::vector<float> c(largest);
   const double seconds = absl::GetFlag(FLAGS_seconds);
   openblas_set_num_threads(absl::GetFlag(FLAGS_threads));
+  const auto sgemm = ViaCblas(cblas_sgemm);
   const double sgemm_time = TimePerCall(seconds, [&] {
-    for (const GemmCall& g : calls) {
-      cblas_sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans,
-                  g.tb ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f,
-                  a.data(), g.ta ? g.m : g.k, b.data(), g.tb ? g.k : g.n, 0.0f,
-                  c.data(), g.n);
-    }
+    for (const GemmCall& g : calls) sgemm(g, a.data(), b.data(), c.data());
   });
 
   SetDenseThreads(absl::GetFlag(FLAGS_threads));  // BLAS back to 1 thread
@@ -187,19 +196,6 @@ struct GemmLibrary {
   std::string missing;  // what to install, when it could not be loaded
   std::function<void(const GemmCall&, const float*, const float*, float*)> gemm;
 };
-
-using CblasSgemm = void (*)(CBLAS_ORDER, CBLAS_TRANSPOSE, CBLAS_TRANSPOSE, int,
-                            int, int, float, const float*, int, const float*,
-                            int, float, float*, int);
-
-std::function<void(const GemmCall&, const float*, const float*, float*)>
-ViaCblas(CblasSgemm sgemm) {
-  return [sgemm](const GemmCall& g, const float* a, const float* b, float* c) {
-    sgemm(CblasRowMajor, g.ta ? CblasTrans : CblasNoTrans,
-          g.tb ? CblasTrans : CblasNoTrans, g.m, g.n, g.k, 1.0f, a,
-          g.ta ? g.m : g.k, b, g.tb ? g.k : g.n, 0.0f, c, g.n);
-  };
-}
 
 // `path` loaded with its own symbols (not the linked OpenBLAS's), or null.
 void* OpenBeside(const std::string& path) {
