@@ -12,7 +12,7 @@
 #     CPU in the same run, FP32 and TF32;
 #  4. the DLRM job end to end (datagen, 1 ps_server, 1 ps_worker) on CUDA
 #     and on the CPU with the same data and config: samples/s and test AUC
-#     side by side.
+#     side by side; then the CUDA job with its tables across 4 ps_servers.
 # Writes one log per step under OUTDIR and a summary (OUTDIR/summary.txt).
 # Exits non-zero if a test failed or a job did not finish.
 set -uo pipefail
@@ -58,39 +58,57 @@ say "== DLRM job (dlrm_large, 1 ps_server + 1 ps_worker): cuda vs cpu"
 work=$(mktemp -d)
 datagen --output_dir="$work/data" --train_rows=400000 --test_rows=50000 \
   --vocab=100,10000,300000,3000000 --seed=3 >"$out/datagen.log" 2>&1 || failed=1
-for device in cuda cpu; do
-  for batch in 512 4096; do
-    run="$work/$device-$batch"
-    mkdir -p "$run"
+# One job: DEVICE BATCH SERVERS (that many ps_server processes, the tables
+# hash-partitioned across them).
+run_job() {
+  local device=$1 batch=$2 nservers=$3
+  local run="$work/$device-$batch-$nservers" servers="" pids=() i rc
+  mkdir -p "$run"
+  for i in $(seq "$nservers"); do
     ps_server --host=127.0.0.1 --port=0 --metrics_port=-1 \
-      --port_file="$run/port" --data_dir="$run/data" --log_level=warn \
-      >"$run/server.log" 2>&1 &
-    server=$!
-    for _ in $(seq 100); do [ -s "$run/port" ] && break; sleep 0.1; done
-    port=$(sed -n 1p "$run/port")
-    timeout 300 ps_worker --config=deploy/local/dlrm_large.txtpb \
-      --servers="127.0.0.1:$port" --device="$device" --batch_size="$batch" \
-      --train_data="$work/data/train.txt" --test_data="$work/data/test.txt" \
-      --bayes_metrics="$work/data/meta.json" --output_dir="$run/out" \
-      --job_name="gpu-$device-$batch" --log_level=warn \
-      >"$run/summary.json" 2>"$out/worker_${device}_$batch.log"
-    rc=$?
-    kill -TERM "$server" 2>/dev/null
-    wait "$server" 2>/dev/null
-    if [ "$rc" -ne 0 ]; then
-      say "$device batch $batch: worker failed (rc $rc)"
-      tail -n 5 "$out/worker_${device}_$batch.log" | tee -a "$summary"
-      failed=1
-      continue
-    fi
-    cp "$run/summary.json" "$out/summary_${device}_$batch.json"
-    python3 - "$run/summary.json" "$device" "$batch" <<'PY' | tee -a "$summary"
+      --port_file="$run/port$i" --data_dir="$run/data$i" --log_level=warn \
+      >"$run/server$i.log" 2>&1 &
+    pids+=($!)
+  done
+  for i in $(seq "$nservers"); do
+    for _ in $(seq 100); do [ -s "$run/port$i" ] && break; sleep 0.1; done
+    servers="$servers${servers:+,}127.0.0.1:$(sed -n 1p "$run/port$i")"
+  done
+  local name="${device}_${batch}_${nservers}s"
+  timeout 300 ps_worker --config=deploy/local/dlrm_large.txtpb \
+    --servers="$servers" --device="$device" --batch_size="$batch" \
+    --train_data="$work/data/train.txt" --test_data="$work/data/test.txt" \
+    --bayes_metrics="$work/data/meta.json" --output_dir="$run/out" \
+    --job_name="gpu-$name" --log_level=warn \
+    >"$run/summary.json" 2>"$out/worker_$name.log"
+  rc=$?
+  kill -TERM "${pids[@]}" 2>/dev/null
+  wait "${pids[@]}" 2>/dev/null
+  if [ "$rc" -ne 0 ]; then
+    say "$device batch $batch, $nservers server(s): worker failed (rc $rc)"
+    tail -n 5 "$out/worker_$name.log" | tee -a "$summary"
+    failed=1
+    return
+  fi
+  cp "$run/summary.json" "$out/summary_$name.json"
+  python3 - "$run/summary.json" "$device" "$batch" "$nservers" <<'PY' | tee -a "$summary"
 import json, sys
 s = json.load(open(sys.argv[1]))
-print(f"{sys.argv[2]} batch {sys.argv[3]}: {s['samples_per_second']:,.0f} samples/s, "
-      f"test AUC {s['test_auc']:.4f}, {s['samples']:,} samples in {s['train_seconds']:.1f} s")
+wait = s.get("pull_wait_seconds")
+wait = f", pull wait {wait:.1f} s" if wait is not None else ""
+print(f"{sys.argv[2]} batch {sys.argv[3]}, {sys.argv[4]} server(s): "
+      f"{s['samples_per_second']:,.0f} samples/s, test AUC {s['test_auc']:.4f}, "
+      f"{s['samples']:,} samples in {s['train_seconds']:.1f} s{wait}")
 PY
+}
+for device in cuda cpu; do
+  for batch in 512 4096; do
+    run_job "$device" "$batch" 1
   done
+done
+say "== DLRM job on cuda with the tables across 4 ps_servers"
+for batch in 512 4096; do
+  run_job cuda "$batch" 4
 done
 rm -rf "$work"
 say "== done: $([ $failed -eq 0 ] && echo all passed || echo FAILURES)"
