@@ -7,10 +7,10 @@
 //     model's own GEMMs are oneDNN's, one thread a part (dense/blas.h):
 //     section 2's fastest library is the figure to hold it against.
 //  2. GEMM libraries on the same calls, in this one process: the OpenBLAS
-//     linked (pthread), and loaded beside it with dlopen (their own
-//     symbols: RTLD_DEEPBIND) OpenBLAS's OpenMP build, BLIS and oneDNN's
-//     dnnl_sgemm, each at --threads; where one is not installed it says
-//     which package would bring it. The calls: the MLP above, and the
+//     linked (pthread), oneDNN's dnnl_sgemm (linked too), and loaded beside
+//     them with dlopen (their own symbols: RTLD_DEEPBIND) OpenBLAS's OpenMP
+//     build and BLIS, each at --threads; where one of the last two is not
+//     installed it says which package would bring it. The calls: the MLP above, and the
 //     large DLRM's layers (bottom 13-512-256-64, top 415-512-256-1) at the
 //     training job's batch 512.
 //  3. The DLRM's interaction alone (F = 27, dim 64, one thread) forward
@@ -23,6 +23,8 @@
 // Not a test: prints a table. Threads are set explicitly (--threads).
 #include <cblas.h>
 #include <dlfcn.h>
+#include <dnnl.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -237,30 +239,15 @@ std::vector<GemmLibrary> LoadGemmLibraries(int threads) {
                 "libblis4-openmp", [&](void* h) {
                   SetThreads<int64_t>(h, "bli_thread_set_num_threads", threads);
                 }));
-  if (void* h = OpenBeside(std::string(kLib) + "libdnnl.so.2")) {
-    // oneDNN threads with OpenMP (libgomp, loaded with it).
-    if (auto set = reinterpret_cast<void (*)(int)>(
-            dlsym(RTLD_DEFAULT, "omp_set_num_threads"))) {
-      set(threads);
-    } else if (void* gomp = dlopen("libgomp.so.1", RTLD_NOW | RTLD_GLOBAL)) {
-      if (auto set_gomp = reinterpret_cast<void (*)(int)>(
-              dlsym(gomp, "omp_set_num_threads"))) {
-        set_gomp(threads);
-      }
-    }
-    using DnnlSgemm =
-        int (*)(char, char, int64_t, int64_t, int64_t, float, const float*,
-                int64_t, const float*, int64_t, float, float*, int64_t);
-    auto sgemm = reinterpret_cast<DnnlSgemm>(dlsym(h, "dnnl_sgemm"));
-    libraries.push_back(
-        {"oneDNN (dnnl_sgemm)", "",
-         [sgemm](const GemmCall& g, const float* a, const float* b, float* c) {
-           sgemm(g.ta ? 'T' : 'N', g.tb ? 'T' : 'N', g.m, g.n, g.k, 1.0f, a,
-                 g.ta ? g.m : g.k, b, g.tb ? g.k : g.n, 0.0f, c, g.n);
-         }});
-  } else {
-    libraries.push_back({"oneDNN (dnnl_sgemm)", "libdnnl2", nullptr});
-  }
+  // oneDNN is linked (the step's float GEMMs run on it, dense/blas.h); it
+  // threads with OpenMP.
+  omp_set_num_threads(threads);
+  libraries.push_back(
+      {"oneDNN (dnnl_sgemm, linked)", "",
+       [](const GemmCall& g, const float* a, const float* b, float* c) {
+         dnnl_sgemm(g.ta ? 'T' : 'N', g.tb ? 'T' : 'N', g.m, g.n, g.k, 1.0f, a,
+                    g.ta ? g.m : g.k, b, g.tb ? g.k : g.n, 0.0f, c, g.n);
+       }});
   return libraries;
 }
 
