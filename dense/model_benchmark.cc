@@ -10,9 +10,9 @@
 //     linked (pthread), oneDNN's dnnl_sgemm (linked too), and loaded beside
 //     them with dlopen (their own symbols: RTLD_DEEPBIND) OpenBLAS's OpenMP
 //     build and BLIS, each at --threads; where one of the last two is not
-//     installed it says which package would bring it. The calls: the MLP above, and the
-//     large DLRM's layers (bottom 13-512-256-64, top 415-512-256-1) at the
-//     training job's batch 512.
+//     installed it says which package would bring it. The calls: the MLP
+//     above, and the large DLRM's layers (bottom 13-512-256-64, top
+//     415-512-256-1) at the training job's batch 512.
 //  3. The DLRM's interaction alone (F = 27, dim 64, one thread) forward
 //     and backward, next to the same products as one cblas_sgemm a sample.
 //  4. The default DLRM (13 dense, bottom 512-256-64, 26 slots of dim 64
