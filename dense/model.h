@@ -19,6 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "dense/dense_optimizer.h"
+#include "dense/host_array.h"
 #include "dense/model_spec.h"
 
 namespace embedps::dense {
@@ -46,6 +47,15 @@ class Model {
   virtual const ModelSpec& spec() const = 0;
   virtual Backend backend() const = 0;
   virtual size_t num_parameters() const = 0;
+
+  // `size` floats of the host memory this backend copies fastest, for the
+  // batches and row gradients given to TrainStep and Predict (any host
+  // memory works there): page-locked for kCuda, plain for kCpu.
+  // Uninitialized; valid after the model is gone. RESOURCE_EXHAUSTED (or
+  // INTERNAL with the device's error) when the memory cannot be had.
+  virtual absl::StatusOr<HostArray> NewHostArray(size_t size) {
+    return NewPlainHostArray(size);
+  }
 
   // Forward and backward on one batch (host memory, borrowed for the
   // call). Returns the mean loss, leaves the gradient of the mean loss in

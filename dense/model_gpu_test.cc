@@ -1,7 +1,11 @@
 // CPU vs CUDA parity of the dense model on random inputs (float32, TF32
 // off): loss, logits, parameter gradients and row gradients agree to a
 // relative error < 1e-4 (max-norm), and so do the parameters after a few
-// optimizer steps. Skips with a message where no CUDA device exists.
+// optimizer steps. The CUDA model's host arrays are page-locked and give
+// the same steps as pageable memory. Skips with a message where no CUDA
+// device exists.
+#include <cuda_runtime.h>
+
 #include <algorithm>
 #include <cmath>
 #include <random>
@@ -110,6 +114,74 @@ TEST_P(ModelParityTest, CpuAndCudaAgree) {
   ASSERT_OK(cpu->GetParameters(absl::MakeSpan(p_cpu)));
   ASSERT_OK(cuda->GetParameters(absl::MakeSpan(p_cuda)));
   EXPECT_LT(RelativeError(p_cuda, p_cpu), 1e-4);
+}
+
+ModelSpec Dlrm();
+
+// Batches in the model's page-locked host arrays (whose copies are
+// asynchronous DMA) give the steps that the same batches in pageable
+// memory give a twin model (to float rounding: a copy that raced its
+// kernels would be far off); new contents each step.
+TEST(CudaHostArrayTest, PageLockedArraysGiveTheStepsOfPageableMemory) {
+  absl::StatusOr<std::vector<CudaDeviceInfo>> devices = ListCudaDevices();
+  if (!devices.ok()) GTEST_SKIP() << "no CUDA device: " << devices.status();
+  const ModelSpec spec = Dlrm();
+  ModelOptions options;
+  options.backend = Backend::kCuda;
+  ASSERT_OK_AND_ASSIGN(auto pinned_model, CreateModel(spec, options));
+  ASSERT_OK_AND_ASSIGN(auto pageable_model, CreateModel(spec, options));
+
+  constexpr int kBatch = 300;
+  const size_t slot_floats = static_cast<size_t>(kBatch) * spec.embedding_dim;
+  std::vector<HostArray> rows, grads;
+  std::vector<std::vector<float>> plain_rows(spec.slots.size()),
+      plain_grads(spec.slots.size());
+  for (size_t s = 0; s < spec.slots.size(); ++s) {
+    ASSERT_OK_AND_ASSIGN(HostArray r, pinned_model->NewHostArray(slot_floats));
+    ASSERT_OK_AND_ASSIGN(HostArray g, pinned_model->NewHostArray(slot_floats));
+    cudaPointerAttributes attributes;
+    ASSERT_EQ(cudaPointerGetAttributes(&attributes, r.data()), cudaSuccess);
+    EXPECT_EQ(attributes.type, cudaMemoryTypeHost) << "page-locked";
+    rows.push_back(std::move(r));
+    grads.push_back(std::move(g));
+    plain_rows[s].resize(slot_floats);
+    plain_grads[s].resize(slot_floats);
+  }
+  std::vector<int32_t> offsets(kBatch + 1);
+  for (int b = 0; b <= kBatch; ++b) offsets[b] = b;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0, 1);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<float> dense(kBatch * spec.num_dense), labels(kBatch);
+    for (float& x : dense) x = normal(rng);
+    for (float& y : labels) y = static_cast<float>(rng() % 2);
+    Batch<float> pinned, pageable;
+    pinned.size = pageable.size = kBatch;
+    pinned.dense = pageable.dense = dense;
+    pinned.labels = pageable.labels = labels;
+    std::vector<absl::Span<float>> pinned_grads, pageable_grads;
+    for (size_t s = 0; s < spec.slots.size(); ++s) {
+      for (size_t i = 0; i < slot_floats; ++i) {
+        plain_rows[s][i] = rows[s].data()[i] = 0.1f * normal(rng);
+      }
+      pinned.slots.push_back({rows[s].span(), offsets});
+      pageable.slots.push_back({plain_rows[s], offsets});
+      pinned_grads.push_back(grads[s].span());
+      pageable_grads.push_back(absl::MakeSpan(plain_grads[s]));
+    }
+    ASSERT_OK_AND_ASSIGN(float pinned_loss,
+                         pinned_model->TrainStep(pinned, pinned_grads));
+    ASSERT_OK_AND_ASSIGN(float pageable_loss,
+                         pageable_model->TrainStep(pageable, pageable_grads));
+    EXPECT_NEAR(pinned_loss, pageable_loss, 1e-6 * std::abs(pageable_loss))
+        << "step " << step;
+    for (size_t s = 0; s < spec.slots.size(); ++s) {
+      const std::vector<float> got(grads[s].data(),
+                                   grads[s].data() + slot_floats);
+      EXPECT_LT(RelativeError(got, plain_grads[s]), 1e-6)
+          << "row gradients of slot " << s << ", step " << step;
+    }
+  }
 }
 
 ModelSpec Dlrm() {

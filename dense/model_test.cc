@@ -1,5 +1,6 @@
 #include "dense/model.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -91,6 +92,38 @@ TEST(ModelTest, CpuTrainStepAndOptimizer) {
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(model->SetParameters(std::vector<float>(3)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs")));
+}
+
+TEST(ModelTest, CpuHostArraysHoldABatchLikeAnyMemory) {
+  ASSERT_OK_AND_ASSIGN(auto model, CreateModel(Spec(), {}));
+  ASSERT_OK_AND_ASSIGN(auto twin, CreateModel(Spec(), {}));
+  const std::vector<float> dense = {1, 2, 3, 4, -1, 0, 1, 0};
+  const std::vector<float> labels = {1, 0};
+  const std::vector<float> rows0(2 * 4, 0.5f), rows1(2 * 4, -0.25f);
+  const std::vector<int32_t> offsets = {0, 1, 2};
+  ASSERT_OK_AND_ASSIGN(HostArray a0, model->NewHostArray(rows0.size()));
+  ASSERT_OK_AND_ASSIGN(HostArray a1, model->NewHostArray(rows1.size()));
+  ASSERT_OK_AND_ASSIGN(HostArray g0, model->NewHostArray(rows0.size()));
+  ASSERT_OK_AND_ASSIGN(HostArray g1, model->NewHostArray(rows1.size()));
+  std::copy(rows0.begin(), rows0.end(), a0.data());
+  std::copy(rows1.begin(), rows1.end(), a1.data());
+  Batch<float> in_arrays, in_vectors;
+  in_arrays.size = in_vectors.size = 2;
+  in_arrays.dense = in_vectors.dense = dense;
+  in_arrays.labels = in_vectors.labels = labels;
+  in_arrays.slots = {{a0.span(), offsets}, {a1.span(), offsets}};
+  in_vectors.slots = {{rows0, offsets}, {rows1, offsets}};
+  std::vector<float> v0(rows0.size()), v1(rows1.size());
+  ASSERT_OK_AND_ASSIGN(float loss,
+                       model->TrainStep(in_arrays, {g0.span(), g1.span()}));
+  ASSERT_OK_AND_ASSIGN(
+      float twin_loss,
+      twin->TrainStep(in_vectors, {absl::MakeSpan(v0), absl::MakeSpan(v1)}));
+  EXPECT_EQ(loss, twin_loss);
+  EXPECT_EQ(std::vector<float>(g0.data(), g0.data() + g0.size()), v0);
+  EXPECT_EQ(std::vector<float>(g1.data(), g1.data() + g1.size()), v1);
+  EXPECT_THAT(model->NewHostArray(size_t{1} << 62),
+              StatusIs(absl::StatusCode::kResourceExhausted));
 }
 
 TEST(ModelTest, CudaBackendWithoutDeviceIsFailedPrecondition) {

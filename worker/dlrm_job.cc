@@ -91,7 +91,7 @@ class DlrmWorker {
                                         bool read_only = false);
   absl::Status AwaitPulls(PreparedStep& step);
   // The model's input for a prepared batch: one row per bag.
-  dense::Batch<float> ModelBatch(PreparedStep& step);
+  absl::StatusOr<dense::Batch<float>> ModelBatch(PreparedStep& step);
   // Trains on the step and starts its Pushes (AwaitPushes finishes them).
   absl::StatusOr<float> TrainOn(PreparedStep& step);
   absl::Status AwaitPushes(PreparedStep& step);
@@ -137,7 +137,9 @@ class DlrmWorker {
 
   // Scratch reused across steps.
   std::vector<absl::flat_hash_map<uint64_t, int32_t>> dedup_;
-  std::vector<std::vector<float>> slot_rows_, slot_grads_;
+  // In the model's host memory (page-locked for CUDA); grow-only, a step
+  // uses the first n × dim floats of each.
+  std::vector<dense::HostArray> slot_rows_, slot_grads_;
   std::vector<int32_t> offsets_;
   std::vector<float> logits_;
 
@@ -281,7 +283,16 @@ absl::Status DlrmWorker::AwaitPulls(PreparedStep& step) {
   return first;
 }
 
-dense::Batch<float> DlrmWorker::ModelBatch(PreparedStep& step) {
+// `array` with room for `size` floats: a new one from `model` when it has
+// less.
+absl::Status Reserve(dense::Model& model, dense::HostArray& array,
+                     size_t size) {
+  if (array.size() >= size) return absl::OkStatus();
+  ASSIGN_OR_RETURN(array, model.NewHostArray(size));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<dense::Batch<float>> DlrmWorker::ModelBatch(PreparedStep& step) {
   const int n = step.batch.size;
   const int slots = static_cast<int>(slot_table_.size());
   slot_rows_.resize(slots);
@@ -293,8 +304,9 @@ dense::Batch<float> DlrmWorker::ModelBatch(PreparedStep& step) {
   batch.labels = step.batch.labels;
   for (int s = 0; s < slots; ++s) {
     const std::vector<float>& rows = step.tables[slot_table_[s]].rows;
-    std::vector<float>& out = slot_rows_[s];
-    out.resize(static_cast<size_t>(n) * dim_);
+    const size_t size = static_cast<size_t>(n) * dim_;
+    RETURN_IF_ERROR(Reserve(*model_, slot_rows_[s], size));
+    const absl::Span<float> out = slot_rows_[s].span().first(size);
     for (int i = 0; i < n; ++i) {
       const int32_t u = step.index[static_cast<size_t>(i) * slots + s];
       std::copy_n(rows.data() + static_cast<size_t>(u) * dim_, dim_,
@@ -314,12 +326,13 @@ absl::StatusOr<float> DlrmWorker::TrainOn(PreparedStep& step) {
         "data-parallel step cannot run without samples"));
   }
   const int slots = static_cast<int>(slot_table_.size());
-  const dense::Batch<float> batch = ModelBatch(step);
+  ASSIGN_OR_RETURN(const dense::Batch<float> batch, ModelBatch(step));
   slot_grads_.resize(slots);
   std::vector<absl::Span<float>> grads;
   for (int s = 0; s < slots; ++s) {
-    slot_grads_[s].resize(static_cast<size_t>(n) * dim_);
-    grads.push_back(absl::MakeSpan(slot_grads_[s]));
+    const size_t size = static_cast<size_t>(n) * dim_;
+    RETURN_IF_ERROR(Reserve(*model_, slot_grads_[s], size));
+    grads.push_back(slot_grads_[s].span().first(size));
   }
   const absl::Time compute_start = absl::Now();
   // Row gradients summed per unique key, and the Pushes started as soon as
@@ -411,7 +424,7 @@ absl::StatusOr<EvalPoint> DlrmWorker::Evaluate(int64_t trained_steps) {
         Prepare(batch, static_cast<uint64_t>(trained_steps),
                 /*read_only=*/true);
     RETURN_IF_ERROR(AwaitPulls(*step));
-    const dense::Batch<float> model_batch = ModelBatch(*step);
+    ASSIGN_OR_RETURN(const dense::Batch<float> model_batch, ModelBatch(*step));
     batch_logits.resize(model_batch.size);
     RETURN_IF_ERROR(model_->Predict(model_batch, absl::MakeSpan(batch_logits)));
     logits.insert(logits.end(), batch_logits.begin(), batch_logits.end());

@@ -2,15 +2,17 @@
 //
 // Every call makes the model's device current, enqueues its copies and
 // kernels on the model's own stream, and synchronizes once before
-// returning results to the host. Host inputs are pageable memory: their
-// copies are staged by the driver (pinned staging buffers are a later
-// optimization, see docs/architecture.md).
+// returning results to the host. Host memory from NewHostArray is
+// page-locked (cudaHostAlloc): copies from and to it are DMA at the bus's
+// speed; any other host memory is pageable, and its copies are staged by
+// the driver.
 #include "dense/cuda_model.h"
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -90,6 +92,21 @@ class CudaModel final : public Model {
 
   const ModelSpec& spec() const override { return spec_; }
   Backend backend() const override { return Backend::kCuda; }
+
+  absl::StatusOr<HostArray> NewHostArray(size_t size) override {
+    if (size == 0) return HostArray();
+    if (size > std::numeric_limits<size_t>::max() / sizeof(float)) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "a host array of ", size, " floats does not fit memory"));
+    }
+    RETURN_IF_ERROR(MakeCurrent());
+    void* data = nullptr;
+    RETURN_IF_ERROR(CudaStatus(
+        cudaHostAlloc(&data, size * sizeof(float), cudaHostAllocPortable),
+        absl::StrCat("cudaHostAlloc of ", size * sizeof(float), " bytes")));
+    return HostArray(static_cast<float*>(data), size,
+                     [](void* p) { cudaFreeHost(p); });
+  }
   size_t num_parameters() const override { return layout_.num_parameters; }
 
   absl::StatusOr<float> TrainStep(
