@@ -1,8 +1,12 @@
 #include "server/publisher.h"
 
+#include <algorithm>
+#include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -54,17 +58,12 @@ absl::StatusOr<std::vector<proto::Publication>> Publisher::Collect(
     }
     const std::vector<uint64_t> keys = table.TakeChangedKeys();
     const size_t dim = table.spec().dim;
-    std::vector<float> values(keys.size() * dim);
-    std::unique_ptr<bool[]> found(new bool[keys.size()]);
-    RETURN_IF_ERROR(table
-                        .Lookup(keys, absl::MakeSpan(values),
-                                absl::MakeSpan(found.get(), keys.size()),
-                                embedding::Table::MissingRows::kZeros)
-                        .status());
     // Split the table's rows over messages of at most max_message_bytes.
     const uint64_t row_bytes = sizeof(uint64_t) + dim * sizeof(float);
     const size_t rows_per_message = std::max<uint64_t>(
         1, options_.max_message_bytes / std::max<uint64_t>(row_bytes, 1));
+    std::unique_ptr<bool[]> found(
+        new bool[std::min(keys.size(), rows_per_message)]);
     size_t begin = 0;
     do {
       if (part_bytes > 0 &&
@@ -72,27 +71,41 @@ absl::StatusOr<std::vector<proto::Publication>> Publisher::Collect(
         parts.emplace_back();
         part_bytes = 0;
       }
-      const size_t end = std::min(keys.size(), begin + rows_per_message);
+      const size_t count = std::min(keys.size() - begin, rows_per_message);
       proto::PublishedTable* out = parts.back().add_table();
       *out->mutable_config() = *entry.config;
+      // The rows are read straight into the message (their one copy); the
+      // keys whose row is gone since it changed move to `removed`, the
+      // rows after them down over their places.
+      std::string& values = *out->mutable_values();
+      values.resize(count * dim * sizeof(float));
+      float* v = reinterpret_cast<float*>(values.data());
+      RETURN_IF_ERROR(
+          table
+              .Lookup(absl::MakeConstSpan(keys).subspan(begin, count),
+                      absl::MakeSpan(v, count * dim),
+                      absl::MakeSpan(found.get(), count),
+                      embedding::Table::MissingRows::kZeros)
+              .status());
       std::vector<uint64_t> changed, removed;
-      std::vector<float> changed_values;
-      for (size_t i = begin; i < end; ++i) {
-        if (found[i]) {
-          changed.push_back(keys[i]);
-          changed_values.insert(changed_values.end(), values.begin() + i * dim,
-                                values.begin() + (i + 1) * dim);
-        } else {
-          removed.push_back(keys[i]);
+      changed.reserve(count);
+      for (size_t i = 0; i < count; ++i) {
+        if (!found[i]) {
+          removed.push_back(keys[begin + i]);
+          continue;
         }
+        if (changed.size() != i) {
+          std::memmove(v + changed.size() * dim, v + i * dim,
+                       dim * sizeof(float));
+        }
+        changed.push_back(keys[begin + i]);
       }
+      values.resize(changed.size() * dim * sizeof(float));
       out->set_keys(Bytes(changed.data(), changed.size() * sizeof(uint64_t)));
-      out->set_values(
-          Bytes(changed_values.data(), changed_values.size() * sizeof(float)));
       out->set_removed(
           Bytes(removed.data(), removed.size() * sizeof(uint64_t)));
-      part_bytes += (end - begin) * row_bytes;
-      begin = end;
+      part_bytes += count * row_bytes;
+      begin += count;
     } while (begin < keys.size());
   }
   return parts;

@@ -1,5 +1,6 @@
 #include "server/publisher.h"
 
+#include <algorithm>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -107,6 +108,61 @@ TEST(PublisherTest, AWaitingSubscriberWakesForANewPublication) {
   publisher.Close();
   EXPECT_THAT(publisher.After(publisher.id(), 1, absl::InfiniteFuture()),
               StatusIs(absl::StatusCode::kCancelled));
+}
+
+// Rows erased after they changed leave gaps among the rows read into a
+// message: each published key keeps its own row, in every part.
+TEST(PublisherTest, ErasedRowsAmongChangedOnesLeaveEachKeyItsOwnRow) {
+  TableRegistry registry;
+  ASSERT_OK_AND_ASSIGN(auto created, registry.Create(SgdTable("t")));
+  ASSERT_OK_AND_ASSIGN(TableRegistry::Entry entry,
+                       registry.Find(created.table_id));
+  PublisherOptions options;
+  options.max_message_bytes = 500;  // ~20 rows of 24 bytes a message
+  Publisher publisher(options, &registry);
+  ASSERT_OK(publisher.Publish(proto::PublishRequest()).status());
+  std::vector<uint64_t> keys(90);
+  for (size_t i = 0; i < keys.size(); ++i) keys[i] = 1000 + 7 * i;
+  // Zeros to start with; a row of its own for each key after a Push.
+  std::vector<float> grads(keys.size() * kDim);
+  for (size_t i = 0; i < grads.size(); ++i) grads[i] = static_cast<float>(i);
+  ASSERT_OK(entry.table->Push(keys, grads));
+  std::vector<uint64_t> erased;
+  for (size_t i = 0; i < keys.size(); i += 3) erased.push_back(keys[i]);
+  erased.push_back(keys[1]);
+  ASSERT_OK(entry.table->Erase(erased).status());
+  ASSERT_OK(publisher.Publish(proto::PublishRequest()).status());
+  ASSERT_OK_AND_ASSIGN(auto parts,
+                       publisher.After(publisher.id(), 1, absl::Now()));
+  ASSERT_GT(parts.size(), 2u);
+  std::vector<uint64_t> published, removed;
+  for (const auto& part : parts) {
+    for (const auto& table : part->table()) {
+      const std::vector<uint64_t> k = Keys(table.keys());
+      const std::vector<float> v = Floats(table.values());
+      ASSERT_EQ(v.size(), k.size() * kDim);
+      for (size_t i = 0; i < k.size(); ++i) {
+        std::vector<float> want(kDim);
+        bool found = false;
+        ASSERT_OK(entry.table
+                      ->Lookup({k[i]}, absl::MakeSpan(want),
+                               absl::MakeSpan(&found, 1),
+                               embedding::Table::MissingRows::kZeros)
+                      .status());
+        ASSERT_TRUE(found) << k[i];
+        EXPECT_EQ(std::vector<float>(v.begin() + i * kDim,
+                                     v.begin() + (i + 1) * kDim),
+                  want)
+            << "key " << k[i];
+        published.push_back(k[i]);
+      }
+      for (uint64_t key : Keys(table.removed())) removed.push_back(key);
+    }
+  }
+  std::sort(removed.begin(), removed.end());
+  std::sort(erased.begin(), erased.end());
+  EXPECT_EQ(removed, erased);
+  EXPECT_EQ(published.size() + removed.size(), keys.size());
 }
 
 TEST(PublisherTest, LargePublicationsAreSplitAndOldOnesLeaveTheHistory) {
