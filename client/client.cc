@@ -298,15 +298,10 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                    security::MakeChannelCredentials(options.security));
   auto impl = std::make_unique<Impl>();
-  grpc::ChannelArguments args;
-  security::AddChannelArguments(options.security, &args);
+  // A restarted shard is found within a second.
+  grpc::ChannelArguments args = security::ChannelArgumentsFor(options.security);
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
-  // A restarted shard is found within a second, not after gRPC's default
-  // reconnect backoff (up to two minutes).
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   if (options.channels_per_shard > 1) {
     // Otherwise gRPC shares one connection among channels of equal
     // arguments.

@@ -233,11 +233,8 @@ absl::StatusOr<std::unique_ptr<ServingClient>> ServingClient::Connect(
   ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> credentials,
                    security::MakeChannelCredentials(options.security));
   auto impl = std::make_unique<Impl>();
-  grpc::ChannelArguments args;
-  security::AddChannelArguments(options.security, &args);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  const grpc::ChannelArguments args =
+      security::ChannelArgumentsFor(options.security);
   for (const auto& shard : options.replicas) {
     impl->shards.emplace_back();
     for (const std::string& address : shard) {

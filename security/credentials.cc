@@ -155,4 +155,13 @@ void AddChannelArguments(const ChannelSecurity& security,
   }
 }
 
+grpc::ChannelArguments ChannelArgumentsFor(const ChannelSecurity& security) {
+  grpc::ChannelArguments args;
+  AddChannelArguments(security, &args);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return args;
+}
+
 }  // namespace embedps::security

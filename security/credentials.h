@@ -17,6 +17,7 @@
 #include "absl/status/statusor.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/security/server_credentials.h"
+#include "grpcpp/support/channel_arguments.h"
 
 namespace embedps::security {
 
@@ -72,6 +73,12 @@ MakeChannelCredentials(const ChannelSecurity& security);
 // name override), added to `args`.
 void AddChannelArguments(const ChannelSecurity& security,
                          grpc::ChannelArguments* args);
+
+// The arguments every embedps channel starts from: `security`'s (as
+// AddChannelArguments) and reconnection within a second of a peer's return
+// (gRPC's default backoff grows to two minutes, so a restarted shard,
+// primary or directory would be found that late).
+grpc::ChannelArguments ChannelArgumentsFor(const ChannelSecurity& security);
 
 // The contents of `path` (NOT_FOUND naming `what` if it cannot be read).
 absl::StatusOr<std::string> ReadSecretFile(const std::string& path,

@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -100,10 +101,8 @@ class CredentialsTest : public ::testing::Test {
     absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
         MakeChannelCredentials(security);
     EXPECT_OK(credentials.status());
-    grpc::ChannelArguments args;
-    AddChannelArguments(security, &args);
-    return proto::EmbeddingService::NewStub(
-        grpc::CreateCustomChannel(address_, *credentials, args));
+    return proto::EmbeddingService::NewStub(grpc::CreateCustomChannel(
+        address_, *credentials, ChannelArgumentsFor(security)));
   }
 
   static grpc::Status CallStats(proto::EmbeddingService::Stub& stub) {
@@ -266,6 +265,33 @@ TEST_F(CredentialsTest, CombinationsThatCannotWorkAreRefused) {
   EXPECT_THAT(MakeChannelCredentials(empty_token).status(),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("one non-empty line")));
+}
+
+TEST(ChannelArgumentsTest, ChannelsReconnectWithinASecondAndKeepTheServerName) {
+  ChannelSecurity security;
+  security.ca_file = "ca.pem";
+  security.server_name = "shard.example";
+  const grpc::ChannelArguments args = ChannelArgumentsFor(security);
+  const grpc_channel_args c = args.c_channel_args();
+  std::map<std::string, std::string> got;
+  for (size_t i = 0; i < c.num_args; ++i) {
+    got[c.args[i].key] = c.args[i].type == GRPC_ARG_INTEGER
+                             ? std::to_string(c.args[i].value.integer)
+                             : std::string(c.args[i].type == GRPC_ARG_STRING
+                                               ? c.args[i].value.string
+                                               : "");
+  }
+  EXPECT_EQ(got[GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS], "100");
+  EXPECT_EQ(got[GRPC_ARG_MIN_RECONNECT_BACKOFF_MS], "100");
+  EXPECT_EQ(got[GRPC_ARG_MAX_RECONNECT_BACKOFF_MS], "1000");
+  EXPECT_EQ(got[GRPC_SSL_TARGET_NAME_OVERRIDE_ARG], "shard.example");
+  const grpc::ChannelArguments plain_args =
+      ChannelArgumentsFor(ChannelSecurity());
+  const grpc_channel_args plain = plain_args.c_channel_args();
+  for (size_t i = 0; i < plain.num_args; ++i) {
+    EXPECT_STRNE(plain.args[i].key, GRPC_SSL_TARGET_NAME_OVERRIDE_ARG)
+        << "plain text: no server name override";
+  }
 }
 
 TEST(AccessForTest, WritesNeedTheTrainingTokenAndUnknownMethodsToo) {

@@ -119,10 +119,8 @@ absl::StatusOr<std::unique_ptr<Follower>> Follower::Start(
   if (o.pinned_step > 0) return follower;
   follower->threads_.emplace_back(
       [f = follower.get()] { f->PollCheckpoints(); });
-  grpc::ChannelArguments args;
-  security::AddChannelArguments(o.security, &args);
+  grpc::ChannelArguments args = security::ChannelArgumentsFor(o.security);
   args.SetMaxReceiveMessageSize(o.max_message_bytes);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   for (const std::string& address : o.training_servers) {
     auto source = std::make_unique<Source>();
     source->address = address;

@@ -46,13 +46,9 @@ std::shared_ptr<grpc::Channel> MakeChannel(
     const std::string& address,
     const std::shared_ptr<grpc::ChannelCredentials>& credentials,
     const security::ChannelSecurity& security) {
-  grpc::ChannelArguments args;
-  security::AddChannelArguments(security, &args);
+  grpc::ChannelArguments args = security::ChannelArgumentsFor(security);
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   return grpc::CreateCustomChannel(address, credentials, args);
 }
 
