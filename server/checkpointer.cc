@@ -1,5 +1,6 @@
 #include "server/checkpointer.h"
 
+#include <algorithm>
 #include <filesystem>
 #include <memory>
 #include <system_error>
@@ -16,9 +17,30 @@
 #include "common/malloc_options.h"
 #include "common/status_macros.h"
 #include "embedding/checkpoint_file.h"
+#include "embedding/table.h"
+#include "embedding/table_spec.h"
 #include "server/path_confinement.h"
+#include "server/table_config.h"
 
 namespace embedps::server {
+
+namespace {
+
+// The file of `table` written by old shard `shard` in `manifest`, or null.
+const proto::CheckpointShardFile* ShardFile(
+    const proto::CheckpointManifest& manifest, const std::string& table,
+    int32_t shard) {
+  const proto::CheckpointShardFile* found = nullptr;
+  for (const proto::CheckpointTable& t : manifest.table()) {
+    if (t.config().name() != table) continue;
+    for (const proto::CheckpointShardFile& f : t.file()) {
+      if (f.shard() == shard) found = &f;
+    }
+  }
+  return found;
+}
+
+}  // namespace
 
 struct ShardCheckpointer::TableSnapshotToWrite {
   std::string table;
@@ -27,11 +49,13 @@ struct ShardCheckpointer::TableSnapshotToWrite {
 
 ShardCheckpointer::ShardCheckpointer(int32_t shard_index, int32_t num_shards,
                                      TableRegistry* registry,
-                                     std::string checkpoint_root)
+                                     std::string checkpoint_root,
+                                     uint64_t memory_limit_bytes)
     : shard_index_(shard_index),
       num_shards_(num_shards),
       registry_(registry),
-      checkpoint_root_(std::move(checkpoint_root)) {}
+      checkpoint_root_(std::move(checkpoint_root)),
+      memory_(memory_limit_bytes) {}
 
 ShardCheckpointer::~ShardCheckpointer() {
   MutexLock lock(&mu_);
@@ -200,6 +224,7 @@ absl::StatusOr<proto::LoadResponse> ShardCheckpointer::Restore(
         absl::StrCat("checkpoint '", dir, "' names ", old_shards, " shards"));
   }
   const bool same_sharding = old_shards == num_shards_;
+  RETURN_IF_ERROR(AdmitRestore(chain, dir, same_sharding));
   const std::function<bool(uint64_t)> keep = [this](uint64_t key) {
     return ShardOfKey(key, num_shards_) == shard_index_;
   };
@@ -232,13 +257,8 @@ absl::StatusOr<proto::LoadResponse> ShardCheckpointer::Restore(
       std::vector<std::pair<std::string, proto::CheckpointShardFile>> files;
       bool reached_full = false;
       for (const checkpoint::ChainLink& link : chain) {
-        const proto::CheckpointShardFile* found = nullptr;
-        for (const proto::CheckpointTable& t : link.manifest.table()) {
-          if (t.config().name() != name) continue;
-          for (const proto::CheckpointShardFile& f : t.file()) {
-            if (f.shard() == old) found = &f;
-          }
-        }
+        const proto::CheckpointShardFile* found =
+            ShardFile(link.manifest, name, old);
         if (found == nullptr) {
           return absl::DataLossError(absl::StrCat("checkpoint '", link.dir,
                                                   "' has no file for table '",
@@ -281,6 +301,47 @@ absl::StatusOr<proto::LoadResponse> ShardCheckpointer::Restore(
   MutexLock lock(&mu_);
   last_snapshot_.clear();
   return response;
+}
+
+absl::Status ShardCheckpointer::AdmitRestore(
+    const std::vector<checkpoint::ChainLink>& chain, const std::string& dir,
+    bool same_sharding) {
+  if (memory_.limit_bytes() == 0) return absl::OkStatus();
+  const proto::CheckpointManifest& latest = chain.front().manifest;
+  uint64_t bytes = 0, rows_here = 0;
+  for (const proto::CheckpointTable& saved : latest.table()) {
+    const std::string& name = saved.config().name();
+    absl::StatusOr<embedding::TableSpec> spec = SpecFromConfig(saved.config());
+    // A config that does not validate is refused when its table is created.
+    if (!spec.ok() || !embedding::ValidateTableSpec(*spec).ok()) continue;
+    uint64_t rows = 0;
+    for (int32_t old = 0; old < latest.num_shards(); ++old) {
+      if (same_sharding && old != shard_index_) continue;
+      for (const checkpoint::ChainLink& link : chain) {
+        const proto::CheckpointShardFile* file =
+            ShardFile(link.manifest, name, old);
+        if (file == nullptr) break;  // DATA_LOSS when the rows are read
+        rows += file->rows();
+        if (!file->incremental()) break;
+      }
+    }
+    if (!same_sharding) rows = TableRegistry::ShardShare(rows, num_shards_);
+    rows_here += rows;
+    embedding::TableSpec local = *spec;
+    local.expected_rows = rows;
+    uint64_t table_bytes = embedding::ExpectedRowsBytes(local);
+    // A table made here anew commits its expected_rows too (the rows then
+    // fill that memory); an existing empty one holds its share already.
+    if (!registry_->FindByName(name).ok()) {
+      table_bytes =
+          std::max(table_bytes, registry_->ExpectedRowsBytesHere(*spec));
+    }
+    bytes += table_bytes;
+  }
+  return memory_.Admit(bytes, [&] {
+    return absl::StrCat("restoring '", dir, "' (", rows_here,
+                        " rows on this shard)");
+  });
 }
 
 void ShardCheckpointer::SnapshotOutsideCheckpoints(

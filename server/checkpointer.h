@@ -20,8 +20,10 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "checkpoint/manifest.h"
 #include "common/mutex.h"
 #include "proto/embedps.pb.h"
+#include "server/memory_guard.h"
 #include "server/table_registry.h"
 
 namespace embedps::server {
@@ -35,8 +37,11 @@ class ShardCheckpointer {
   // nothing is written or read; empty: Restore reads any path this
   // process can reach (ps_server --restore: the operator's own flag) and
   // the service refuses Save and Load requests (AcceptsRequests).
+  // `memory_limit_bytes` (0: none): the process's limit, which a restore
+  // is admitted against (ps_server --memory_limit_mb).
   ShardCheckpointer(int32_t shard_index, int32_t num_shards,
-                    TableRegistry* registry, std::string checkpoint_root = "");
+                    TableRegistry* registry, std::string checkpoint_root = "",
+                    uint64_t memory_limit_bytes = 0);
   // Waits for a write in progress.
   ~ShardCheckpointer();
   ShardCheckpointer(const ShardCheckpointer&) = delete;
@@ -63,12 +68,23 @@ class ShardCheckpointer {
   // Restores the checkpoint at `path` (or the latest under it). Tables are
   // created from the manifest; FAILED_PRECONDITION if one exists already
   // with rows or with another spec. Errors name the file at fault.
+  // RESOURCE_EXHAUSTED, before any table is created or row read, when the
+  // rows this shard would hold (the manifests' row counts) do not fit the
+  // memory limit.
   absl::StatusOr<proto::LoadResponse> Restore(const std::string& path);
 
  private:
   struct TableSnapshotToWrite;
   // Waits for the writer thread of the last save to finish.
   void WaitForWriterLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // OK if the tables of `chain` (newest first) fit the memory limit on
+  // this shard: their rows here (every file of a chain down to its full
+  // one counted, so a row changed in several files counts each time; a
+  // share of all old shards' rows when the sharding changed), or their
+  // expected_rows where that is more; RESOURCE_EXHAUSTED otherwise.
+  absl::Status AdmitRestore(const std::vector<checkpoint::ChainLink>& chain,
+                            const std::string& dir, bool same_sharding);
 
   // `path` as it may be used: confined to checkpoint_root_ when set.
   absl::StatusOr<std::string> Confined(const std::string& path,
@@ -78,6 +94,7 @@ class ShardCheckpointer {
   const int32_t num_shards_;
   TableRegistry* const registry_;
   const std::string checkpoint_root_;
+  MemoryGuard memory_;
 
   Mutex mu_;
   CondVar written_;

@@ -11,8 +11,10 @@
 
 #include "absl/time/clock.h"
 #include "checkpoint/manifest.h"
+#include "common/process_memory.h"
 #include "common/status_matchers.h"
 #include "embedding/table_digest.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
 namespace embedps::server {
@@ -99,6 +101,74 @@ TEST(ShardCheckpointerTest, SavesWhilePushingAndRestoresExactly) {
   // A second restore finds the table full.
   EXPECT_THAT(restorer.Restore(root).status(),
               StatusIs(absl::StatusCode::kFailedPrecondition));
+}
+
+// Writes a one-shard checkpoint of `registry` under `root`.
+void WriteCheckpoint(TableRegistry& registry, const std::string& root) {
+  std::filesystem::remove_all(root);
+  const std::string dir = root + "/ckpt-000000000001.tmp";
+  std::filesystem::create_directories(dir);
+  ShardCheckpointer checkpointer(0, 1, &registry);
+  proto::SaveRequest request;
+  request.set_directory(dir);
+  request.set_name("ckpt-000000000001");
+  request.set_step(1);
+  ASSERT_OK(checkpointer.Save(request).status());
+  ASSERT_OK_AND_ASSIGN(const proto::AwaitSaveResponse saved,
+                       checkpointer.AwaitSave("ckpt-000000000001"));
+  proto::CheckpointManifest manifest;
+  manifest.set_format_version(checkpoint::kFormatVersion);
+  manifest.set_step(1);
+  manifest.set_name("ckpt-000000000001");
+  manifest.set_num_shards(1);
+  for (const TableRegistry::Entry& entry : registry.List()) {
+    proto::CheckpointTable* table = manifest.add_table();
+    *table->mutable_config() = *entry.config;
+    for (const auto& file : saved.file()) {
+      if (file.table() == entry.config->name()) {
+        *table->add_file() = file.file();
+      }
+    }
+  }
+  ASSERT_OK(checkpoint::WriteManifest(dir, manifest));
+  std::filesystem::rename(dir, root + "/ckpt-000000000001");
+}
+
+// A checkpoint whose rows do not fit the memory limit is refused before
+// any table is made; with room for them it restores.
+TEST(ShardCheckpointerTest,
+     ARestorePastTheMemoryLimitIsRefusedAndMakesNothing) {
+  const std::string root = ::testing::TempDir() + "/checkpointer_limit";
+  proto::TableConfig config;
+  config.set_name("big");
+  config.set_dim(32);
+  config.mutable_optimizer()->set_kind(proto::OptimizerConfig::ADAGRAD);
+  {
+    TableRegistry registry;
+    ASSERT_OK_AND_ASSIGN(auto created, registry.Create(config));
+    ASSERT_OK_AND_ASSIGN(auto entry, registry.Find(created.table_id));
+    std::vector<uint64_t> keys(100000);
+    for (size_t i = 0; i < keys.size(); ++i) keys[i] = i * 7919;
+    std::vector<float> rows(keys.size() * 32);
+    ASSERT_OK(entry.table->Pull(keys, absl::MakeSpan(rows)));
+    WriteCheckpoint(registry, root);
+  }
+  // 100k rows of 32 values and 32 accumulators: ~26 MB; 4 MB of room.
+  TableRegistry refused_registry;
+  ShardCheckpointer tight(0, 1, &refused_registry, "",
+                          ResidentBytes() + (uint64_t{4} << 20));
+  EXPECT_THAT(
+      tight.Restore(root).status(),
+      StatusIs(absl::StatusCode::kResourceExhausted,
+               ::testing::AllOf(::testing::HasSubstr("--memory_limit_mb"),
+                                ::testing::HasSubstr("100000 rows"))));
+  EXPECT_TRUE(refused_registry.List().empty()) << "no table was made";
+
+  TableRegistry restored_registry;
+  ShardCheckpointer roomy(0, 1, &restored_registry, "",
+                          ResidentBytes() + (uint64_t{512} << 20));
+  ASSERT_OK_AND_ASSIGN(const proto::LoadResponse loaded, roomy.Restore(root));
+  EXPECT_EQ(loaded.rows(), 100000u);
 }
 
 }  // namespace

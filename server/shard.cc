@@ -39,7 +39,7 @@ struct Shard::Parts {
       : options(o),
         registry(RegistryOptionsFor(o)),
         checkpointer(o.service.shard_index, o.service.num_shards, &registry,
-                     o.checkpoint_root),
+                     o.checkpoint_root, o.service.memory_limit_bytes),
         publisher(PublisherFor(o), &registry),
         service(ServiceFor(o), &registry, &checkpointer, &metrics,
                 o.serving ? nullptr : &publisher),

@@ -170,3 +170,33 @@ def test_the_capacity_planner_refuses_what_it_cannot_plan():
         result = subprocess.run([binary("tools/capacity"), *args], capture_output=True,
                                 text=True, timeout=60)
         assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
+
+
+def test_a_load_past_the_memory_limit_is_refused_and_makes_nothing(start_servers, tmp_path):
+    """Load of a checkpoint whose rows do not fit --memory_limit_mb is
+    refused before any table is made (the manifest's row counts); the
+    server keeps serving, and one with room restores the same checkpoint."""
+    source = start_servers(1)[0]
+    # 300k rows of 32 values and 32 accumulators: ~80 MB; 24 MB of room.
+    limit = int(resident_mib(source)) + 24
+    client = embedps.Client([source.address])
+    table = client.create_table(name="big", dim=32, optimizer={"kind": "adagrad"})
+    for start in range(0, 300_000, 100_000):
+        client.pull(table, np.arange(start, start + 100_000, dtype=np.uint64))
+    client.checkpoint(str(tmp_path / "root"), step=1)
+    source.stop()
+    tight = start_servers(1, f"--memory_limit_mb={limit}")[0]
+    assert resident_mib(tight) < limit
+    refused = embedps.Client([tight.address])
+    with pytest.raises(embedps.ResourceExhaustedError,
+                       match=r"restoring .*300000 rows on this shard.*--memory_limit_mb"):
+        refused.load(str(tmp_path / "root"))
+    assert refused.stats()[0].get("table", []) == []
+    assert resident_mib(tight) < limit
+    # Still serving: a small table fits.
+    small = refused.create_table(name="small", dim=4, optimizer=SGD)
+    assert refused.pull(small, np.arange(10, dtype=np.uint64)).shape == (10, 4)
+
+    roomy = start_servers(1, f"--memory_limit_mb={limit + 512}")[0]
+    loaded = embedps.Client([roomy.address]).load(str(tmp_path / "root"))
+    assert int(loaded["rows"]) == 300_000
