@@ -86,7 +86,8 @@ Replicator::Replicator(ReplicationOptions options, TableRegistry* registry,
       checkpointer_(checkpointer),
       metrics_(metrics),
       apply_forwarded_(std::move(apply_forwarded)),
-      incarnation_(DrawIncarnation()) {}
+      incarnation_(DrawIncarnation()),
+      memory_(options_.memory_limit_bytes) {}
 
 Replicator::~Replicator() {
   absl::flat_hash_map<std::string, std::shared_ptr<ReplicaSender>> senders;
@@ -297,6 +298,12 @@ absl::Status Replicator::FetchState(const proto::ReplicaView& view,
           status = absl::DataLossError("rows out of place in the catch-up");
           break;
         }
+        // The rows' records and their index entries.
+        status = memory_.Admit(rows.records().size() + rows.keys().size(), [&] {
+          return absl::StrCat("catching up table '", current.config->name(),
+                              "' from ", view.primary());
+        });
+        if (!status.ok()) break;
         keys.resize(rows.keys().size() / sizeof(uint64_t));
         std::memcpy(keys.data(), rows.keys().data(), rows.keys().size());
         status = current.table->RestoreRows(

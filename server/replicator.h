@@ -41,6 +41,7 @@
 #include "proto/embedps.grpc.pb.h"
 #include "security/credentials.h"
 #include "server/checkpointer.h"
+#include "server/memory_guard.h"
 #include "server/push_deduplicator.h"
 #include "server/replica_sender.h"
 #include "server/rpc_metrics.h"
@@ -63,6 +64,10 @@ struct ReplicationOptions {
   absl::Duration forward_timeout = absl::Seconds(2);
   // Bytes of writes one Apply may carry. Default: 32 MiB.
   size_t max_apply_bytes = size_t{32} << 20;
+  // The process's memory limit (ps_server --memory_limit_mb; 0: none): a
+  // catch-up whose rows would take the process past it stops there, and
+  // the replica leaves (on_deposed) rather than grow past its limit.
+  uint64_t memory_limit_bytes = 0;
   // Called once, on a thread of the replicator, when this replica must
   // restart to take part again (why: the reason). Default: logs only.
   std::function<void(const std::string& why)> on_deposed;
@@ -142,6 +147,8 @@ class Replicator {
   const ApplyForwarded apply_forwarded_;
   const uint64_t incarnation_;
   std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  // A catch-up's rows are admitted against the memory limit.
+  MemoryGuard memory_;
 
   // Held while a write is applied and numbered (primary) or applied
   // (backup): the order every replica applies writes in.

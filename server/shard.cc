@@ -170,6 +170,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
     }
     ReplicationOptions replication = options.replication;
     replication.shard = options.service.shard_index;
+    replication.memory_limit_bytes = options.service.memory_limit_bytes;
     EmbeddingServiceImpl* service = &parts->service;
     ASSIGN_OR_RETURN(parts->replicator,
                      Replicator::Create(

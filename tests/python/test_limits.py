@@ -200,3 +200,35 @@ def test_a_load_past_the_memory_limit_is_refused_and_makes_nothing(start_servers
     roomy = start_servers(1, f"--memory_limit_mb={limit + 512}")[0]
     loaded = embedps.Client([roomy.address]).load(str(tmp_path / "root"))
     assert int(loaded["rows"]) == 300_000
+
+
+def test_a_replica_that_cannot_hold_its_primarys_rows_leaves(start_server, tmp_path):
+    """A backup catching up from a primary whose rows do not fit its
+    --memory_limit_mb stops at the limit and leaves (exit 75, saying why)
+    instead of growing past it; the primary keeps serving every row."""
+    from conftest import binary, spawn
+
+    coordinator = start_server("--role=coordinator", "--replica_lease=1s")
+    shard = ("--shard_index=0", "--num_shards=1",
+             f"--replica_directory={coordinator.address}")
+    primary = start_server(*shard)
+    limit = int(resident_mib(primary)) + 24
+    client = embedps.Client([primary.address])
+    table = client.create_table(name="big", dim=64, optimizer=SGD)
+    keys = np.arange(300_000, dtype=np.uint64)
+    for start in range(0, len(keys), 100_000):
+        client.pull(table, keys[start:start + 100_000])
+    # ~77 MB of rows against 24 MB of room.
+    log = tmp_path / "backup.log"
+    backup = spawn([binary("server/ps_server"), "--port=0",
+                    f"--port_file={tmp_path / 'backup.port'}", "--metrics_port=-1",
+                    "--log_level=warn", f"--memory_limit_mb={limit}", *shard], log)
+    try:
+        assert backup.wait(timeout=60) == 75, log.read_text()
+    finally:
+        if backup.poll() is None:
+            backup.kill()
+            backup.wait()
+    text = log.read_text()
+    assert "catching up table 'big'" in text and "--memory_limit_mb" in text, text
+    assert client.lookup(table, keys).shape == (300_000, 64)
