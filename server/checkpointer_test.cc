@@ -142,6 +142,7 @@ TEST(ShardCheckpointerTest,
   proto::TableConfig config;
   config.set_name("big");
   config.set_dim(32);
+  config.set_num_stripes(16);  // as Config(): TSAN's lock limit
   config.mutable_optimizer()->set_kind(proto::OptimizerConfig::ADAGRAD);
   {
     TableRegistry registry;
