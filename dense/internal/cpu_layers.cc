@@ -25,15 +25,20 @@ const T* LinearStack<T>::Forward(const T* parameters, const T* x, int batch) {
     const T* b = parameters + layer.bias_offset;
     std::vector<T>& z = activations_[l];
     z.resize(static_cast<size_t>(batch) * layer.out);
-    for (int r = 0; r < batch; ++r) {
-      std::copy(b, b + layer.out,
-                z.data() + static_cast<size_t>(r) * layer.out);
-    }
-    // Z = X · Wᵀ + b
-    Gemm<T>(false, true, batch, layer.out, layer.in, T{1}, input, w, T{1},
+    // Z = X · Wᵀ, then the bias and the ReLU in one pass over Z.
+    Gemm<T>(false, true, batch, layer.out, layer.in, T{1}, input, w, T{0},
             z.data());
-    if (layer.relu) {
-      for (T& v : z) v = v > T{0} ? v : T{0};
+    const int out = layer.out;
+    for (int r = 0; r < batch; ++r) {
+      T* row = z.data() + static_cast<size_t>(r) * out;
+      if (layer.relu) {
+        for (int o = 0; o < out; ++o) {
+          const T v = row[o] + b[o];
+          row[o] = v > T{0} ? v : T{0};
+        }
+      } else {
+        for (int o = 0; o < out; ++o) row[o] += b[o];
+      }
     }
     input = z.data();
   }
