@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "proto/embedps.grpc.pb.h"
 #include "tests/job_output.h"
+#include "tests/planted_data.h"
 
 namespace embedps::testing {
 namespace {
@@ -33,12 +34,7 @@ class ReplicationTrainingTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     data_ = new std::string(TestTempPath("data"));
-    auto datagen = ChildProcess::Spawn(
-        "tools/datagen", {"--output_dir=" + *data_, "--train_rows=300000",
-                          "--test_rows=50000", "--vocab=5,10,20,50"});
-    ASSERT_OK(datagen.status());
-    ASSERT_OK_AND_ASSIGN(int code, (*datagen)->WaitFor(absl::Seconds(120)));
-    ASSERT_EQ(code, 0);
+    ASSERT_OK(WritePlantedData(*data_, 300000, 50000));
   }
   static void TearDownTestSuite() { delete data_; }
 

@@ -32,6 +32,7 @@
 #include "gtest/gtest.h"
 #include "proto/embedps.grpc.pb.h"
 #include "tests/job_output.h"
+#include "tests/planted_data.h"
 #include "worker/criteo_reader.h"
 #include "worker/dlrm_config.h"
 #include "worker/worker_config.pb.h"
@@ -188,12 +189,10 @@ class ServingJobTest : public ::testing::Test {
           return "cannot read the config";
         }
       }
-      auto datagen = ChildProcess::Spawn(
-          "tools/datagen", {"--output_dir=" + data, "--train_rows=150000",
-                            "--test_rows=5000", "--vocab=5,10,20,50"});
-      if (!datagen.ok()) return datagen.status().ToString();
-      absl::StatusOr<int> generated = (*datagen)->WaitFor(absl::Seconds(120));
-      if (!generated.ok() || *generated != 0) return "datagen failed";
+      if (absl::Status generated = WritePlantedData(data, 150000, 5000);
+          !generated.ok()) {
+        return generated.ToString();
+      }
       {
         const Lines train = ReadLines(data + "/train.txt", SIZE_MAX);
         const worker::CriteoBatch parsed = Parse(train.features);

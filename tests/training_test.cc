@@ -24,6 +24,7 @@
 #include "httplib.h"
 #include "proto/embedps.pb.h"
 #include "tests/job_output.h"
+#include "tests/planted_data.h"
 #include "tests/shard_digest.h"
 
 namespace embedps::testing {
@@ -39,12 +40,7 @@ class TrainingTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     data_ = new std::string(TestTempPath("data"));
-    auto datagen = ChildProcess::Spawn(
-        "tools/datagen", {"--output_dir=" + *data_, "--train_rows=500000",
-                          "--test_rows=50000", "--vocab=5,10,20,50"});
-    ASSERT_OK(datagen.status());
-    ASSERT_OK_AND_ASSIGN(int code, (*datagen)->WaitFor(absl::Seconds(120)));
-    ASSERT_EQ(code, 0);
+    ASSERT_OK(WritePlantedData(*data_, 500000, 50000));
   }
   static void TearDownTestSuite() { delete data_; }
 
