@@ -12,13 +12,13 @@
 #include <thread>
 #include <vector>
 
+#include "client/cluster_testing.h"
 #include "common/key_hash.h"
 #include "common/status_matchers.h"
 #include "embedding/table.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/embedps.pb.h"
-#include "server/shard_testing.h"
 #include "server/table_config.h"
 
 namespace embedps {
@@ -45,27 +45,8 @@ server::ShardOptions TwoWorkers() {
   return options;
 }
 
-class ClientTest : public ::testing::Test {
+class ClientTest : public client::testing::ClusterTest {
  protected:
-  void StartShards(int n, server::ShardOptions options = {}) {
-    cluster_.Start(n, options);
-    addresses_ = cluster_.addresses();
-  }
-
-  std::unique_ptr<client::Client> Connect(
-      proto::ValueType wire = proto::FLOAT32,
-      absl::Duration retry_deadline = absl::Seconds(5),
-      int channels_per_shard = 1) {
-    client::ClientOptions options;
-    options.servers = addresses_;
-    options.wire_type = wire;
-    options.retry.retry_deadline = retry_deadline;
-    options.channels_per_shard = channels_per_shard;
-    auto client = client::Client::Connect(options);
-    EXPECT_OK(client);
-    return std::move(client).value();
-  }
-
   // Two workers, each with its own client, on one table created by both
   // (as every worker of a job does).
   struct TwoWorkersOnATable {
@@ -84,9 +65,6 @@ class ClientTest : public ::testing::Test {
     if (table_b.ok()) workers.table_b = *table_b;
     return workers;
   }
-
-  server::testing::InProcessCluster cluster_;
-  std::vector<std::string> addresses_;
 };
 
 TEST_F(ClientTest, EachKeyLandsOnExactlyOneShardAndUpdatesRoundTrip) {

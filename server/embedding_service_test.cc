@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/cluster_testing.h"
 #include "common/key_hash.h"
 #include "common/mutex.h"
 #include "common/status_matchers.h"
@@ -16,7 +17,6 @@
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "proto/embedps.grpc.pb.h"
-#include "server/shard_testing.h"
 #include "wire/bulk_message.h"
 
 namespace embedps {
@@ -37,29 +37,8 @@ proto::TableConfig SgdTable(const std::string& name) {
   return config;
 }
 
-class EmbeddingServiceTest : public ::testing::Test {
+class EmbeddingServiceTest : public client::testing::ClusterTest {
  protected:
-  void StartShards(int n, server::ShardOptions options = {}) {
-    cluster_.Start(n, options);
-    addresses_ = cluster_.addresses();
-  }
-
-  std::unique_ptr<client::Client> Connect(
-      proto::ValueType wire = proto::FLOAT32,
-      absl::Duration retry_deadline = absl::Seconds(5),
-      int channels_per_shard = 1) {
-    client::ClientOptions options;
-    options.servers = addresses_;
-    options.wire_type = wire;
-    options.retry.retry_deadline = retry_deadline;
-    options.channels_per_shard = channels_per_shard;
-    auto client = client::Client::Connect(options);
-    EXPECT_OK(client);
-    return std::move(client).value();
-  }
-
-  server::testing::InProcessCluster cluster_;
-  std::vector<std::string> addresses_;
 };
 
 // Sends malformed requests straight to one shard and checks the code, the
