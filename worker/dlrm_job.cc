@@ -8,7 +8,6 @@
 #include <fstream>
 #include <future>
 #include <memory>
-#include <sstream>
 #include <system_error>
 
 #include "absl/container/flat_hash_map.h"
@@ -25,7 +24,6 @@
 #include "dense/blas.h"
 #include "dense/data_parallel.h"
 #include "dense/eval_metrics.h"
-#include "nlohmann/json.hpp"
 #include "worker/collective.h"
 #include "worker/criteo_reader.h"
 #include "worker/worker_metrics.h"
@@ -38,29 +36,10 @@ constexpr size_t kAucWindow = 1 << 16;
 // Test batches: large, forward only.
 constexpr int kEvalBatch = 4096;
 
-// The Bayes-optimal test metrics datagen wrote (its meta.json). They only
-// annotate the results: a file that cannot be read or parsed is reported
-// (the caller logs it) and the metrics stay 0.
-absl::Status ReadBayesMetrics(const std::string& path, DlrmJobResult& result) {
-  std::ifstream in(path);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read bayes_metrics_file '", path, "'"));
-  }
-  const nlohmann::json meta = nlohmann::json::parse(in, nullptr, false);
-  if (meta.is_discarded() || !meta.is_object()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("bayes_metrics_file '", path, "' is not a JSON object"));
-  }
-  result.bayes_test_auc = meta.value("bayes_test_auc", 0.0);
-  result.bayes_test_logloss = meta.value("bayes_test_logloss", 0.0);
-  return absl::OkStatus();
-}
-
-// One step's batch, its unique keys per table, and their rows.
 // The dense parameters' file in a checkpoint.
 constexpr const char* kDenseFile = checkpoint::kDenseParametersFile;
 
+// One step's batch, its unique keys per table, and their rows.
 struct TableBatch {
   std::vector<uint64_t> unique;
   std::vector<float> rows;
@@ -769,45 +748,6 @@ absl::StatusOr<DlrmJobResult> RunDlrmJob(const DlrmJobOptions& options) {
   }
   DlrmWorker worker(options);
   return worker.Run();
-}
-
-std::string DlrmJobResultJson(const DlrmJobOptions& o, const DlrmJobResult& r) {
-  nlohmann::ordered_json evals = nlohmann::ordered_json::array();
-  for (const EvalPoint& e : r.evals) {
-    evals.push_back({{"step", e.step}, {"auc", e.auc}, {"logloss", e.logloss}});
-  }
-  const EvalPoint last = r.evals.empty() ? EvalPoint() : r.evals.back();
-  const nlohmann::ordered_json json = {
-      {"model", "dlrm"},
-      {"mode", o.config.mode().empty() ? "sync" : o.config.mode()},
-      {"workers", o.job.world_size},
-      {"servers", o.servers.size()},
-      {"device", dense::BackendName(o.model.backend)},
-      {"steps", r.steps},
-      {"samples", r.samples * o.job.world_size},
-      {"train_seconds", r.train_seconds},
-      {"samples_per_second", r.samples_per_second},
-      {"final_train_loss", r.final_train_loss},
-      {"test_auc", last.auc},
-      {"test_logloss", last.logloss},
-      {"bayes_test_auc", r.bayes_test_auc},
-      {"bayes_test_logloss", r.bayes_test_logloss},
-      {"bad_lines", r.bad_lines},
-      {"parse_lines_per_second", r.parse_lines_per_second},
-      {"pull_wait_seconds", r.pull_wait_seconds},
-      {"compute_seconds", r.compute_seconds},
-      {"push_seconds", r.push_seconds},
-      {"start_step", r.start_step},
-      {"restored_from", r.restored_from},
-      {"checkpoints", r.checkpoints},
-      {"checkpoint_pause_max_seconds", r.checkpoint_pause_max_seconds},
-      {"checkpoint_pause_total_seconds", r.checkpoint_pause_total_seconds},
-      {"last_checkpoint", r.last_checkpoint},
-      {"publications", r.publications},
-      {"last_published_step", r.last_published_step},
-      {"evals", evals},
-  };
-  return json.dump();
 }
 
 }  // namespace embedps::worker

@@ -97,8 +97,15 @@ struct DlrmJobResult {
 // Runs this worker to the end of its data (or max_steps).
 absl::StatusOr<DlrmJobResult> RunDlrmJob(const DlrmJobOptions& options);
 
+// The summary ps_worker prints and writes (summary.json): one JSON object.
 std::string DlrmJobResultJson(const DlrmJobOptions& options,
                               const DlrmJobResult& result);
+
+// The Bayes-optimal test metrics datagen wrote (its meta.json) into
+// `result`. They only annotate the results: NOT_FOUND or INVALID_ARGUMENT
+// for a file that cannot be read or parsed (the caller logs it), and the
+// metrics stay 0.
+absl::Status ReadBayesMetrics(const std::string& path, DlrmJobResult& result);
 
 }  // namespace embedps::worker
 
