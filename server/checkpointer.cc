@@ -50,12 +50,12 @@ struct ShardCheckpointer::TableSnapshotToWrite {
 ShardCheckpointer::ShardCheckpointer(int32_t shard_index, int32_t num_shards,
                                      TableRegistry* registry,
                                      std::string checkpoint_root,
-                                     uint64_t memory_limit_bytes)
+                                     MemoryGuard* memory)
     : shard_index_(shard_index),
       num_shards_(num_shards),
       registry_(registry),
       checkpoint_root_(std::move(checkpoint_root)),
-      memory_(memory_limit_bytes) {}
+      memory_(memory) {}
 
 ShardCheckpointer::~ShardCheckpointer() {
   MutexLock lock(&mu_);
@@ -306,7 +306,9 @@ absl::StatusOr<proto::LoadResponse> ShardCheckpointer::Restore(
 absl::Status ShardCheckpointer::AdmitRestore(
     const std::vector<checkpoint::ChainLink>& chain, const std::string& dir,
     bool same_sharding) {
-  if (memory_.limit_bytes() == 0) return absl::OkStatus();
+  if (memory_ == nullptr || memory_->limit_bytes() == 0) {
+    return absl::OkStatus();
+  }
   const proto::CheckpointManifest& latest = chain.front().manifest;
   uint64_t bytes = 0, rows_here = 0;
   for (const proto::CheckpointTable& saved : latest.table()) {
@@ -338,7 +340,7 @@ absl::Status ShardCheckpointer::AdmitRestore(
     }
     bytes += table_bytes;
   }
-  return memory_.Admit(bytes, [&] {
+  return memory_->Admit(bytes, [&] {
     return absl::StrCat("restoring '", dir, "' (", rows_here,
                         " rows on this shard)");
   });

@@ -37,11 +37,11 @@ class ShardCheckpointer {
   // nothing is written or read; empty: Restore reads any path this
   // process can reach (ps_server --restore: the operator's own flag) and
   // the service refuses Save and Load requests (AcceptsRequests).
-  // `memory_limit_bytes` (0: none): the process's limit, which a restore
-  // is admitted against (ps_server --memory_limit_mb).
+  // `memory` (null: no limit; must outlive this): the process's limit,
+  // which a restore is admitted against (ps_server --memory_limit_mb).
   ShardCheckpointer(int32_t shard_index, int32_t num_shards,
                     TableRegistry* registry, std::string checkpoint_root = "",
-                    uint64_t memory_limit_bytes = 0);
+                    MemoryGuard* memory = nullptr);
   // Waits for a write in progress.
   ~ShardCheckpointer();
   ShardCheckpointer(const ShardCheckpointer&) = delete;
@@ -94,7 +94,7 @@ class ShardCheckpointer {
   const int32_t num_shards_;
   TableRegistry* const registry_;
   const std::string checkpoint_root_;
-  MemoryGuard memory_;
+  MemoryGuard* const memory_;
 
   Mutex mu_;
   CondVar written_;

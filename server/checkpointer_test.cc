@@ -156,8 +156,8 @@ TEST(ShardCheckpointerTest,
   }
   // 100k rows of 32 values and 32 accumulators: ~26 MB; 4 MB of room.
   TableRegistry refused_registry;
-  ShardCheckpointer tight(0, 1, &refused_registry, "",
-                          ResidentBytes() + (uint64_t{4} << 20));
+  MemoryGuard little_room(ResidentBytes() + (uint64_t{4} << 20));
+  ShardCheckpointer tight(0, 1, &refused_registry, "", &little_room);
   EXPECT_THAT(
       tight.Restore(root).status(),
       StatusIs(absl::StatusCode::kResourceExhausted,
@@ -166,8 +166,8 @@ TEST(ShardCheckpointerTest,
   EXPECT_TRUE(refused_registry.List().empty()) << "no table was made";
 
   TableRegistry restored_registry;
-  ShardCheckpointer roomy(0, 1, &restored_registry, "",
-                          ResidentBytes() + (uint64_t{512} << 20));
+  MemoryGuard room(ResidentBytes() + (uint64_t{512} << 20));
+  ShardCheckpointer roomy(0, 1, &restored_registry, "", &room);
   ASSERT_OK_AND_ASSIGN(const proto::LoadResponse loaded, roomy.Restore(root));
   EXPECT_EQ(loaded.rows(), 100000u);
 }

@@ -59,13 +59,14 @@ EmbeddingServiceImpl::EmbeddingServiceImpl(ServiceOptions options,
                                            TableRegistry* registry,
                                            ShardCheckpointer* checkpointer,
                                            RpcMetrics* metrics,
+                                           MemoryGuard* memory,
                                            Publisher* publisher)
     : options_(options),
       registry_(registry),
       checkpointer_(checkpointer),
       metrics_(metrics),
       publisher_(publisher),
-      memory_(options.memory_limit_bytes),
+      memory_(memory),
       incarnation_(absl::StrCat(absl::Hex(
           options.incarnation != 0 ? options.incarnation
                                    : (uint64_t{std::random_device{}()} << 32 |
@@ -192,7 +193,7 @@ grpc::Status EmbeddingServiceImpl::CreateTableImpl(
     }
   }
   if (!registry_->FindByName(config.name()).ok()) {
-    if (absl::Status room = memory_.Admit(
+    if (absl::Status room = memory_->Admit(
             config.admission().sketch_counters() + expected_rows_bytes,
             [&] { return absl::StrCat("CreateTable '", config.name(), "'"); });
         !room.ok()) {
@@ -267,7 +268,7 @@ grpc::Status EmbeddingServiceImpl::ParsePull(const grpc::ByteBuffer& request,
             "batch")));
   }
   // A Pull may create a row for every key, besides the response.
-  if (absl::Status room = memory_.Admit(
+  if (absl::Status room = memory_->Admit(
           response_bytes +
               (call->header.read_only()
                    ? 0
@@ -398,7 +399,7 @@ grpc::Status EmbeddingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
                       "' (dim ", dim, "): ", gradients.status().message())));
   }
   // A Push may create a row for every key.
-  if (absl::Status room = memory_.Admit(
+  if (absl::Status room = memory_->Admit(
           MemoryGuard::RowCreationBytes(keys->size(), dim),
           [&] { return absl::StrCat("a Push of ", keys->size(), " keys"); });
       !room.ok()) {
@@ -520,8 +521,8 @@ grpc::Status EmbeddingServiceImpl::StatsImpl(grpc::ServerContext*,
   }
   if (stats_source_) stats_source_(response);
   response->set_duplicate_pushes(deduplicator_.duplicates());
-  response->set_resident_bytes(memory_.resident_bytes());
-  response->set_memory_limit_bytes(memory_.limit_bytes());
+  response->set_resident_bytes(memory_->resident_bytes());
+  response->set_memory_limit_bytes(memory_->limit_bytes());
   metrics_->Fill(response);
   for (size_t r = 0; r < rejected_.size(); ++r) {
     (*response->mutable_rejected_requests())[RejectionName(

@@ -51,7 +51,9 @@ struct ServiceOptions {
   // Tables held at once (DropTable frees a place). Default: 256.
   size_t max_tables = 256;
   // The process's resident memory past which calls that would allocate
-  // are refused (memory_guard.h); 0: no limit. Default: 0.
+  // are refused (memory_guard.h; the shard makes one guard of it, shared
+  // with its checkpoints' restore and its replica's catch-up); 0: no
+  // limit. Default: 0.
   uint64_t memory_limit_bytes = 0;
   // Who this server is: a number drawn at start, sent with every Pull and
   // Push answer (wire/server_identity.h) so that a client notices a shard
@@ -94,12 +96,14 @@ using EmbeddingServiceBase =
 
 class EmbeddingServiceImpl final : public EmbeddingServiceBase {
  public:
-  // `registry`, `checkpointer` and `metrics` must outlive the service;
-  // every call is recorded in `metrics`, and Stats reports them.
-  // `publisher`: null on a shard that does not publish to serving replicas.
+  // `registry`, `checkpointer`, `metrics` and `memory` must outlive the
+  // service; every call is recorded in `metrics`, and Stats reports them.
+  // `memory`: the shard's guard of options.memory_limit_bytes, which calls
+  // that would allocate are admitted against. `publisher`: null on a shard
+  // that does not publish to serving replicas.
   EmbeddingServiceImpl(ServiceOptions options, TableRegistry* registry,
                        ShardCheckpointer* checkpointer, RpcMetrics* metrics,
-                       Publisher* publisher = nullptr);
+                       MemoryGuard* memory, Publisher* publisher = nullptr);
   // Waits for Pulls still waiting on their own threads (see Pull).
   ~EmbeddingServiceImpl() override;
 
@@ -210,7 +214,7 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
   Replicator* replicator_ = nullptr;
   std::function<void(proto::StatsResponse*)> stats_source_;
   PushDeduplicator deduplicator_;
-  MemoryGuard memory_;
+  MemoryGuard* const memory_;
   // The values of the server-identity metadata.
   std::string incarnation_;
   std::string restored_step_;

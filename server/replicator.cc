@@ -57,14 +57,14 @@ std::shared_ptr<grpc::Channel> MakeChannel(
 absl::StatusOr<std::unique_ptr<Replicator>> Replicator::Create(
     ReplicationOptions options, TableRegistry* registry,
     PushDeduplicator* deduplicator, ShardCheckpointer* checkpointer,
-    RpcMetrics* metrics, ApplyForwarded apply_forwarded) {
+    RpcMetrics* metrics, MemoryGuard* memory, ApplyForwarded apply_forwarded) {
   if (options.directory.empty() || options.shard < 0) {
     return absl::InvalidArgumentError(
         "replication needs the directory's address and the shard");
   }
   auto replicator = std::unique_ptr<Replicator>(
       new Replicator(std::move(options), registry, deduplicator, checkpointer,
-                     metrics, std::move(apply_forwarded)));
+                     metrics, memory, std::move(apply_forwarded)));
   ASSIGN_OR_RETURN(
       replicator->credentials_,
       security::MakeChannelCredentials(replicator->options_.security));
@@ -79,7 +79,7 @@ void Replicator::Run(const std::string& member) {
 Replicator::Replicator(ReplicationOptions options, TableRegistry* registry,
                        PushDeduplicator* deduplicator,
                        ShardCheckpointer* checkpointer, RpcMetrics* metrics,
-                       ApplyForwarded apply_forwarded)
+                       MemoryGuard* memory, ApplyForwarded apply_forwarded)
     : options_(std::move(options)),
       registry_(registry),
       deduplicator_(deduplicator),
@@ -87,7 +87,7 @@ Replicator::Replicator(ReplicationOptions options, TableRegistry* registry,
       metrics_(metrics),
       apply_forwarded_(std::move(apply_forwarded)),
       incarnation_(DrawIncarnation()),
-      memory_(options_.memory_limit_bytes) {}
+      memory_(memory) {}
 
 Replicator::~Replicator() {
   absl::flat_hash_map<std::string, std::shared_ptr<ReplicaSender>> senders;
@@ -299,10 +299,14 @@ absl::Status Replicator::FetchState(const proto::ReplicaView& view,
           break;
         }
         // The rows' records and their index entries.
-        status = memory_.Admit(rows.records().size() + rows.keys().size(), [&] {
-          return absl::StrCat("catching up table '", current.config->name(),
-                              "' from ", view.primary());
-        });
+        if (memory_ != nullptr) {
+          status =
+              memory_->Admit(rows.records().size() + rows.keys().size(), [&] {
+                return absl::StrCat("catching up table '",
+                                    current.config->name(), "' from ",
+                                    view.primary());
+              });
+        }
         if (!status.ok()) break;
         keys.resize(rows.keys().size() / sizeof(uint64_t));
         std::memcpy(keys.data(), rows.keys().data(), rows.keys().size());

@@ -64,10 +64,6 @@ struct ReplicationOptions {
   absl::Duration forward_timeout = absl::Seconds(2);
   // Bytes of writes one Apply may carry. Default: 32 MiB.
   size_t max_apply_bytes = size_t{32} << 20;
-  // The process's memory limit (ps_server --memory_limit_mb; 0: none): a
-  // catch-up whose rows would take the process past it stops there, and
-  // the replica leaves (on_deposed) rather than grow past its limit.
-  uint64_t memory_limit_bytes = 0;
   // Called once, on a thread of the replicator, when this replica must
   // restart to take part again (why: the reason). Default: logs only.
   std::function<void(const std::string& why)> on_deposed;
@@ -80,12 +76,15 @@ class Replicator {
   using ApplyForwarded =
       std::function<absl::Status(const proto::ReplicatedOp& op)>;
 
-  // `registry`, `deduplicator`, `checkpointer` and `metrics` must outlive
-  // the replicator. It takes no part until Run.
+  // `registry`, `deduplicator`, `checkpointer`, `metrics` and `memory`
+  // must outlive the replicator. It takes no part until Run. `memory`
+  // (null: no limit): the process's limit (ps_server --memory_limit_mb); a
+  // catch-up whose rows would take the process past it stops there, and
+  // the replica leaves (on_deposed) rather than grow past its limit.
   static absl::StatusOr<std::unique_ptr<Replicator>> Create(
       ReplicationOptions options, TableRegistry* registry,
       PushDeduplicator* deduplicator, ShardCheckpointer* checkpointer,
-      RpcMetrics* metrics, ApplyForwarded apply_forwarded);
+      RpcMetrics* metrics, MemoryGuard* memory, ApplyForwarded apply_forwarded);
   // Starts heartbeating as `member` (empty: options.member). Once.
   void Run(const std::string& member = "");
   // Stops the threads; forwards in flight fail.
@@ -128,7 +127,8 @@ class Replicator {
 
   Replicator(ReplicationOptions options, TableRegistry* registry,
              PushDeduplicator* deduplicator, ShardCheckpointer* checkpointer,
-             RpcMetrics* metrics, ApplyForwarded apply_forwarded);
+             RpcMetrics* metrics, MemoryGuard* memory,
+             ApplyForwarded apply_forwarded);
   void HeartbeatLoop();
   void OnView(const proto::ReplicaView& view, absl::Time sent);
   void CatchUpLoop(proto::ReplicaView view);
@@ -147,8 +147,8 @@ class Replicator {
   const ApplyForwarded apply_forwarded_;
   const uint64_t incarnation_;
   std::shared_ptr<grpc::ChannelCredentials> credentials_;
-  // A catch-up's rows are admitted against the memory limit.
-  MemoryGuard memory_;
+  // A catch-up's rows are admitted against it (null: no limit).
+  MemoryGuard* const memory_;
 
   // Held while a write is applied and numbered (primary) or applied
   // (backup): the order every replica applies writes in.

@@ -38,10 +38,11 @@ struct Shard::Parts {
   explicit Parts(const ShardOptions& o)
       : options(o),
         registry(RegistryOptionsFor(o)),
+        memory(o.service.memory_limit_bytes),
         checkpointer(o.service.shard_index, o.service.num_shards, &registry,
-                     o.checkpoint_root, o.service.memory_limit_bytes),
+                     o.checkpoint_root, &memory),
         publisher(PublisherFor(o), &registry),
-        service(ServiceFor(o), &registry, &checkpointer, &metrics,
+        service(ServiceFor(o), &registry, &checkpointer, &metrics, &memory,
                 o.serving ? nullptr : &publisher),
         coordination(&metrics, o.coordination) {}
 
@@ -59,6 +60,8 @@ struct Shard::Parts {
 
   const ShardOptions options;
   TableRegistry registry;
+  // The process's memory limit, for every path that may allocate.
+  MemoryGuard memory;
   ShardCheckpointer checkpointer;
   RpcMetrics metrics;
   Publisher publisher;
@@ -170,12 +173,11 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
     }
     ReplicationOptions replication = options.replication;
     replication.shard = options.service.shard_index;
-    replication.memory_limit_bytes = options.service.memory_limit_bytes;
     EmbeddingServiceImpl* service = &parts->service;
     ASSIGN_OR_RETURN(parts->replicator,
                      Replicator::Create(
                          replication, &parts->registry, service->deduplicator(),
-                         &parts->checkpointer, &parts->metrics,
+                         &parts->checkpointer, &parts->metrics, &parts->memory,
                          [service](const proto::ReplicatedOp& op) {
                            return service->ApplyForwarded(op);
                          }));
