@@ -7,9 +7,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
-#include "embedding/table_spec.h"
 
 namespace embedps::checkpoint {
 namespace {
@@ -20,16 +20,49 @@ std::string Join(const std::string& dir, const std::string& name) {
 
 }  // namespace
 
-std::string CheckpointName(uint64_t step) {
-  return absl::StrFormat("ckpt-%012d", step);
-}
-
-std::string ShardDirectoryName(int32_t shard, int32_t num_shards) {
-  return absl::StrFormat("shard-%05d-of-%05d", shard, num_shards);
-}
-
-std::string TableFileName(const std::string& table) {
-  return absl::StrCat(embedding::TableFileStem(table), ".sst");
+absl::StatusOr<proto::CheckpointManifest> AssembleManifest(
+    const std::string& dir, const std::string& name, uint64_t step,
+    const std::string& parent, const std::vector<proto::TableConfig>& tables,
+    const std::vector<proto::AwaitSaveResponse>& saved,
+    const std::vector<std::string>& extra_files) {
+  const int32_t shards = static_cast<int32_t>(saved.size());
+  proto::CheckpointManifest manifest;
+  manifest.set_format_version(kFormatVersion);
+  manifest.set_step(step);
+  manifest.set_name(name);
+  manifest.set_num_shards(shards);
+  manifest.set_created_unix_micros(absl::ToUnixMicros(absl::Now()));
+  bool any_incremental = false;
+  for (const proto::TableConfig& config : tables) {
+    proto::CheckpointTable* table = manifest.add_table();
+    *table->mutable_config() = config;
+    for (int32_t shard = 0; shard < shards; ++shard) {
+      bool found = false;
+      for (const auto& file : saved[shard].file()) {
+        if (file.table() != config.name()) continue;
+        *table->add_file() = file.file();
+        any_incremental |= file.file().incremental();
+        found = true;
+      }
+      if (!found) {
+        return absl::InternalError(
+            absl::StrCat("shard ", shard, " wrote no file for table '",
+                         config.name(), "' in checkpoint '", dir, "'"));
+      }
+    }
+  }
+  if (any_incremental) manifest.set_parent(parent);
+  for (const std::string& extra : extra_files) {
+    const std::string path = Join(dir, extra);
+    ASSIGN_OR_RETURN(const uint32_t crc, FileCrc32(path));
+    std::error_code error;
+    const uint64_t bytes = std::filesystem::file_size(path, error);
+    proto::CheckpointExtraFile* file = manifest.add_extra_file();
+    file->set_path(extra);
+    file->set_bytes(bytes);
+    file->set_crc32(crc);
+  }
+  return manifest;
 }
 
 absl::Status WriteManifest(const std::string& dir,
@@ -73,7 +106,7 @@ absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
   std::vector<std::string> candidates;
   for (const auto& entry : std::filesystem::directory_iterator(path, error)) {
     const std::string name = entry.path().filename().string();
-    if (absl::StartsWith(name, "ckpt-") &&
+    if (absl::StartsWith(name, kCheckpointPrefix) &&
         !absl::EndsWith(name, kTemporarySuffix) &&
         std::filesystem::exists(entry.path() / kManifestFileName, error)) {
       candidates.push_back(entry.path().string());

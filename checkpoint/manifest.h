@@ -1,14 +1,9 @@
-// The checkpoint directory layout and its manifest (docs/checkpoints.md):
+// Reading and writing checkpoint manifests, finding checkpoints and their
+// chains (the format's rules: format.h). Knows protobuf and files, not
+// RocksDB: the client, which writes the manifest of a checkpoint its
+// shards wrote, uses it too.
 //
-//   ROOT/ckpt-000000001000/            one complete checkpoint
-//         MANIFEST                     written last (CheckpointManifestFile)
-//         shard-00000-of-00002/t-NAME.sst
-//         dense.params                 extra files of the trainer
-//   ROOT/ckpt-000000002000.tmp/        being written: not a checkpoint
-//
-// A checkpoint is written under NAME.tmp and renamed to NAME once its
-// manifest is in place, so a directory named ckpt-* without ".tmp" always
-// holds a complete checkpoint. Knows protobuf and files, not RocksDB.
+// Thread safety: pure functions over files.
 #ifndef EMBEDPS_CHECKPOINT_MANIFEST_H_
 #define EMBEDPS_CHECKPOINT_MANIFEST_H_
 
@@ -18,25 +13,24 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "proto/embedps.pb.h"
+#include "checkpoint/format.h"
+#include "proto/checkpoint.pb.h"
+#include "proto/tables.pb.h"
+#include "proto/training.pb.h"
 
 namespace embedps::checkpoint {
 
-// 2: table files are checked by XXH3-64 (version 1: zlib CRC-32). A build
-// reads only its own version.
-inline constexpr uint32_t kFormatVersion = 2;
-inline constexpr char kManifestFileName[] = "MANIFEST";
-inline constexpr char kTemporarySuffix[] = ".tmp";
-// The dense model's parameters of a training job's checkpoint (an extra
-// file of the manifest, written by the job's rank 0).
-inline constexpr char kDenseParametersFile[] = "dense.params";
-
-// "ckpt-" and the step in 12 digits, so that names sort by step.
-std::string CheckpointName(uint64_t step);
-// "shard-00001-of-00003".
-std::string ShardDirectoryName(int32_t shard, int32_t num_shards);
-// embedding::TableFileStem(table) + ".sst".
-std::string TableFileName(const std::string& table);
+// The manifest of a checkpoint whose shards each wrote their files
+// (TrainingService.AwaitSave's answers, `saved[shard]`): every table of
+// `tables` with each shard's file, `extra_files` (paths relative to `dir`,
+// their sizes and CRC-32s read there), this build's format version, and
+// `parent` if any file is incremental. INTERNAL naming the shard and table
+// if a shard wrote no file for a table; the error of reading an extra file.
+absl::StatusOr<proto::CheckpointManifest> AssembleManifest(
+    const std::string& dir, const std::string& name, uint64_t step,
+    const std::string& parent, const std::vector<proto::TableConfig>& tables,
+    const std::vector<proto::AwaitSaveResponse>& saved,
+    const std::vector<std::string>& extra_files);
 
 // Writes dir/MANIFEST atomically (temporary name, fsync, rename).
 absl::Status WriteManifest(const std::string& dir,
@@ -44,7 +38,7 @@ absl::Status WriteManifest(const std::string& dir,
 
 // Reads and checks dir/MANIFEST. NOT_FOUND if there is none; DATA_LOSS
 // naming the file if it is truncated or its checksum is wrong;
-// FAILED_PRECONDITION for a format this build does not read.
+// FAILED_PRECONDITION for a format version this build does not read.
 absl::StatusOr<proto::CheckpointManifest> ReadManifest(const std::string& dir);
 
 // `path` itself if it holds a MANIFEST, else the complete checkpoint with

@@ -1,4 +1,4 @@
-#include "embedding/checkpoint_file.h"
+#include "checkpoint/table_file.h"
 
 #include <sys/stat.h>
 
@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "checkpoint/format.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
 #include "embedding/internal/spill_store.h"
@@ -25,15 +26,17 @@
 #include "rocksdb/table.h"
 #include "xxhash.h"
 
-namespace embedps::embedding {
+namespace embedps::checkpoint {
+
+using embedding::RowRecordBytes;
+using embedding::Table;
+using embedding::TableSnapshot;
+
 namespace {
 
 using embedding_internal::DecodeKey;
 using embedding_internal::EncodeKey;
 
-constexpr char kMetaPrefix[] = "\xff\xff\xff\xff\xff\xff\xff\xff";
-constexpr size_t kMetaPrefixBytes = 8;
-constexpr char kFormatTag[] = "embedps-table-file v1";
 // Bytes of rows read from a snapshot while the previous batch is written.
 constexpr size_t kWriteBatchBytes = size_t{8} << 20;
 // SstFileWriter's output buffer (one write to the file), and how much of it
@@ -43,27 +46,6 @@ constexpr size_t kWriteBehindBytes = size_t{16} << 20;
 // Record bytes handed to Table::RestoreRows at a time: a spilling table
 // ingests each batch as one SST file, so batches are large.
 constexpr size_t kRestoreBatchBytes = size_t{64} << 20;
-
-std::string MetaKey(absl::string_view suffix) {
-  return absl::StrCat(absl::string_view(kMetaPrefix, kMetaPrefixBytes), suffix);
-}
-
-// The NUL makes it sort before the admission keys; spelled with its length
-// because a C string would end at it.
-std::string InfoKey() { return MetaKey(absl::string_view("\0info", 5)); }
-
-// Full files: the rows of each lock stripe, S big-endian uint64s.
-std::string StripeRowsKey() { return MetaKey("\x02stripe_rows"); }
-
-std::string AdmissionKey(uint32_t stripe) {
-  char index[4] = {static_cast<char>(stripe >> 24),
-                   static_cast<char>(stripe >> 16),
-                   static_cast<char>(stripe >> 8), static_cast<char>(stripe)};
-  return MetaKey(
-      absl::StrCat("\x01"
-                   "admission",
-                   absl::string_view(index, 4)));
-}
 
 absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what,
                        const std::string& path) {
@@ -152,10 +134,11 @@ absl::StatusOr<TableFileSummary> WriteTableFile(
   // SstFileWriter builds the next 4 MiB while the disk takes the last ones.
   // File systems without direct IO (tmpfs before Linux 6.6, some network
   // file systems) get ordinary writes.
-  const std::unique_ptr<rocksdb::Env> env = internal::NewWriteBehindEnv(
-      kWriteBehindBytes, write_options.file_system != nullptr
-                             ? write_options.file_system
-                             : rocksdb::FileSystem::Default());
+  const std::unique_ptr<rocksdb::Env> env =
+      embedding::internal::NewWriteBehindEnv(
+          kWriteBehindBytes, write_options.file_system != nullptr
+                                 ? write_options.file_system
+                                 : rocksdb::FileSystem::Default());
   rocksdb::Options options = FileOptions();
   options.env = env.get();
   rocksdb::EnvOptions env_options(options);
@@ -232,23 +215,23 @@ absl::StatusOr<TableFileSummary> WriteTableFile(
   RETURN_IF_ERROR(read);
   RETURN_IF_ERROR(FromRocks(
       writer->Put(
-          InfoKey(),
-          absl::StrCat(kFormatTag, " record_bytes=", snapshot.record_bytes(),
+          TableFileInfoKey(),
+          absl::StrCat(kTableFileTag, " record_bytes=", snapshot.record_bytes(),
                        " incremental=", snapshot.incremental() ? 1 : 0,
                        " stripes=", states.size())),
       "put", temporary));
   for (uint32_t s = 0; s < states.size(); ++s) {
     if (states[s].empty()) continue;
-    RETURN_IF_ERROR(
-        FromRocks(writer->Put(AdmissionKey(s), states[s]), "put", temporary));
+    RETURN_IF_ERROR(FromRocks(writer->Put(TableFileAdmissionKey(s), states[s]),
+                              "put", temporary));
   }
   if (!stripe_rows.empty()) {
     std::string counts(stripe_rows.size() * 8, '\0');
     for (size_t i = 0; i < stripe_rows.size(); ++i) {
       EncodeKey(stripe_rows[i], counts.data() + i * 8);
     }
-    RETURN_IF_ERROR(
-        FromRocks(writer->Put(StripeRowsKey(), counts), "put", temporary));
+    RETURN_IF_ERROR(FromRocks(writer->Put(TableFileStripeRowsKey(), counts),
+                              "put", temporary));
   }
   rocksdb::ExternalSstFileInfo info;
   RETURN_IF_ERROR(FromRocks(writer->Finish(&info), "finish", temporary));
@@ -290,8 +273,8 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
   std::unique_ptr<rocksdb::Iterator> it(reader.NewIterator(read));
 
   // The info entry first: it names the record size.
-  it->Seek(InfoKey());
-  if (!it->Valid() || it->key() != InfoKey()) {
+  it->Seek(TableFileInfoKey());
+  if (!it->Valid() || it->key() != TableFileInfoKey()) {
     RETURN_IF_ERROR(FromRocks(it->status(), "read", path));
     return absl::DataLossError(
         absl::StrCat("checkpoint file '", path,
@@ -303,10 +286,10 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
   size_t stripes = 0;
   {
     const std::string info = it->value().ToString();
-    if (!absl::StartsWith(info, kFormatTag)) {
+    if (!absl::StartsWith(info, kTableFileTag)) {
       return absl::FailedPreconditionError(
           absl::StrCat("checkpoint file '", path, "' has format '", info,
-                       "'; this build reads '", kFormatTag, "'"));
+                       "'; this build reads '", kTableFileTag, "'"));
     }
     for (absl::string_view field : absl::StrSplit(info, ' ')) {
       std::pair<absl::string_view, absl::string_view> kv =
@@ -327,9 +310,7 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
   result.admission_states.assign(stripes, "");
   // The other metadata entries (they follow the info entry).
   std::vector<uint64_t> stripe_rows;
-  const std::string admission_prefix = MetaKey(
-      "\x01"
-      "admission");
+  const std::string admission_prefix = TableFileAdmissionPrefix();
   for (it->Next(); it->Valid(); it->Next()) {
     const rocksdb::Slice key = it->key();
     const rocksdb::Slice value = it->value();
@@ -343,7 +324,7 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
             " but the file has ", stripes, " stripes"));
       }
       result.admission_states[stripe] = value.ToString();
-    } else if (key == StripeRowsKey() && value.size() == stripes * 8) {
+    } else if (key == TableFileStripeRowsKey() && value.size() == stripes * 8) {
       stripe_rows.resize(stripes);
       for (size_t s = 0; s < stripes; ++s) {
         stripe_rows[s] = DecodeKey(value.data() + s * 8);
@@ -486,4 +467,4 @@ absl::StatusOr<uint64_t> TableFileXxh3(const std::string& path,
   return DecodeChecksum(generator.GetChecksum(), path);
 }
 
-}  // namespace embedps::embedding
+}  // namespace embedps::checkpoint

@@ -1,18 +1,8 @@
-// The checkpoint of one table on one shard: a RocksDB SST file (sorted,
-// block-checksummed; written with SstFileWriter, read with SstFileReader).
-//
-// Format version 1 (docs/checkpoints.md):
-//   row key (8 bytes, big-endian) -> the row's record (RowRecordBytes), or
-//                                    an empty value: the key was removed
-//                                    (incremental files only)
-//   8 x 0xFF + "\x00info"        -> "embedps-table-file v1 record_bytes=R
-//                                    incremental=0|1 stripes=S"
-//   8 x 0xFF + "\x01admission" + stripe (4 bytes, big-endian)
-//                                 -> that stripe's admission state
-// The metadata keys are longer than 8 bytes and start with eight 0xFF
-// bytes, so they sort after every row key.
-#ifndef EMBEDPS_EMBEDDING_CHECKPOINT_FILE_H_
-#define EMBEDPS_EMBEDDING_CHECKPOINT_FILE_H_
+// The checkpoint of one table on one shard: a RocksDB SST file written
+// from a table's snapshot and restored into a table (its keys and their
+// meaning: format.h).
+#ifndef EMBEDPS_CHECKPOINT_TABLE_FILE_H_
+#define EMBEDPS_CHECKPOINT_TABLE_FILE_H_
 
 #include <cstdint>
 #include <functional>
@@ -29,7 +19,7 @@ namespace rocksdb {
 class FileSystem;
 }  // namespace rocksdb
 
-namespace embedps::embedding {
+namespace embedps::checkpoint {
 
 struct TableFileSummary {
   uint64_t rows = 0;
@@ -51,7 +41,7 @@ struct TableFileWriteOptions {
 // it does not (the rows are the same).
 // UNAVAILABLE/INTERNAL naming the file on I/O errors.
 absl::StatusOr<TableFileSummary> WriteTableFile(
-    const TableSnapshot& snapshot, const std::string& path,
+    const embedding::TableSnapshot& snapshot, const std::string& path,
     const TableFileWriteOptions& options = {});
 
 struct TableFileRestore {
@@ -75,7 +65,7 @@ struct TableFileRestore {
 // DATA_LOSS naming the file if it is truncated or corrupt;
 // FAILED_PRECONDITION naming it if its record size is not the table's.
 absl::StatusOr<TableFileRestore> RestoreTableFile(
-    const std::string& path, uint64_t expected_xxh3, Table& table,
+    const std::string& path, uint64_t expected_xxh3, embedding::Table& table,
     const std::function<bool(uint64_t)>& keep = nullptr);
 
 // XXH3-64 of a whole file, as TableFileSummary::xxh3, read through or
@@ -84,6 +74,6 @@ absl::StatusOr<TableFileRestore> RestoreTableFile(
 absl::StatusOr<uint64_t> TableFileXxh3(const std::string& path,
                                        PageCache page_cache = PageCache::kUse);
 
-}  // namespace embedps::embedding
+}  // namespace embedps::checkpoint
 
-#endif  // EMBEDPS_EMBEDDING_CHECKPOINT_FILE_H_
+#endif  // EMBEDPS_CHECKPOINT_TABLE_FILE_H_

@@ -1,4 +1,4 @@
-#include "embedding/checkpoint_file.h"
+#include "checkpoint/table_file.h"
 
 #include <unistd.h>
 
@@ -18,8 +18,16 @@
 #include "rocksdb/file_system.h"
 #include "xxhash.h"
 
+// The files hold the engine's tables: the test reads as the engine's.
 namespace embedps::embedding {
 namespace {
+
+using ::embedps::checkpoint::RestoreTableFile;
+using ::embedps::checkpoint::TableFileRestore;
+using ::embedps::checkpoint::TableFileSummary;
+using ::embedps::checkpoint::TableFileWriteOptions;
+using ::embedps::checkpoint::TableFileXxh3;
+using ::embedps::checkpoint::WriteTableFile;
 
 using ::embedps::testing::StatusIs;
 using ::testing::HasSubstr;

@@ -19,6 +19,8 @@
 #include "common/key_hash.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/stats.grpc.pb.h"
+#include "proto/training.grpc.pb.h"
 #include "wire/bulk_codec.h"
 #include "wire/server_identity.h"
 
@@ -115,9 +117,9 @@ std::vector<Part> SplitByShard(absl::Span<const uint64_t> keys, int32_t shards,
   return parts;
 }
 
-// "/embedps.proto.EmbeddingService/<method>"
+// "/embedps.proto.TrainingService/<method>"
 std::string MethodPath(absl::string_view method) {
-  return absl::StrCat("/", proto::EmbeddingService::service_full_name(), "/",
+  return absl::StrCat("/", proto::TrainingService::service_full_name(), "/",
                       method);
 }
 
@@ -139,11 +141,12 @@ absl::Status RunParts(size_t count,
 
 struct Client::Impl {
   ClientOptions options;
-  // One channel's stubs: the generated one, and a generic one for the bulk
-  // methods (Pull, Push), whose messages are built and read without copies
-  // (wire/bulk_message.h).
+  // One channel's stubs: the generated ones, and a generic one for the
+  // bulk methods (Pull, Push), whose messages are built and read without
+  // copies (wire/bulk_message.h).
   struct Stubs {
-    std::unique_ptr<proto::EmbeddingService::Stub> generated;
+    std::unique_ptr<proto::TrainingService::Stub> training;
+    std::unique_ptr<proto::StatsService::Stub> stats;
     std::unique_ptr<grpc::GenericStub> bulk;
   };
   // A shard's replicas (one unless replicated: "a|b" in
@@ -169,9 +172,6 @@ struct Client::Impl {
     return channels[next_channel.fetch_add(1, std::memory_order_relaxed) %
                     channels.size()];
   }
-  proto::EmbeddingService::Stub* Stub(size_t shard) {
-    return Channel(shard).generated.get();
-  }
   // For a fan-out's retries.
   BulkFanOut::Reroute Reroute() {
     return [this](int32_t shard, grpc::GenericStub* stub) {
@@ -189,7 +189,7 @@ struct Client::Impl {
     if (route.replicas.size() < 2) return false;
     size_t current = route.current.load();
     for (const Stubs& s : route.replicas[current % route.replicas.size()]) {
-      if (static_cast<const void*>(s.generated.get()) == stub ||
+      if (static_cast<const void*>(&s) == stub ||
           static_cast<const void*>(s.bulk.get()) == stub) {
         route.current.compare_exchange_strong(current, current + 1);
         return true;
@@ -247,8 +247,8 @@ struct Client::Impl {
         "docs/operations.md)"));
   }
 
-  // Calls `rpc(stub, context)` (the shard's stub for the attempt) until it
-  // succeeds, fails with a non-retryable code, or the retry deadline
+  // Calls `rpc(stubs, context)` (the shard's stubs for the attempt) until
+  // it succeeds, fails with a non-retryable code, or the retry deadline
   // passes.
   // `extra_time`: how long the server may legitimately hold the call
   // (a SYNC Pull waiting for other workers).
@@ -261,7 +261,7 @@ struct Client::Impl {
       context.set_deadline(absl::ToChronoTime(schedule.StartAttempt()));
       // The attempt's stub: the one the call goes to is the one a failure
       // is reported against.
-      proto::EmbeddingService::Stub* const stub = Stub(shard);
+      Stubs* const stub = &Channel(shard);
       const grpc::Status status = rpc(*stub, &context);
       if (status.ok()) return absl::OkStatus();
       const bool other_replica =
@@ -315,7 +315,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
       for (int c = 0; c < options.channels_per_shard; ++c) {
         const std::shared_ptr<grpc::Channel> channel =
             grpc::CreateCustomChannel(std::string(replica), credentials, args);
-        channels.push_back({proto::EmbeddingService::NewStub(channel),
+        channels.push_back({proto::TrainingService::NewStub(channel),
+                            proto::StatsService::NewStub(channel),
                             std::make_unique<grpc::GenericStub>(channel)});
       }
     }
@@ -356,8 +357,8 @@ absl::StatusOr<TableHandle> Client::CreateTable(
     proto::CreateTableResponse response;
     absl::Status s = impl_->Call(
         static_cast<int32_t>(shard), "CreateTable",
-        [&](proto::EmbeddingService::Stub& stub, grpc::ClientContext* context) {
-          return stub.CreateTable(context, request, &response);
+        [&](Impl::Stubs& stub, grpc::ClientContext* context) {
+          return stub.training->CreateTable(context, request, &response);
         });
     handle.shard_table_ids[shard] = response.table_id();
     return s;
@@ -374,8 +375,8 @@ absl::Status Client::DropTable(const std::string& name) {
     proto::DropTableResponse response;
     absl::Status s = impl_->Call(
         static_cast<int32_t>(shard), "DropTable",
-        [&](proto::EmbeddingService::Stub& stub, grpc::ClientContext* context) {
-          return stub.DropTable(context, request, &response);
+        [&](Impl::Stubs& stub, grpc::ClientContext* context) {
+          return stub.training->DropTable(context, request, &response);
         });
     if (s.ok()) dropped.fetch_add(1);
     return absl::IsNotFound(s) ? absl::OkStatus() : s;
@@ -635,11 +636,11 @@ Client::StartCheckpoint(const CheckpointOptions& options) {
   }
   // The tables' specs, for the manifest (every shard has every table).
   proto::ListTablesResponse tables;
-  RETURN_IF_ERROR(impl_->Call(
-      0, "ListTables",
-      [&](proto::EmbeddingService::Stub& stub, grpc::ClientContext* c) {
-        return stub.ListTables(c, proto::ListTablesRequest(), &tables);
-      }));
+  RETURN_IF_ERROR(impl_->Call(0, "ListTables",
+                              [&](Impl::Stubs& stub, grpc::ClientContext* c) {
+                                return stub.training->ListTables(
+                                    c, proto::ListTablesRequest(), &tables);
+                              }));
   for (const auto& entry : tables.table()) {
     pending->tables_.push_back(entry.config());
   }
@@ -652,11 +653,11 @@ Client::StartCheckpoint(const CheckpointOptions& options) {
     request.set_step(options.step);
     request.set_incremental(options.incremental);
     proto::SaveResponse response;
-    RETURN_IF_ERROR(impl_->Call(
-        static_cast<int32_t>(shard), "Save",
-        [&](proto::EmbeddingService::Stub& stub, grpc::ClientContext* c) {
-          return stub.Save(c, request, &response);
-        }));
+    RETURN_IF_ERROR(impl_->Call(static_cast<int32_t>(shard), "Save",
+                                [&](Impl::Stubs& stub, grpc::ClientContext* c) {
+                                  return stub.training->Save(c, request,
+                                                             &response);
+                                }));
     pauses[shard] = response.pause_seconds();
     return absl::OkStatus();
   }));
@@ -675,48 +676,15 @@ absl::StatusOr<proto::CheckpointManifest> Client::PendingCheckpoint::Finish(
     // The shard holds the call until its files are written.
     return impl.Call(
         static_cast<int32_t>(shard), "AwaitSave",
-        [&](proto::EmbeddingService::Stub& stub, grpc::ClientContext* c) {
-          return stub.AwaitSave(c, request, &saved[shard]);
+        [&](Impl::Stubs& stub, grpc::ClientContext* c) {
+          return stub.training->AwaitSave(c, request, &saved[shard]);
         },
         absl::Hours(1));
   }));
-  proto::CheckpointManifest manifest;
-  manifest.set_format_version(checkpoint::kFormatVersion);
-  manifest.set_step(step_);
-  manifest.set_name(name_);
-  manifest.set_num_shards(shards);
-  manifest.set_created_unix_micros(absl::ToUnixMicros(absl::Now()));
-  bool any_incremental = false;
-  for (const proto::TableConfig& config : tables_) {
-    proto::CheckpointTable* table = manifest.add_table();
-    *table->mutable_config() = config;
-    for (int32_t shard = 0; shard < shards; ++shard) {
-      bool found = false;
-      for (const auto& file : saved[shard].file()) {
-        if (file.table() != config.name()) continue;
-        *table->add_file() = file.file();
-        any_incremental |= file.file().incremental();
-        found = true;
-      }
-      if (!found) {
-        return absl::InternalError(
-            absl::StrCat("shard ", shard, " wrote no file for table '",
-                         config.name(), "' in checkpoint '", directory_, "'"));
-      }
-    }
-  }
-  if (any_incremental) manifest.set_parent(parent_);
-  for (const std::string& extra : extra_files) {
-    const std::string path =
-        (std::filesystem::path(directory_) / extra).string();
-    ASSIGN_OR_RETURN(const uint32_t crc, FileCrc32(path));
-    std::error_code error;
-    const uint64_t bytes = std::filesystem::file_size(path, error);
-    proto::CheckpointExtraFile* file = manifest.add_extra_file();
-    file->set_path(extra);
-    file->set_bytes(bytes);
-    file->set_crc32(crc);
-  }
+  ASSIGN_OR_RETURN(
+      const proto::CheckpointManifest manifest,
+      checkpoint::AssembleManifest(directory_, name_, step_, parent_, tables_,
+                                   saved, extra_files));
   RETURN_IF_ERROR(checkpoint::WriteManifest(directory_, manifest));
   const std::string final_dir = (std::filesystem::path(root_) / name_).string();
   if (std::rename(directory_.c_str(), final_dir.c_str()) != 0) {
@@ -742,8 +710,8 @@ absl::StatusOr<proto::LoadResponse> Client::Load(const std::string& path) {
     request.set_path(path);
     return impl_->Call(
         static_cast<int32_t>(shard), "Load",
-        [&](proto::EmbeddingService::Stub& stub, grpc::ClientContext* c) {
-          return stub.Load(c, request, &responses[shard]);
+        [&](Impl::Stubs& stub, grpc::ClientContext* c) {
+          return stub.training->Load(c, request, &responses[shard]);
         },
         absl::Hours(1));
   }));
@@ -761,8 +729,8 @@ absl::StatusOr<uint64_t> Client::Publish(uint64_t step,
     // A SYNC shard holds the call until the step is applied.
     RETURN_IF_ERROR(impl_->Call(
         static_cast<int32_t>(shard), "Publish",
-        [&](proto::EmbeddingService::Stub& stub, grpc::ClientContext* c) {
-          return stub.Publish(c, request, &response);
+        [&](Impl::Stubs& stub, grpc::ClientContext* c) {
+          return stub.training->Publish(c, request, &response);
         },
         absl::Minutes(5)));
     rows[shard] = response.rows();
@@ -777,11 +745,11 @@ absl::StatusOr<std::vector<proto::StatsResponse>> Client::Stats() {
   std::vector<proto::StatsResponse> responses(num_shards());
   const absl::Status status = RunParts(num_shards(), [&](size_t shard) {
     proto::StatsRequest request;
-    return impl_->Call(
-        static_cast<int32_t>(shard), "Stats",
-        [&](proto::EmbeddingService::Stub& stub, grpc::ClientContext* context) {
-          return stub.Stats(context, request, &responses[shard]);
-        });
+    return impl_->Call(static_cast<int32_t>(shard), "Stats",
+                       [&](Impl::Stubs& stub, grpc::ClientContext* context) {
+                         return stub.stats->Stats(context, request,
+                                                  &responses[shard]);
+                       });
   });
   if (!status.ok()) return status;
   return responses;

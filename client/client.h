@@ -27,7 +27,10 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "client/retry.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/checkpoint.pb.h"
+#include "proto/stats.pb.h"
+#include "proto/tables.pb.h"
+#include "proto/training.pb.h"
 #include "security/credentials.h"
 
 namespace embedps::client {

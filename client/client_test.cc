@@ -18,7 +18,7 @@
 #include "embedding/table.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "proto/embedps.pb.h"
+#include "proto/tables.pb.h"
 #include "server/table_config.h"
 
 namespace embedps {

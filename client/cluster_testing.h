@@ -11,7 +11,7 @@
 #include "absl/time/time.h"
 #include "client/client.h"
 #include "gtest/gtest.h"
-#include "proto/embedps.pb.h"
+#include "proto/tables.pb.h"
 #include "server/shard_testing.h"
 
 namespace embedps::client::testing {

@@ -16,7 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/coordination.grpc.pb.h"
 #include "security/credentials.h"
 
 namespace embedps::client {

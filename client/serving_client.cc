@@ -14,7 +14,8 @@
 #include "common/mutex.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/serving.grpc.pb.h"
+#include "proto/tables.pb.h"
 #include "wire/float16.h"
 #include "wire/grpc_status.h"
 

@@ -31,7 +31,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "proto/embedps.pb.h"
+#include "proto/serving.pb.h"
+#include "proto/tables.pb.h"
 #include "security/credentials.h"
 
 namespace embedps::client {

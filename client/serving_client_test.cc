@@ -64,7 +64,7 @@ class ServingClientTest : public ::testing::Test {
       int shard, int port = 0, int num_shards = 2) {
     server::ShardOptions options;
     options.port = port;
-    options.serving = true;
+    options.role = server::ShardRole::kServing;
     options.follow.checkpoint_root = root_;
     options.follow.training_servers = {training_->address()};
     options.follow.shard_index = shard;

@@ -6,7 +6,7 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "proto/embedps.pb.h"
+#include "proto/tables.pb.h"
 
 namespace embedps {
 namespace {

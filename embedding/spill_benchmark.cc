@@ -34,7 +34,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "bench/key_distributions.h"
-#include "embedding/checkpoint_file.h"
+#include "checkpoint/table_file.h"
 #include "embedding/initializer.h"
 #include "embedding/internal/spill_store.h"
 #include "embedding/table.h"
@@ -427,7 +427,7 @@ int Run() {
   const double full_take = Seconds(start);
   const std::string file = dir + "/full.sst";
   start = absl::Now();
-  auto written = WriteTableFile(**full, file);
+  auto written = checkpoint::WriteTableFile(**full, file);
   Check(written.status(), "write");
   const double write_s = Seconds(start);
   full->reset();
@@ -443,7 +443,8 @@ int Run() {
   const double incremental_pause = absl::ToDoubleSeconds((*increment)->pause());
   const double incremental_take = Seconds(start);
   start = absl::Now();
-  auto increment_written = WriteTableFile(**increment, dir + "/incr.sst");
+  auto increment_written =
+      checkpoint::WriteTableFile(**increment, dir + "/incr.sst");
   Check(increment_written.status(), "write");
   const double increment_write_s = Seconds(start);
   increment->reset();
@@ -460,7 +461,7 @@ int Run() {
     auto restored = Table::Create(budgeted, restore_options);
     Check(restored.status(), "create restored");
     const absl::Time begin = absl::Now();
-    auto restore = RestoreTableFile(
+    auto restore = checkpoint::RestoreTableFile(
         file, written->xxh3, **restored,
         filtered ? std::function<bool(uint64_t)>([](uint64_t) { return true; })
                  : nullptr);

@@ -290,7 +290,7 @@ class Table {
       RestoredKeys assume = RestoredKeys::kMayExist) = 0;
 
   // Checkpoint restore of a whole sorted table file (the format of
-  // checkpoint_file.h: 8-byte big-endian keys to records; longer keys are
+  // checkpoint/format.h: 8-byte big-endian keys to records; longer keys are
   // metadata, not rows) into a spilling table: the file joins the spill
   // tier as it is -- hard-linked where the file system allows, else copied;
   // the file itself is never changed. `keys` and `records`: the file's

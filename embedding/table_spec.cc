@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "common/status_macros.h"
 
 namespace embedps::embedding {
@@ -213,10 +212,6 @@ const char* InitializerKindName(InitializerSpec::Kind kind) {
       return "normal";
   }
   return "unknown";
-}
-
-std::string TableFileStem(const std::string& table_name) {
-  return absl::StrCat("t-", absl::StrReplaceAll(table_name, {{"/", "%2F"}}));
 }
 
 const char* OptimizerKindName(OptimizerSpec::Kind kind) {

@@ -122,10 +122,6 @@ absl::Status ValidateTableSpec(const TableSpec& spec);
 // Adagrad; 1 for row-wise Adagrad; 2·dim + 1 for Adam; 2·dim for FTRL).
 int32_t OptimizerStateFloats(const OptimizerSpec& spec, int32_t dim);
 
-// A file-name form of a valid table name: "t-" + the name with every '/'
-// written as "%2F". One-to-one (names never hold '%'), and never "." or "..".
-std::string TableFileStem(const std::string& table_name);
-
 const char* InitializerKindName(InitializerSpec::Kind kind);
 const char* OptimizerKindName(OptimizerSpec::Kind kind);
 

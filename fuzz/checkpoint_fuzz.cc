@@ -31,7 +31,7 @@
 
 #include "checkpoint/manifest.h"
 #include "common/file_io.h"
-#include "embedding/checkpoint_file.h"
+#include "checkpoint/table_file.h"
 #include "embedding/internal/spill_store.h"
 #include "embedding/table.h"
 #include "fuzz/seed_checkpoint.h"
@@ -193,9 +193,9 @@ void RestoreTableFile(const std::string& bytes) {
   absl::StatusOr<std::unique_ptr<embedding::Table>> table =
       embedding::Table::Create(*spec);
   CheckSetUp(table.status(), "table");
-  absl::StatusOr<uint64_t> xxh3 = embedding::TableFileXxh3(paths->table_file);
+  absl::StatusOr<uint64_t> xxh3 = checkpoint::TableFileXxh3(paths->table_file);
   if (xxh3.ok()) {
-    (void)embedding::RestoreTableFile(paths->table_file, *xxh3, **table);
+    (void)checkpoint::RestoreTableFile(paths->table_file, *xxh3, **table);
   }
 }
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "common/text_proto.h"
-#include "proto/embedps.pb.h"
+#include "proto/tables.pb.h"
 #include "server/table_config.h"
 #include "worker/dlrm_config.h"
 #include "worker/worker_config.pb.h"

@@ -1,6 +1,6 @@
 // Fuzz target: every request type of the services a ps_server process
-// serves — EmbeddingService and Coordination on a training shard,
-// ServingService and EmbeddingService on a serving replica following it,
+// serves — TrainingService and Coordination on a training shard,
+// ServingService and TrainingService on a serving replica following it,
 // ReplicaDirectory on a coordinator, Replication and Push on a replicated
 // shard —
 // sent as raw bytes over gRPC to real in-process shards (server/shard.h),
@@ -31,7 +31,12 @@
 #include "fuzz/seed_checkpoint.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
-#include "proto/embedps.pb.h"
+#include "proto/coordination.pb.h"
+#include "proto/replication.pb.h"
+#include "proto/serving.pb.h"
+#include "proto/stats.pb.h"
+#include "proto/tables.pb.h"
+#include "proto/training.pb.h"
 #include "server/shard.h"
 #include "wire/bulk_codec.h"
 #include "wire/bulk_message.h"
@@ -47,16 +52,16 @@ struct Method {
 };
 
 constexpr Method kMethods[] = {
-    {kTraining, "/embedps.proto.EmbeddingService/CreateTable"},
-    {kTraining, "/embedps.proto.EmbeddingService/DropTable"},
-    {kTraining, "/embedps.proto.EmbeddingService/ListTables"},
-    {kTraining, "/embedps.proto.EmbeddingService/Pull"},
-    {kTraining, "/embedps.proto.EmbeddingService/Push"},
-    {kTraining, "/embedps.proto.EmbeddingService/Stats"},
-    {kTraining, "/embedps.proto.EmbeddingService/Save"},
-    {kTraining, "/embedps.proto.EmbeddingService/AwaitSave"},
-    {kTraining, "/embedps.proto.EmbeddingService/Load"},
-    {kTraining, "/embedps.proto.EmbeddingService/Publish"},
+    {kTraining, "/embedps.proto.TrainingService/CreateTable"},
+    {kTraining, "/embedps.proto.TrainingService/DropTable"},
+    {kTraining, "/embedps.proto.TrainingService/ListTables"},
+    {kTraining, "/embedps.proto.TrainingService/Pull"},
+    {kTraining, "/embedps.proto.TrainingService/Push"},
+    {kTraining, "/embedps.proto.StatsService/Stats"},
+    {kTraining, "/embedps.proto.TrainingService/Save"},
+    {kTraining, "/embedps.proto.TrainingService/AwaitSave"},
+    {kTraining, "/embedps.proto.TrainingService/Load"},
+    {kTraining, "/embedps.proto.TrainingService/Publish"},
     {kTraining, "/embedps.proto.Coordination/Set"},
     {kTraining, "/embedps.proto.Coordination/Get"},
     {kTraining, "/embedps.proto.Coordination/Wait"},
@@ -64,17 +69,17 @@ constexpr Method kMethods[] = {
     {kServing, "/embedps.proto.ServingService/Lookup"},
     {kServing, "/embedps.proto.ServingService/Version"},
     {kServing, "/embedps.proto.ServingService/DenseModel"},
-    {kServing, "/embedps.proto.EmbeddingService/Pull"},
-    {kServing, "/embedps.proto.EmbeddingService/Push"},
-    {kServing, "/embedps.proto.EmbeddingService/CreateTable"},
-    {kServing, "/embedps.proto.EmbeddingService/Load"},
-    {kServing, "/embedps.proto.EmbeddingService/Stats"},
+    {kServing, "/embedps.proto.TrainingService/Pull"},
+    {kServing, "/embedps.proto.TrainingService/Push"},
+    {kServing, "/embedps.proto.TrainingService/CreateTable"},
+    {kServing, "/embedps.proto.TrainingService/Load"},
+    {kServing, "/embedps.proto.StatsService/Stats"},
     {kCoordinator, "/embedps.proto.ReplicaDirectory/Heartbeat"},
     {kCoordinator, "/embedps.proto.ReplicaDirectory/Report"},
     {kCoordinator, "/embedps.proto.ReplicaDirectory/View"},
     {kReplicated, "/embedps.proto.Replication/Apply"},
     {kReplicated, "/embedps.proto.Replication/CatchUp"},
-    {kReplicated, "/embedps.proto.EmbeddingService/Push"},
+    {kReplicated, "/embedps.proto.TrainingService/Push"},
 };
 constexpr size_t kNumMethods = sizeof(kMethods) / sizeof(kMethods[0]);
 
@@ -114,7 +119,7 @@ class Servers {
     Check(WriteSeedCheckpoint(*client_, root_), "seed checkpoint");
 
     server::ShardOptions serving;
-    serving.serving = true;
+    serving.role = server::ShardRole::kServing;
     serving.follow.checkpoint_root = root_;
     serving.follow.training_servers = {training_->address()};
     serving.follow.checkpoint_poll = absl::Milliseconds(200);
@@ -125,7 +130,7 @@ class Servers {
     serving_ = *std::move(shard);
 
     server::ShardOptions coordinator;
-    coordinator.replica_directory = true;
+    coordinator.role = server::ShardRole::kCoordinator;
     coordinator.directory.max_shards = 16;
     coordinator.directory.max_members = 8;
     shard = server::Shard::Start(coordinator);

@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "client/client.h"
-#include "proto/embedps.pb.h"
+#include "proto/tables.pb.h"
 
 namespace embedps::fuzz {
 

@@ -15,7 +15,7 @@
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "gtest/gtest.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/training.grpc.pb.h"
 #include "security/health_check.h"
 #include "security/token_auth.h"
 
@@ -26,11 +26,10 @@ using ::embedps::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // Answers the calls the tests make; what matters is whether they arrive.
-class AnsweringService : public proto::EmbeddingService::Service {
+class AnsweringService : public proto::TrainingService::Service {
  public:
-  grpc::Status Stats(grpc::ServerContext*, const proto::StatsRequest*,
-                     proto::StatsResponse* response) override {
-    response->set_shard_index(7);
+  grpc::Status ListTables(grpc::ServerContext*, const proto::ListTablesRequest*,
+                          proto::ListTablesResponse*) override {
     return grpc::Status::OK;
   }
   grpc::Status CreateTable(grpc::ServerContext* context,
@@ -96,23 +95,24 @@ class CredentialsTest : public ::testing::Test {
     return security;
   }
 
-  std::unique_ptr<proto::EmbeddingService::Stub> Stub(
+  std::unique_ptr<proto::TrainingService::Stub> Stub(
       const ChannelSecurity& security) {
     absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
         MakeChannelCredentials(security);
     EXPECT_OK(credentials.status());
-    return proto::EmbeddingService::NewStub(grpc::CreateCustomChannel(
+    return proto::TrainingService::NewStub(grpc::CreateCustomChannel(
         address_, *credentials, ChannelArgumentsFor(security)));
   }
 
-  static grpc::Status CallStats(proto::EmbeddingService::Stub& stub) {
+  // A call a read-only token may make.
+  static grpc::Status CallList(proto::TrainingService::Stub& stub) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::seconds(5));
-    proto::StatsResponse response;
-    return stub.Stats(&context, proto::StatsRequest(), &response);
+    proto::ListTablesResponse response;
+    return stub.ListTables(&context, proto::ListTablesRequest(), &response);
   }
-  static grpc::Status CallCreate(proto::EmbeddingService::Stub& stub) {
+  static grpc::Status CallCreate(proto::TrainingService::Stub& stub) {
     grpc::ClientContext context;
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::seconds(5));
@@ -131,14 +131,14 @@ std::string* CredentialsTest::dir_ = nullptr;
 TEST_F(CredentialsTest, AClientThatTrustsTheCaGetsThrough) {
   Serve(TlsServer());
   auto stub = Stub(TrustingClient());
-  EXPECT_TRUE(CallStats(*stub).ok());
+  EXPECT_TRUE(CallList(*stub).ok());
   EXPECT_TRUE(CallCreate(*stub).ok());
 }
 
 TEST_F(CredentialsTest, APlainTextClientIsRefused) {
   Serve(TlsServer());
   auto stub = Stub(ChannelSecurity());
-  const grpc::Status status = CallStats(*stub);
+  const grpc::Status status = CallList(*stub);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAVAILABLE)
       << status.error_message();
 }
@@ -148,7 +148,7 @@ TEST_F(CredentialsTest, AClientTrustingAnotherCaRefusesTheServer) {
   ChannelSecurity security;
   security.ca_file = File("other-ca.pem");
   auto stub = Stub(security);
-  EXPECT_EQ(CallStats(*stub).error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(CallList(*stub).error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
 TEST_F(CredentialsTest, AServerNameTheCertificateLacksIsRefused) {
@@ -156,7 +156,7 @@ TEST_F(CredentialsTest, AServerNameTheCertificateLacksIsRefused) {
   ChannelSecurity security = TrustingClient();
   security.server_name = "elsewhere.example";
   auto stub = Stub(security);
-  EXPECT_EQ(CallStats(*stub).error_code(), grpc::StatusCode::UNAVAILABLE);
+  EXPECT_EQ(CallList(*stub).error_code(), grpc::StatusCode::UNAVAILABLE);
 }
 
 TEST_F(CredentialsTest, MutualTlsWantsACertificateFromTheClientCa) {
@@ -164,18 +164,18 @@ TEST_F(CredentialsTest, MutualTlsWantsACertificateFromTheClientCa) {
   server.client_ca_file = File("ca.pem");
   Serve(server);
   // No client certificate.
-  EXPECT_EQ(CallStats(*Stub(TrustingClient())).error_code(),
+  EXPECT_EQ(CallList(*Stub(TrustingClient())).error_code(),
             grpc::StatusCode::UNAVAILABLE);
   // One from a CA the server does not trust.
   ChannelSecurity stranger = TrustingClient();
   stranger.cert_file = File("other.pem");
   stranger.key_file = File("other.key");
-  EXPECT_EQ(CallStats(*Stub(stranger)).error_code(),
+  EXPECT_EQ(CallList(*Stub(stranger)).error_code(),
             grpc::StatusCode::UNAVAILABLE);
   ChannelSecurity member = TrustingClient();
   member.cert_file = File("node.pem");
   member.key_file = File("node.key");
-  EXPECT_TRUE(CallStats(*Stub(member)).ok());
+  EXPECT_TRUE(CallList(*Stub(member)).ok());
   EXPECT_EQ(service_.created, 0);
 }
 
@@ -184,7 +184,7 @@ TEST_F(CredentialsTest, TheTrainingTokenCallsEverything) {
   ChannelSecurity security = TrustingClient();
   security.token_file = File("train.token");
   auto stub = Stub(security);
-  EXPECT_TRUE(CallStats(*stub).ok());
+  EXPECT_TRUE(CallList(*stub).ok());
   const grpc::Status created = CallCreate(*stub);
   EXPECT_TRUE(created.ok()) << created.error_message();
   EXPECT_EQ(service_.created, 1);
@@ -196,12 +196,12 @@ TEST_F(CredentialsTest, TheReadOnlyTokenReadsButChangesNothing) {
   ChannelSecurity security = TrustingClient();
   security.token_file = File("read.token");
   auto stub = Stub(security);
-  EXPECT_TRUE(CallStats(*stub).ok());
+  EXPECT_TRUE(CallList(*stub).ok());
   const grpc::Status created = CallCreate(*stub);
   EXPECT_EQ(created.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(created.error_message(),
               HasSubstr("read-only token cannot call "
-                        "/embedps.proto.EmbeddingService/CreateTable"));
+                        "/embedps.proto.TrainingService/CreateTable"));
   EXPECT_EQ(service_.created, 0);
 }
 
@@ -210,7 +210,7 @@ TEST_F(CredentialsTest, AMissingOrWrongTokenIsRefused) {
   const grpc::Status none = CallCreate(*Stub(TrustingClient()));
   EXPECT_EQ(none.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_THAT(none.error_message(), HasSubstr("no token"));
-  EXPECT_EQ(CallStats(*Stub(TrustingClient())).error_code(),
+  EXPECT_EQ(CallList(*Stub(TrustingClient())).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
 
   const std::string wrong = File("wrong.token");
@@ -295,9 +295,9 @@ TEST(ChannelArgumentsTest, ChannelsReconnectWithinASecondAndKeepTheServerName) {
 }
 
 TEST(AccessForTest, WritesNeedTheTrainingTokenAndUnknownMethodsToo) {
-  EXPECT_EQ(AccessFor("/embedps.proto.EmbeddingService/Push"), Access::kTrain);
-  EXPECT_EQ(AccessFor("/embedps.proto.EmbeddingService/Pull"), Access::kTrain);
-  EXPECT_EQ(AccessFor("/embedps.proto.EmbeddingService/Save"), Access::kTrain);
+  EXPECT_EQ(AccessFor("/embedps.proto.TrainingService/Push"), Access::kTrain);
+  EXPECT_EQ(AccessFor("/embedps.proto.TrainingService/Pull"), Access::kTrain);
+  EXPECT_EQ(AccessFor("/embedps.proto.TrainingService/Save"), Access::kTrain);
   EXPECT_EQ(AccessFor("/embedps.proto.Coordination/Get"), Access::kTrain);
   EXPECT_EQ(AccessFor("/embedps.proto.Future/Anything"), Access::kTrain);
   EXPECT_EQ(AccessFor(""), Access::kTrain);

@@ -9,6 +9,7 @@
 #include "common/status_macros.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
+#include "wire/grpc_status.h"
 
 namespace embedps::security {
 namespace {
@@ -47,8 +48,7 @@ absl::Status CheckHealth(const std::string& address,
     done_cv.wait(lock, [&] { return done; });
   }
   if (!status.ok()) {
-    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                        status.error_message());
+    return wire::FromGrpcStatus(status);
   }
   std::vector<grpc::Slice> slices;
   std::string bytes;

@@ -17,9 +17,9 @@ constexpr absl::string_view kBearer = "Bearer ";
 // Methods a read-only token may call; anything else needs the training
 // token.
 constexpr absl::string_view kReadMethods[] = {
-    "/embedps.proto.EmbeddingService/Stats",
-    "/embedps.proto.EmbeddingService/ListTables",
-    "/embedps.proto.EmbeddingService/Subscribe",
+    "/embedps.proto.StatsService/Stats",
+    "/embedps.proto.TrainingService/ListTables",
+    "/embedps.proto.TrainingService/Subscribe",
     "/embedps.proto.ServingService/Lookup",
     "/embedps.proto.ServingService/Version",
     "/embedps.proto.ServingService/DenseModel",

@@ -11,12 +11,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/table_file.h"
 #include "common/file_io.h"
 #include "common/key_hash.h"
 #include "common/logging.h"
 #include "common/malloc_options.h"
 #include "common/status_macros.h"
-#include "embedding/checkpoint_file.h"
 #include "embedding/table.h"
 #include "embedding/table_spec.h"
 #include "server/path_confinement.h"
@@ -144,8 +144,8 @@ absl::StatusOr<double> ShardCheckpointer::Save(
               (std::filesystem::path(shard_dir).filename() /
                checkpoint::TableFileName(item.table))
                   .string();
-          absl::StatusOr<embedding::TableFileSummary> summary =
-              embedding::WriteTableFile(
+          absl::StatusOr<checkpoint::TableFileSummary> summary =
+              checkpoint::WriteTableFile(
                   *item.snapshot,
                   (std::filesystem::path(shard_dir).parent_path() / relative)
                       .string());
@@ -278,8 +278,8 @@ absl::StatusOr<proto::LoadResponse> ShardCheckpointer::Restore(
       for (auto it = files.rbegin(); it != files.rend(); ++it) {
         const std::string file_path =
             (std::filesystem::path(it->first) / it->second.path()).string();
-        ASSIGN_OR_RETURN(const embedding::TableFileRestore restored,
-                         embedding::RestoreTableFile(
+        ASSIGN_OR_RETURN(const checkpoint::TableFileRestore restored,
+                         checkpoint::RestoreTableFile(
                              file_path, it->second.xxh3(), *entry.table,
                              same_sharding ? nullptr : keep));
         if (it + 1 == files.rend()) {

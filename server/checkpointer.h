@@ -22,7 +22,7 @@
 #include "absl/status/statusor.h"
 #include "checkpoint/manifest.h"
 #include "common/mutex.h"
-#include "proto/embedps.pb.h"
+#include "proto/training.pb.h"
 #include "server/memory_guard.h"
 #include "server/table_registry.h"
 

@@ -5,7 +5,7 @@
 #ifndef EMBEDPS_SERVER_COORDINATION_SERVICE_H_
 #define EMBEDPS_SERVER_COORDINATION_SERVICE_H_
 
-#include "proto/embedps.grpc.pb.h"
+#include "proto/coordination.grpc.pb.h"
 #include "server/coordination_store.h"
 #include "server/rpc_metrics.h"
 

@@ -11,7 +11,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/coordination.grpc.pb.h"
 #include "server/shard_testing.h"
 
 namespace embedps {

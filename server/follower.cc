@@ -20,13 +20,16 @@
 #include "common/malloc_options.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/checkpoint.pb.h"
+#include "proto/serving.pb.h"
+#include "proto/tables.pb.h"
+#include "proto/training.grpc.pb.h"
 #include "server/checkpointer.h"
 
 namespace embedps::server {
 struct Follower::Source {
   std::string address;
-  std::unique_ptr<proto::EmbeddingService::Stub> stub;
+  std::unique_ptr<proto::TrainingService::Stub> stub;
   Mutex mu;
   grpc::ClientContext* active ABSL_GUARDED_BY(mu) = nullptr;
 };
@@ -124,7 +127,7 @@ absl::StatusOr<std::unique_ptr<Follower>> Follower::Start(
   for (const std::string& address : o.training_servers) {
     auto source = std::make_unique<Source>();
     source->address = address;
-    source->stub = proto::EmbeddingService::NewStub(
+    source->stub = proto::TrainingService::NewStub(
         grpc::CreateCustomChannel(address, credentials, args));
     follower->sources_.push_back(std::move(source));
   }

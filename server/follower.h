@@ -37,7 +37,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/mutex.h"
-#include "proto/embedps.pb.h"
+#include "proto/serving.pb.h"
+#include "proto/training.pb.h"
 #include "security/credentials.h"
 #include "server/serving_state.h"
 

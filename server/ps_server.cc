@@ -2,7 +2,7 @@
 //
 //   ps_server --port=50051 --shard_index=0 --num_shards=2 --tables=tables.txtpb
 //
-// Serves EmbeddingService, gRPC health checking and server reflection
+// Serves TrainingService, gRPC health checking and server reflection
 // (grpcurl can list and call everything). SIGTERM or SIGINT: stop taking
 // calls, finish those in flight (up to --shutdown_grace), exit 0.
 #include <signal.h>
@@ -235,7 +235,7 @@ absl::StatusOr<ShardOptions> OptionsFromFlags() {
       static_cast<uint64_t>(absl::GetFlag(FLAGS_publish_history_mb)) << 20;
   const std::string role = absl::GetFlag(FLAGS_role);
   if (role == "serving") {
-    options.serving = true;
+    options.role = ShardRole::kServing;
     options.follow.checkpoint_root = absl::GetFlag(FLAGS_follow_checkpoints);
     if (options.follow.checkpoint_root.empty()) {
       return absl::InvalidArgumentError(
@@ -270,7 +270,7 @@ absl::StatusOr<ShardOptions> OptionsFromFlags() {
       return absl::InvalidArgumentError(
           "--replica_lease must be in [100ms, 5m]");
     }
-    options.replica_directory = true;
+    options.role = ShardRole::kCoordinator;
     options.directory.lease = lease;
     options.directory.grace = lease / 2;
   } else if (role != "training") {
@@ -309,7 +309,8 @@ int Run() {
     log->error("{}", options.status().message());
     return 2;
   }
-  if (options->checkpoint_root.empty() && !options->serving) {
+  if (options->checkpoint_root.empty() &&
+      options->role == ShardRole::kTraining) {
     log->info(
         "no --checkpoint_root: Save and Load requests will be refused (set "
         "it to checkpoint this shard)");
@@ -335,7 +336,7 @@ int Run() {
   // A serving replica may start before training's first checkpoint.
   const absl::Time wait_until = start + absl::GetFlag(FLAGS_checkpoint_wait);
   bool said = false;
-  while (options->serving && !shard.ok() &&
+  while (options->role == ShardRole::kServing && !shard.ok() &&
          shard.status().code() == absl::StatusCode::kNotFound &&
          absl::Now() < wait_until) {
     if (!said) {
@@ -364,11 +365,12 @@ int Run() {
   const int port = (*shard)->port();
   const int metrics_port = (*shard)->metrics_port();
   const std::string what =
-      options->replica_directory
+      options->role == ShardRole::kCoordinator
           ? std::string("coordinator (replica directory)")
-          : absl::StrCat(options->serving ? "serving" : "training", " shard ",
-                         options->service.shard_index, " of ",
-                         options->service.num_shards);
+          : absl::StrCat(
+                options->role == ShardRole::kServing ? "serving" : "training",
+                " shard ", options->service.shard_index, " of ",
+                options->service.num_shards);
   log->info(
       "{} listening on {}:{} ({}{})", what, options->host, port,
       options->security.tls()

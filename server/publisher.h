@@ -29,7 +29,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/mutex.h"
-#include "proto/embedps.pb.h"
+#include "proto/training.pb.h"
 #include "server/table_registry.h"
 
 namespace embedps::server {

@@ -2,7 +2,7 @@
 //
 // Runs on the coordinator (ps_server --role=coordinator). Every replica of
 // a replicated training shard sends it a heartbeat a few times per lease;
-// the answer is the shard's view (replica_view in proto/embedps.proto):
+// the answer is the shard's view (ReplicaView in proto/replication.proto):
 // the epoch, the primary, the replicas in sync, the lineage.
 //
 // The rules (docs/architecture.md "Replication" says why):
@@ -36,7 +36,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/mutex.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/replication.grpc.pb.h"
 #include "server/rpc_metrics.h"
 
 namespace embedps::server {

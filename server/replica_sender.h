@@ -15,7 +15,7 @@
 #include "absl/time/time.h"
 #include "common/mutex.h"
 #include "grpcpp/grpcpp.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/replication.grpc.pb.h"
 
 namespace embedps::server {
 

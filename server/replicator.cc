@@ -36,11 +36,6 @@ bool Contains(const proto::ReplicaView& view, const std::string& member) {
          view.in_sync().end();
 }
 
-absl::Status FromGrpc(const grpc::Status& status) {
-  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                      status.error_message());
-}
-
 // A channel to another replica or the directory.
 std::shared_ptr<grpc::Channel> MakeChannel(
     const std::string& address,
@@ -339,7 +334,7 @@ absl::Status Replicator::FetchState(const proto::ReplicaView& view,
   if (!ended) {
     const grpc::Status finish = reader->Finish();
     return finish.ok() ? absl::DataLossError("the catch-up ended early")
-                       : FromGrpc(finish);
+                       : wire::FromGrpcStatus(finish);
   }
   // The primary starts forwarding once we have read everything, and
   // finishes the call once we have applied what it forwarded meanwhile: be
@@ -359,12 +354,13 @@ absl::Status Replicator::FetchState(const proto::ReplicaView& view,
   const grpc::Status finish = reader->Finish();
   // The received chunks and the restore's scratch: back to the kernel.
   ReturnFreedMemory();
-  return finish.ok() ? absl::OkStatus() : FromGrpc(finish);
+  return finish.ok() ? absl::OkStatus() : wire::FromGrpcStatus(finish);
 }
 
-absl::Status Replicator::Write(proto::ReplicatedOp op,
+absl::Status Replicator::Write(absl::FunctionRef<proto::ReplicatedOp()> make_op,
                                absl::FunctionRef<absl::Status()> apply,
                                uint64_t* epoch) {
+  proto::ReplicatedOp op = make_op();
   std::vector<std::shared_ptr<ReplicaSender>> required;
   uint64_t sequence = 0, accepted_in = 0;
   {
@@ -446,7 +442,7 @@ absl::Status Replicator::ReportFailed(const std::string& member) {
   return absl::OkStatus();
 }
 
-absl::Status Replicator::CheckPrimary() {
+absl::Status Replicator::CheckServes() {
   MutexLock lock(&mu_);
   if (role_ == Role::kPrimary && absl::Now() < lease_until_) {
     return absl::OkStatus();
@@ -459,6 +455,19 @@ absl::Status Replicator::CheckPrimary() {
 uint64_t Replicator::lineage() {
   MutexLock lock(&mu_);
   return lineage_;
+}
+
+std::string Replicator::Incarnation() {
+  const uint64_t shard_lineage = lineage();
+  return shard_lineage == 0 ? std::string()
+                            : absl::StrCat(absl::Hex(shard_lineage));
+}
+
+absl::Status Replicator::CheckLoad() {
+  return absl::FailedPreconditionError(
+      "Load refused: this shard is replicated; restore a replicated shard by "
+      "starting one replica with --restore (the others join it empty and "
+      "catch up)");
 }
 
 std::string Replicator::role() {

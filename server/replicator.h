@@ -19,7 +19,8 @@
 //   a backup dropped from the in-sync set, a failed catch-up) refuses every
 //   write and calls `on_deposed`; ps_server exits then, so that its
 //   supervisor restarts it empty to join again (fail-stop).
-// Pulls are served by the primary only (CheckPrimary). Design and why:
+// Pulls are served by the primary only (CheckServes). It is the shard's
+// WriteOrder (write_order.h) for the training service. Design and why:
 // docs/architecture.md "Replication".
 //
 // Thread safety: thread-safe.
@@ -38,7 +39,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/mutex.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/replication.grpc.pb.h"
 #include "security/credentials.h"
 #include "server/checkpointer.h"
 #include "server/memory_guard.h"
@@ -46,6 +47,7 @@
 #include "server/replica_sender.h"
 #include "server/rpc_metrics.h"
 #include "server/table_registry.h"
+#include "server/write_order.h"
 
 namespace embedps::server {
 
@@ -69,10 +71,10 @@ struct ReplicationOptions {
   std::function<void(const std::string& why)> on_deposed;
 };
 
-class Replicator {
+class Replicator final : public WriteOrder {
  public:
-  // Applies a write the primary forwarded (the service: it parses and
-  // checks it as it would a client's).
+  // Applies a write the primary forwarded (the training service: it parses
+  // and checks it as it would a client's).
   using ApplyForwarded =
       std::function<absl::Status(const proto::ReplicatedOp& op)>;
 
@@ -88,26 +90,33 @@ class Replicator {
   // Starts heartbeating as `member` (empty: options.member). Once.
   void Run(const std::string& member = "");
   // Stops the threads; forwards in flight fail.
-  ~Replicator();
+  ~Replicator() override;
   Replicator(const Replicator&) = delete;
   Replicator& operator=(const Replicator&) = delete;
 
   // The primary's write: runs `apply` in the shard's write order and, if it
-  // succeeded, forwards `op` to the backups and returns once every in-sync
-  // one has applied it. UNAVAILABLE (nothing applied) on a replica that is
-  // not the primary or whose lease ran out; UNAVAILABLE after `apply` if a
-  // failed backup could not be reported (this replica is deposed then).
-  // On OK, *epoch (if given) is the epoch in which this replica accepted
-  // the write as the primary.
-  absl::Status Write(proto::ReplicatedOp op,
+  // succeeded, forwards make_op() to the backups and returns once every
+  // in-sync one has applied it. UNAVAILABLE (nothing applied) on a replica
+  // that is not the primary or whose lease ran out; UNAVAILABLE after
+  // `apply` if a failed backup could not be reported (this replica is
+  // deposed then). On OK, *epoch (if given) is the epoch in which this
+  // replica accepted the write as the primary.
+  absl::Status Write(absl::FunctionRef<proto::ReplicatedOp()> make_op,
                      absl::FunctionRef<absl::Status()> apply,
-                     uint64_t* epoch = nullptr);
+                     uint64_t* epoch = nullptr) override;
 
   // OK on the primary within its lease; UNAVAILABLE naming the primary
   // otherwise (the client tries the shard's other replicas).
-  absl::Status CheckPrimary();
+  absl::Status CheckServes() override;
 
-  // The shard's lineage (0 until known): the incarnation clients see.
+  // FAILED_PRECONDITION: a replicated shard restores with --restore.
+  absl::Status CheckLoad() override;
+
+  // The shard's lineage in hex (empty until known): every replica answers
+  // as it, so that a failover is the same shard to clients.
+  std::string Incarnation() override;
+
+  // The shard's lineage (0 until known).
   uint64_t lineage();
 
   // The Replication service's methods.

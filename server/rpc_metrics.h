@@ -14,7 +14,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "embedding/table.h"
-#include "proto/embedps.pb.h"
+#include "proto/stats.pb.h"
 
 namespace embedps::server {
 

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/key_hash.h"
+#include "server/table_registry.h"
 #include "wire/float16.h"
 #include "wire/grpc_status.h"
 
@@ -56,6 +57,23 @@ absl::StatusOr<std::vector<int32_t>> Offsets(const proto::LookupSlot& slot,
 }
 
 }  // namespace
+
+absl::Status ServingServiceImpl::FillStats(const proto::StatsRequest&,
+                                           proto::StatsResponse* stats) {
+  stats->set_shard_index(options_.shard_index);
+  stats->set_num_shards(options_.num_shards);
+  stats->set_serving_replica(true);
+  *stats->mutable_serving() = follower_->Describe();
+  // The tables are the served base's.
+  const std::shared_ptr<const ServingVersion> version = follower_->Current();
+  for (const TableRegistry::Entry& entry : version->registry->List()) {
+    proto::TableStatsProto* out = stats->add_table();
+    out->set_table_id(entry.table_id);
+    out->set_name(entry.config->name());
+    TableStatsToProto(entry.table->Stats(), out);
+  }
+  return absl::OkStatus();
+}
 
 ServingServiceImpl::ServingServiceImpl(ServingServiceOptions options,
                                        Follower* follower, RpcMetrics* metrics)

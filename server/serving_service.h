@@ -15,7 +15,9 @@
 
 #include <cstdint>
 
-#include "proto/embedps.grpc.pb.h"
+#include "absl/status/status.h"
+#include "proto/serving.grpc.pb.h"
+#include "proto/stats.pb.h"
 #include "server/follower.h"
 #include "server/rpc_metrics.h"
 
@@ -52,6 +54,11 @@ class ServingServiceImpl final : public proto::ServingService::Service {
   grpc::Status DenseModel(grpc::ServerContext* context,
                           const proto::DenseModelRequest* request,
                           proto::DenseModelResponse* response) override;
+
+  // The serving replica's part of a Stats answer (StatsServiceImpl): its
+  // serving shard, the version it serves, and that version's base tables.
+  absl::Status FillStats(const proto::StatsRequest& request,
+                         proto::StatsResponse* response);
 
  private:
   grpc::Status LookupImpl(const proto::LookupRequest& request,

@@ -30,7 +30,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "proto/embedps.pb.h"
+#include "proto/tables.pb.h"
 #include "server/table_registry.h"
 
 namespace embedps::server {

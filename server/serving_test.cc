@@ -20,7 +20,10 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/serving.grpc.pb.h"
+#include "proto/stats.grpc.pb.h"
+#include "proto/tables.pb.h"
+#include "proto/training.grpc.pb.h"
 #include "server/shard.h"
 #include "server/table_config.h"
 
@@ -105,7 +108,7 @@ class ServingTest : public ::testing::Test {
                                                       int count = 1,
                                                       uint64_t pinned = 0) {
     ShardOptions serving;
-    serving.serving = true;
+    serving.role = ShardRole::kServing;
     serving.follow.checkpoint_root = root_;
     serving.follow.training_servers = {training_->address()};
     serving.follow.shard_index = index;
@@ -288,7 +291,7 @@ TEST_F(ServingTest, PooledLookupsAndUnknownKeysChangeNothing) {
   proto::StatsRequest stats_request;
   proto::StatsResponse stats;
   grpc::ClientContext context;
-  ASSERT_TRUE(proto::EmbeddingService::NewStub(
+  ASSERT_TRUE(proto::StatsService::NewStub(
                   grpc::CreateChannel(replica->address(),
                                       grpc::InsecureChannelCredentials()))
                   ->Stats(&context, stats_request, &stats)

@@ -11,72 +11,92 @@
 #include "httplib.h"
 #include "server/checkpointer.h"
 #include "server/coordination_service.h"
+#include "server/role_refusal.h"
 #include "server/rpc_metrics.h"
 #include "server/serving_service.h"
+#include "server/stats_service.h"
 #include "server/table_registry.h"
+#include "server/write_order.h"
 
 namespace embedps::server {
 
-namespace {
-
-TableRegistry::Options RegistryOptionsFor(const ShardOptions& o) {
-  TableRegistry::Options options;
-  options.num_workers = o.num_workers;
-  options.spill_root = o.spill_root;
-  options.spill_block_cache_bytes = o.spill_block_cache_bytes;
-  options.spill_read_around = o.spill_read_around;
-  options.num_shards = o.service.num_shards;
-  options.max_expected_rows_bytes = o.max_expected_rows_bytes;
-  return options;
-}
-
-}  // namespace
-
-// Members are destroyed in reverse order: the servers stop before the
-// services and tables they call go.
-struct Shard::Parts {
-  explicit Parts(const ShardOptions& o)
-      : options(o),
-        registry(RegistryOptionsFor(o)),
+// What a training shard is made of.
+struct TrainingParts {
+  TrainingParts(const ShardOptions& o, RpcMetrics* metrics)
+      : registry(RegistryOptionsFor(o)),
         memory(o.service.memory_limit_bytes),
         checkpointer(o.service.shard_index, o.service.num_shards, &registry,
                      o.checkpoint_root, &memory),
         publisher(PublisherFor(o), &registry),
-        service(ServiceFor(o), &registry, &checkpointer, &metrics, &memory,
-                o.serving ? nullptr : &publisher),
-        coordination(&metrics, o.coordination) {}
+        coordination(metrics, o.coordination) {}
 
+  static TableRegistry::Options RegistryOptionsFor(const ShardOptions& o) {
+    TableRegistry::Options options;
+    options.num_workers = o.num_workers;
+    options.spill_root = o.spill_root;
+    options.spill_block_cache_bytes = o.spill_block_cache_bytes;
+    options.spill_read_around = o.spill_read_around;
+    options.num_shards = o.service.num_shards;
+    options.max_expected_rows_bytes = o.max_expected_rows_bytes;
+    return options;
+  }
   static PublisherOptions PublisherFor(const ShardOptions& o) {
     PublisherOptions p = o.publisher;
     p.shard_index = o.service.shard_index;
     p.num_shards = o.service.num_shards;
     return p;
   }
-  static ServiceOptions ServiceFor(const ShardOptions& o) {
-    ServiceOptions s = o.service;
-    s.serving_replica = o.serving;
-    return s;
-  }
 
-  const ShardOptions options;
   TableRegistry registry;
   // The process's memory limit, for every path that may allocate.
   MemoryGuard memory;
   ShardCheckpointer checkpointer;
-  RpcMetrics metrics;
   Publisher publisher;
-  EmbeddingServiceImpl service;
-  // A serving replica's.
-  std::unique_ptr<Follower> follower;
-  std::unique_ptr<ServingServiceImpl> serving;
-  // Every shard answers Coordination; by convention workers use shard 0's.
+  PushDeduplicator deduplicator;
+  // Every training shard answers Coordination; by convention workers use
+  // shard 0's.
   CoordinationServiceImpl coordination;
   proto::LoadResponse restored;
-  // Replication: the directory (a coordinator), or this replica's part.
-  std::unique_ptr<ReplicaDirectory> directory;
-  std::unique_ptr<ReplicaDirectoryServiceImpl> directory_service;
+  // How writes are ordered: at once, or a replicated shard's Replicator.
+  std::unique_ptr<WriteOrder> unreplicated;
   std::unique_ptr<Replicator> replicator;
   std::unique_ptr<ReplicationServiceImpl> replication;
+  std::unique_ptr<TrainingServiceImpl> service;
+};
+
+// What a serving replica is made of.
+struct ServingParts {
+  std::unique_ptr<Follower> follower;
+  std::unique_ptr<ServingServiceImpl> service;
+};
+
+// What a coordinator is made of: the directory, and the rendezvous store
+// of a cluster whose shards are replicated (no single shard process lasts).
+struct CoordinatorParts {
+  CoordinatorParts(const ShardOptions& o, RpcMetrics* metrics)
+      : directory(o.directory),
+        service(&directory, metrics),
+        coordination(metrics, o.coordination) {}
+
+  ReplicaDirectory directory;
+  ReplicaDirectoryServiceImpl service;
+  CoordinationServiceImpl coordination;
+};
+
+// Members are destroyed in reverse order: the servers stop before the
+// services and tables they call go.
+struct Shard::Parts {
+  explicit Parts(ShardOptions o) : options(std::move(o)) {}
+
+  const ShardOptions options;
+  RpcMetrics metrics;
+  // One of the three, by options.role.
+  std::unique_ptr<TrainingParts> training;
+  std::unique_ptr<ServingParts> serving;
+  std::unique_ptr<CoordinatorParts> coordinator;
+  std::unique_ptr<StatsServiceImpl> stats;
+  // Answers what the role does not serve.
+  std::unique_ptr<RoleRefusal> refusal;
 
   std::unique_ptr<grpc::Server> server;
   int port = 0;
@@ -113,16 +133,18 @@ absl::Status CheckOptions(const ShardOptions& o) {
   if (o.max_message_bytes < 1) {
     return absl::InvalidArgumentError("max_message_bytes must be positive");
   }
+  if (o.role != ShardRole::kTraining && !o.replication.directory.empty()) {
+    return absl::InvalidArgumentError(
+        "only a training shard can be a replicated training shard "
+        "(replication.directory)");
+  }
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
-  RETURN_IF_ERROR(CheckOptions(options));
-  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
-                   security::MakeServerCredentials(options.security));
-  auto parts = std::make_unique<Parts>(options);
+// A training shard: tables, restore, write order, services.
+absl::StatusOr<std::unique_ptr<TrainingParts>> AssembleTraining(
+    const ShardOptions& options, RpcMetrics* metrics) {
+  auto parts = std::make_unique<TrainingParts>(options, metrics);
   for (const proto::TableConfig& config : options.tables.table()) {
     absl::StatusOr<TableRegistry::CreateResult> created =
         parts->registry.Create(config);
@@ -132,119 +154,175 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
                                        "': ", created.status().message()));
     }
   }
+  TrainingServiceOptions service = options.service;
   if (!options.restore.empty()) {
     ASSIGN_OR_RETURN(parts->restored,
                      parts->checkpointer.Restore(options.restore));
-    parts->service.set_restored_step(parts->restored.step());
+    service.restored_step = static_cast<int64_t>(parts->restored.step());
   }
-  if (options.serving) {
-    ASSIGN_OR_RETURN(parts->follower, Follower::Start(options.follow));
-    ServingServiceOptions serving;
-    serving.shard_index = options.follow.shard_index;
-    serving.num_shards = options.follow.num_shards;
-    serving.max_keys_per_request = options.max_lookup_keys;
-    serving.max_response_bytes = options.service.max_response_bytes;
-    parts->serving = std::make_unique<ServingServiceImpl>(
-        serving, parts->follower.get(), &parts->metrics);
-    Follower* follower = parts->follower.get();
-    parts->service.set_stats_source([follower](proto::StatsResponse* stats) {
-      stats->set_serving_replica(true);
-      *stats->mutable_serving() = follower->Describe();
-      // The tables are the served base's.
-      const std::shared_ptr<const ServingVersion> version = follower->Current();
-      for (const TableRegistry::Entry& entry : version->registry->List()) {
-        proto::TableStatsProto* out = stats->add_table();
-        out->set_table_id(entry.table_id);
-        out->set_name(entry.config->name());
-        TableStatsToProto(entry.table->Stats(), out);
-      }
-    });
-  }
-
-  if (options.replica_directory) {
-    parts->directory = std::make_unique<ReplicaDirectory>(options.directory);
-    parts->directory_service = std::make_unique<ReplicaDirectoryServiceImpl>(
-        parts->directory.get(), &parts->metrics);
-  }
+  WriteOrder* writes = nullptr;
   if (!options.replication.directory.empty()) {
-    if (options.serving) {
-      return absl::InvalidArgumentError(
-          "a serving replica cannot be a replicated training shard");
-    }
     ReplicationOptions replication = options.replication;
     replication.shard = options.service.shard_index;
-    EmbeddingServiceImpl* service = &parts->service;
-    ASSIGN_OR_RETURN(parts->replicator,
-                     Replicator::Create(
-                         replication, &parts->registry, service->deduplicator(),
-                         &parts->checkpointer, &parts->metrics, &parts->memory,
-                         [service](const proto::ReplicatedOp& op) {
-                           return service->ApplyForwarded(op);
-                         }));
-    service->set_replicator(parts->replicator.get());
+    // The backups' writes go to the service made below, which exists
+    // before Run lets any arrive.
+    TrainingParts* p = parts.get();
+    ASSIGN_OR_RETURN(
+        parts->replicator,
+        Replicator::Create(replication, &parts->registry, &parts->deduplicator,
+                           &parts->checkpointer, metrics, &parts->memory,
+                           [p](const proto::ReplicatedOp& op) {
+                             return p->service->ApplyForwarded(op);
+                           }));
     parts->replication = std::make_unique<ReplicationServiceImpl>(
-        parts->replicator.get(), &parts->metrics);
+        parts->replicator.get(), metrics);
+    writes = parts->replicator.get();
+  } else {
+    parts->unreplicated =
+        NewUnreplicatedWriteOrder(options.service.incarnation);
+    writes = parts->unreplicated.get();
   }
+  parts->service = std::make_unique<TrainingServiceImpl>(
+      std::move(service), &parts->registry, writes, &parts->deduplicator,
+      &parts->checkpointer, &parts->publisher, metrics, &parts->memory);
+  return parts;
+}
+
+absl::StatusOr<std::unique_ptr<ServingParts>> AssembleServing(
+    const ShardOptions& options, RpcMetrics* metrics) {
+  auto parts = std::make_unique<ServingParts>();
+  ASSIGN_OR_RETURN(parts->follower, Follower::Start(options.follow));
+  ServingServiceOptions serving;
+  serving.shard_index = options.follow.shard_index;
+  serving.num_shards = options.follow.num_shards;
+  serving.max_keys_per_request = options.max_lookup_keys;
+  serving.max_response_bytes = options.service.max_response_bytes;
+  parts->service = std::make_unique<ServingServiceImpl>(
+      serving, parts->follower.get(), metrics);
+  return parts;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
+  RETURN_IF_ERROR(CheckOptions(options));
+  ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> credentials,
+                   security::MakeServerCredentials(options.security));
+  auto parts = std::make_unique<Parts>(std::move(options));
+  const ShardOptions& o = parts->options;
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
-  const std::string address = absl::StrCat(options.host, ":", options.port);
+  switch (o.role) {
+    case ShardRole::kTraining: {
+      ASSIGN_OR_RETURN(parts->training, AssembleTraining(o, &parts->metrics));
+      TrainingParts* training = parts->training.get();
+      parts->stats = std::make_unique<StatsServiceImpl>(
+          &parts->metrics, &training->memory,
+          [training](const proto::StatsRequest& request,
+                     proto::StatsResponse* response) {
+            return training->service->FillStats(request, response);
+          });
+      parts->refusal = std::make_unique<RoleRefusal>(
+          absl::StrCat("training shard ", o.service.shard_index, " of ",
+                       o.service.num_shards,
+                       " (it serves TrainingService, Coordination and "
+                       "StatsService",
+                       training->replication != nullptr ? ", Replication" : "",
+                       ")"),
+          "Send serving calls to a serving replica (ps_server "
+          "--role=serving) and directory calls to the coordinator "
+          "(--role=coordinator).");
+      builder.RegisterService(training->service.get());
+      builder.RegisterService(&training->coordination);
+      if (training->replication != nullptr) {
+        builder.RegisterService(training->replication.get());
+      }
+      break;
+    }
+    case ShardRole::kServing: {
+      ASSIGN_OR_RETURN(parts->serving, AssembleServing(o, &parts->metrics));
+      ServingServiceImpl* serving = parts->serving->service.get();
+      parts->stats = std::make_unique<StatsServiceImpl>(
+          &parts->metrics, nullptr,
+          [serving](const proto::StatsRequest& request,
+                    proto::StatsResponse* response) {
+            return serving->FillStats(request, response);
+          });
+      parts->refusal = std::make_unique<RoleRefusal>(
+          "a serving replica (read-only: it follows training's checkpoints "
+          "and publications; it serves ServingService and StatsService)",
+          "Send training calls to the training shards.");
+      builder.RegisterService(serving);
+      break;
+    }
+    case ShardRole::kCoordinator: {
+      parts->coordinator =
+          std::make_unique<CoordinatorParts>(o, &parts->metrics);
+      parts->stats =
+          std::make_unique<StatsServiceImpl>(&parts->metrics, nullptr, nullptr);
+      parts->refusal = std::make_unique<RoleRefusal>(
+          "the coordinator of replicated training shards (it serves "
+          "ReplicaDirectory, Coordination and StatsService)",
+          "Send training calls to the training shards.");
+      builder.RegisterService(&parts->coordinator->service);
+      builder.RegisterService(&parts->coordinator->coordination);
+      break;
+    }
+  }
+  builder.RegisterService(parts->stats.get());
+  builder.RegisterCallbackGenericService(parts->refusal.get());
+
+  const std::string address = absl::StrCat(o.host, ":", o.port);
   builder.AddListeningPort(address, credentials, &parts->port);
   // gRPC binds with SO_REUSEPORT by default: a second server on a port in
   // use would start and silently take half of its connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
-  builder.SetMaxSendMessageSize(options.max_message_bytes);
-  builder.RegisterService(&parts->service);
-  builder.RegisterService(&parts->coordination);
-  if (parts->serving != nullptr) builder.RegisterService(parts->serving.get());
-  if (parts->directory_service != nullptr) {
-    builder.RegisterService(parts->directory_service.get());
-  }
-  if (parts->replication != nullptr) {
-    builder.RegisterService(parts->replication.get());
-  }
+  builder.SetMaxReceiveMessageSize(o.max_message_bytes);
+  builder.SetMaxSendMessageSize(o.max_message_bytes);
   parts->server = builder.BuildAndStart();
   if (parts->server == nullptr || parts->port == 0) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen on ", address,
                      " (in use, or not an address of this host)"));
   }
-  if (options.metrics_port >= 0) {
+  if (o.metrics_port >= 0) {
     // Prometheus text, rendered from the same numbers as Stats.
     Parts* p = parts.get();
-    p->metrics_http.Get(
-        "/metrics", [p](const httplib::Request&, httplib::Response& res) {
-          res.set_content(RenderPrometheus(p->service.CollectStats()),
-                          "text/plain; version=0.0.4");
-        });
+    p->metrics_http.Get("/metrics",
+                        [p](const httplib::Request&, httplib::Response& res) {
+                          res.set_content(RenderPrometheus(p->stats->Collect()),
+                                          "text/plain; version=0.0.4");
+                        });
     const std::string& metrics_host =
-        options.metrics_host.empty() ? options.host : options.metrics_host;
+        o.metrics_host.empty() ? o.host : o.metrics_host;
     p->metrics_port =
-        options.metrics_port == 0
+        o.metrics_port == 0
             ? p->metrics_http.bind_to_any_port(metrics_host)
-            : (p->metrics_http.bind_to_port(metrics_host, options.metrics_port)
-                   ? options.metrics_port
+            : (p->metrics_http.bind_to_port(metrics_host, o.metrics_port)
+                   ? o.metrics_port
                    : -1);
     if (p->metrics_port < 0) {
       p->server->Shutdown();
-      return absl::UnavailableError(
-          absl::StrCat("cannot listen for metrics on ", metrics_host, ":",
-                       options.metrics_port));
+      return absl::UnavailableError(absl::StrCat(
+          "cannot listen for metrics on ", metrics_host, ":", o.metrics_port));
     }
     p->metrics_thread =
         std::thread([p] { p->metrics_http.listen_after_bind(); });
   }
-  if (parts->replicator != nullptr) {
-    parts->replicator->Run(options.replication.member.empty()
-                               ? absl::StrCat(options.host, ":", parts->port)
-                               : options.replication.member);
+  if (parts->training != nullptr && parts->training->replicator != nullptr) {
+    parts->training->replicator->Run(
+        o.replication.member.empty() ? absl::StrCat(o.host, ":", parts->port)
+                                     : o.replication.member);
   }
   return std::unique_ptr<Shard>(new Shard(std::move(parts)));
 }
 
-Replicator* Shard::replicator() { return parts_->replicator.get(); }
+Replicator* Shard::replicator() {
+  return parts_->training == nullptr ? nullptr
+                                     : parts_->training->replicator.get();
+}
 
 Shard::Shard(std::unique_ptr<Parts> parts) : parts_(std::move(parts)) {}
 
@@ -258,9 +336,14 @@ std::string Shard::address() const {
   return absl::StrCat(parts_->options.host, ":", parts_->port);
 }
 int Shard::metrics_port() const { return parts_->metrics_port; }
-const proto::LoadResponse& Shard::restored() const { return parts_->restored; }
+const proto::LoadResponse& Shard::restored() const {
+  static const proto::LoadResponse* const kNothing = new proto::LoadResponse();
+  return parts_->training == nullptr ? *kNothing : parts_->training->restored;
+}
 int Shard::num_tables() const {
-  return static_cast<int>(parts_->registry.List().size());
+  return parts_->training == nullptr
+             ? 0
+             : static_cast<int>(parts_->training->registry.List().size());
 }
 
 void Shard::Shutdown(absl::Duration grace) {
@@ -270,7 +353,7 @@ void Shard::Shutdown(absl::Duration grace) {
     parts_->shut_down = true;
   }
   // Subscribers' streams end at once rather than at the grace's end.
-  parts_->publisher.Close();
+  if (parts_->training != nullptr) parts_->training->publisher.Close();
   parts_->server->Shutdown(std::chrono::system_clock::now() +
                            absl::ToChronoMilliseconds(grace));
   if (parts_->metrics_port >= 0) parts_->metrics_http.stop();
@@ -282,8 +365,6 @@ void Shard::Wait() {
   if (parts_->metrics_thread.joinable()) parts_->metrics_thread.join();
 }
 
-proto::StatsResponse Shard::CollectStats() {
-  return parts_->service.CollectStats();
-}
+proto::StatsResponse Shard::CollectStats() { return parts_->stats->Collect(); }
 
 }  // namespace embedps::server

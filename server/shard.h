@@ -1,6 +1,16 @@
-// Shard: one running parameter-server shard, assembled from its parts —
-// the table registry, the checkpointer, EmbeddingService, Coordination, the
-// gRPC health and reflection services, and the Prometheus /metrics page.
+// Shard: one running ps_server process, assembled for its role from its
+// parts. Every role serves StatsService, the gRPC health and reflection
+// services and, if asked, the Prometheus /metrics page; besides:
+// - training: the table registry, the checkpointer, the publisher,
+//   TrainingService, Coordination, and for a replicated shard its
+//   Replicator and ReplicationService (training_service.h, replicator.h);
+// - serving: a Follower of training's checkpoints and publications and
+//   ServingService (follower.h, serving_service.h);
+// - coordinator: the ReplicaDirectory of replicated shards
+//   (replica_directory.h) and Coordination, the rendezvous store of a
+//   cluster whose shards are replicated.
+// A method the role does not serve is refused with FAILED_PRECONDITION
+// naming the role (role_refusal.h).
 //
 // ps_server's main maps its flags to ShardOptions and calls Start; tests
 // start shards in process on 127.0.0.1:0 the same way, so the client, the
@@ -17,24 +27,38 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "proto/embedps.pb.h"
+#include "proto/stats.pb.h"
+#include "proto/tables.pb.h"
+#include "proto/training.pb.h"
 #include "security/credentials.h"
 #include "server/coordination_store.h"
-#include "server/embedding_service.h"
 #include "server/follower.h"
 #include "server/publisher.h"
 #include "server/replica_directory.h"
 #include "server/replicator.h"
+#include "server/training_service.h"
 
 namespace embedps::server {
 
+enum class ShardRole {
+  // A shard of the training cluster.
+  kTraining,
+  // A read-only replica of a serving shard that follows training.
+  kServing,
+  // The replica directory of replicated training shards.
+  kCoordinator,
+};
+
 struct ShardOptions {
+  // What the process is. Default: a training shard.
+  ShardRole role = ShardRole::kTraining;
   // Address to listen on. Default: 127.0.0.1 (loopback only).
   std::string host = "127.0.0.1";
   // 0 picks a free port (see Shard::port()). Default: 0.
   int port = 0;
-  // Which shard, limits, test hooks. Default: shard 0 of 1.
-  ServiceOptions service;
+  // Which shard, limits, test hooks (a serving replica's shard is
+  // follow's). Default: shard 0 of 1.
+  TrainingServiceOptions service;
   // Workers the SYNC and SSP modes wait for. Default: 1.
   int32_t num_workers = 1;
   // Local directory of this shard's spill tiers (emptied at start); empty:
@@ -69,12 +93,8 @@ struct ShardOptions {
   security::ServerSecurity security;
   // A training shard's publications to serving replicas (publisher.h).
   PublisherOptions publisher;
-  // A serving replica instead of a training shard: it follows training
-  // (follower.h: follow.checkpoint_root is required; follow's shard is
-  // this replica's serving shard) and serves ServingService; its
-  // EmbeddingService refuses every call that would change something.
-  // `service`'s shard fields are ignored. Default: a training shard.
-  bool serving = false;
+  // kServing: what the replica follows (follower.h: follow.checkpoint_root
+  // is required; follow's shard is this replica's serving shard).
   FollowerOptions follow;
   // Keys one serving Lookup may carry. Default: 1 Mi.
   uint64_t max_lookup_keys = uint64_t{1} << 20;
@@ -85,17 +105,16 @@ struct ShardOptions {
   // empty replication.member is this shard's address()). Default: not
   // replicated.
   ReplicationOptions replication;
-  // Serve the ReplicaDirectory (replica_directory.h): the coordinator of
-  // replicated shards. Default: false.
-  bool replica_directory = false;
+  // kCoordinator: the directory's leases (replica_directory.h).
   ReplicaDirectoryOptions directory;
 };
 
 class Shard {
  public:
-  // Creates the tables, restores, and starts serving. INVALID_ARGUMENT for
-  // options that cannot work (naming the field), the error of a table or a
-  // restore, UNAVAILABLE if the ports cannot be bound.
+  // Assembles the role's parts (a training shard creates its tables and
+  // restores first) and starts serving. INVALID_ARGUMENT for options that
+  // cannot work (naming the field), the error of a table, a restore or the
+  // follower's start, UNAVAILABLE if the ports cannot be bound.
   static absl::StatusOr<std::unique_ptr<Shard>> Start(ShardOptions options);
 
   // Shutdown(zero grace), then waits.
@@ -110,6 +129,7 @@ class Shard {
   int metrics_port() const;
   // What --restore restored (empty name if nothing).
   const proto::LoadResponse& restored() const;
+  // A training shard's tables (0 for the other roles).
   int num_tables() const;
 
   // Stops taking calls; calls in flight get until now + `grace` to finish,
@@ -118,7 +138,7 @@ class Shard {
   // Returns once the shard is shut down.
   void Wait();
 
-  // The Stats RPC's answer, not counted as a call.
+  // The Stats RPC's answer for every table, not counted as a call.
   proto::StatsResponse CollectStats();
 
   // Null unless replicated.

@@ -32,7 +32,7 @@
 #include "absl/types/span.h"
 #include "common/mutex.h"
 #include "embedding/table.h"
-#include "proto/embedps.pb.h"
+#include "proto/replication.pb.h"
 
 namespace embedps::server {
 

@@ -7,7 +7,7 @@
 
 #include "absl/status/statusor.h"
 #include "embedding/table_spec.h"
-#include "proto/embedps.pb.h"
+#include "proto/tables.pb.h"
 
 namespace embedps::server {
 

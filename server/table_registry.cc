@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "checkpoint/format.h"
 #include "common/status_macros.h"
 #include "server/table_config.h"
 
@@ -99,8 +100,8 @@ absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
   auto slot = std::make_shared<Slot>();
   embedding::TableOptions options;
   if (!options_.spill_root.empty()) {
-    options.spill_directory = absl::StrCat(options_.spill_root, "/",
-                                           embedding::TableFileStem(spec.name));
+    options.spill_directory = absl::StrCat(
+        options_.spill_root, "/", checkpoint::TableFileStem(spec.name));
     options.spill_block_cache_bytes = options_.spill_block_cache_bytes;
     options.spill_read_around = options_.spill_read_around;
   }

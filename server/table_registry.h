@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
 #include "embedding/table.h"
-#include "proto/embedps.pb.h"
+#include "proto/tables.pb.h"
 #include "server/step_synchronizer.h"
 
 namespace embedps::server {

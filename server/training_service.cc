@@ -1,4 +1,4 @@
-#include "server/embedding_service.h"
+#include "server/training_service.h"
 
 #include <algorithm>
 #include <cstring>
@@ -23,69 +23,27 @@
 
 namespace embedps::server {
 
-const char* RejectionName(Rejection reason) {
-  switch (reason) {
-    case Rejection::kUnknownTable:
-      return "unknown_table";
-    case Rejection::kEmptyRequest:
-      return "empty_request";
-    case Rejection::kMalformedKeys:
-      return "malformed_keys";
-    case Rejection::kSizeMismatch:
-      return "size_mismatch";
-    case Rejection::kNonFinite:
-      return "non_finite_gradient";
-    case Rejection::kOverLimit:
-      return "over_limit";
-    case Rejection::kWrongShard:
-      return "wrong_shard";
-    case Rejection::kBadValueType:
-      return "bad_value_type";
-    case Rejection::kInvalidSpec:
-      return "invalid_spec";
-    case Rejection::kSpecConflict:
-      return "spec_conflict";
-    case Rejection::kLateStep:
-      return "late_step";
-    case Rejection::kMalformedRequest:
-      return "malformed_request";
-    case Rejection::kCount:
-      break;
-  }
-  return "unknown";
-}
-
-EmbeddingServiceImpl::EmbeddingServiceImpl(ServiceOptions options,
-                                           TableRegistry* registry,
-                                           ShardCheckpointer* checkpointer,
-                                           RpcMetrics* metrics,
-                                           MemoryGuard* memory,
-                                           Publisher* publisher)
-    : options_(options),
+TrainingServiceImpl::TrainingServiceImpl(
+    TrainingServiceOptions options, TableRegistry* registry, WriteOrder* writes,
+    PushDeduplicator* deduplicator, ShardCheckpointer* checkpointer,
+    Publisher* publisher, RpcMetrics* metrics, MemoryGuard* memory)
+    : options_(std::move(options)),
       registry_(registry),
+      writes_(writes),
+      deduplicator_(deduplicator),
       checkpointer_(checkpointer),
-      metrics_(metrics),
       publisher_(publisher),
+      metrics_(metrics),
       memory_(memory),
-      incarnation_(absl::StrCat(absl::Hex(
-          options.incarnation != 0 ? options.incarnation
-                                   : (uint64_t{std::random_device{}()} << 32 |
-                                      std::random_device{}()) |
-                                         1))),
-      restored_step_() {}
+      restored_step_(options_.restored_step < 0
+                         ? std::string()
+                         : absl::StrCat(options_.restored_step)) {}
 
-void EmbeddingServiceImpl::Identify(grpc::CallbackServerContext* context) {
+void TrainingServiceImpl::Identify(grpc::CallbackServerContext* context) {
   // Trailing metadata: every answer ends with it, errors too.
-  if (replicator_ != nullptr) {
-    // Every replica of the shard answers as its lineage: a failover is the
-    // same shard to the client, lost data a new one.
-    const uint64_t lineage = replicator_->lineage();
-    if (lineage != 0) {
-      context->AddTrailingMetadata(wire::kIncarnationMetadata,
-                                   absl::StrCat(absl::Hex(lineage)));
-    }
-  } else {
-    context->AddTrailingMetadata(wire::kIncarnationMetadata, incarnation_);
+  if (const std::string incarnation = writes_->Incarnation();
+      !incarnation.empty()) {
+    context->AddTrailingMetadata(wire::kIncarnationMetadata, incarnation);
   }
   if (!restored_step_.empty()) {
     context->AddTrailingMetadata(wire::kRestoredStepMetadata, restored_step_);
@@ -105,34 +63,16 @@ absl::Status ReadRows(embedding::Table& table, absl::Span<const uint64_t> keys,
       .status();
 }
 
-// What a serving replica says to a call that would change something.
-grpc::Status ReadOnlyReplica(absl::string_view method) {
-  return grpc::Status(
-      grpc::StatusCode::FAILED_PRECONDITION,
-      absl::StrCat(method,
-                   " refused: this is a serving replica (read-only; it "
-                   "follows training's checkpoints and publications). Send "
-                   "training calls to the training shards."));
-}
-
 }  // namespace
-
-grpc::Status EmbeddingServiceImpl::Reject(Rejection reason,
-                                          const absl::Status& status) {
-  rejected_[static_cast<size_t>(reason)].fetch_add(1,
-                                                   std::memory_order_relaxed);
-  return wire::ToGrpcStatus(status);
-}
 
 namespace {
 
 // Shared checks of Pull and Push: the keys are whole uint64s, there are
 // some (unless `allow_empty`) but not too many, and each belongs to this
 // shard. On failure `*rejection` says why.
-absl::StatusOr<std::vector<uint64_t>> CheckedKeys(const wire::BulkBytes& bytes,
-                                                  const ServiceOptions& options,
-                                                  bool allow_empty,
-                                                  Rejection* rejection) {
+absl::StatusOr<std::vector<uint64_t>> CheckedKeys(
+    const wire::BulkBytes& bytes, const TrainingServiceOptions& options,
+    bool allow_empty, Rejection* rejection) {
   absl::StatusOr<size_t> n = wire::KeyCount(bytes);
   if (!n.ok()) {
     *rejection = Rejection::kMalformedKeys;
@@ -167,13 +107,12 @@ absl::StatusOr<std::vector<uint64_t>> CheckedKeys(const wire::BulkBytes& bytes,
 
 }  // namespace
 
-grpc::Status EmbeddingServiceImpl::CreateTableImpl(
-    grpc::ServerContext*, const proto::CreateTableRequest* request,
+grpc::Status TrainingServiceImpl::CreateTableImpl(
+    const proto::CreateTableRequest& request,
     proto::CreateTableResponse* response) {
-  if (options_.serving_replica) return ReadOnlyReplica("CreateTable");
-  const proto::TableConfig& config = request->config();
+  const proto::TableConfig& config = request.config();
   if (config.admission().sketch_counters() > options_.max_sketch_counters) {
-    return Reject(
+    return rejections_.Reject(
         Rejection::kOverLimit,
         absl::ResourceExhaustedError(absl::StrCat(
             "table '", config.name(), "': admission.sketch_counters ",
@@ -197,13 +136,13 @@ grpc::Status EmbeddingServiceImpl::CreateTableImpl(
             config.admission().sketch_counters() + expected_rows_bytes,
             [&] { return absl::StrCat("CreateTable '", config.name(), "'"); });
         !room.ok()) {
-      return Reject(Rejection::kOverLimit, room);
+      return rejections_.Reject(Rejection::kOverLimit, room);
     }
   }
   absl::StatusOr<TableRegistry::CreateResult> result =
       registry_->Create(config, options_.max_tables);
   if (!result.ok()) {
-    return Reject(
+    return rejections_.Reject(
         result.status().code() == absl::StatusCode::kFailedPrecondition
             ? Rejection::kSpecConflict
         : result.status().code() == absl::StatusCode::kResourceExhausted
@@ -216,49 +155,35 @@ grpc::Status EmbeddingServiceImpl::CreateTableImpl(
   return grpc::Status::OK;
 }
 
-grpc::Status EmbeddingServiceImpl::ListTablesImpl(
-    grpc::ServerContext*, const proto::ListTablesRequest*,
-    proto::ListTablesResponse* response) {
-  for (const TableRegistry::Entry& entry : registry_->List()) {
-    proto::ListTablesResponse::Entry* out = response->add_table();
-    out->set_table_id(entry.table_id);
-    *out->mutable_config() = *entry.config;
-  }
-  return grpc::Status::OK;
-}
-
-grpc::Status EmbeddingServiceImpl::ParsePull(const grpc::ByteBuffer& request,
-                                             PullCall* call) {
-  if (options_.serving_replica) {
-    return ReadOnlyReplica("Pull (use ServingService.Lookup)");
-  }
-  if (replicator_ != nullptr) {
-    if (absl::Status primary = replicator_->CheckPrimary(); !primary.ok()) {
-      return wire::ToGrpcStatus(primary);
-    }
+grpc::Status TrainingServiceImpl::ParsePull(const grpc::ByteBuffer& request,
+                                            PullCall* call) {
+  if (absl::Status serves = writes_->CheckServes(); !serves.ok()) {
+    return wire::ToGrpcStatus(serves);
   }
   absl::StatusOr<wire::PullRequestView> view = wire::ParsePullRequest(request);
-  if (!view.ok()) return Reject(Rejection::kMalformedRequest, view.status());
+  if (!view.ok())
+    return rejections_.Reject(Rejection::kMalformedRequest, view.status());
   call->header = std::move(view->header);
   absl::StatusOr<TableRegistry::Entry> entry =
       registry_->Find(call->header.table_id());
-  if (!entry.ok()) return Reject(Rejection::kUnknownTable, entry.status());
+  if (!entry.ok())
+    return rejections_.Reject(Rejection::kUnknownTable, entry.status());
   call->entry = *entry;
   if (absl::Status type = wire::CheckValueType(call->header.value_type());
       !type.ok()) {
-    return Reject(Rejection::kBadValueType, type);
+    return rejections_.Reject(Rejection::kBadValueType, type);
   }
   Rejection rejection;
   absl::StatusOr<std::vector<uint64_t>> keys =
       CheckedKeys(view->keys, options_, /*allow_empty=*/false, &rejection);
-  if (!keys.ok()) return Reject(rejection, keys.status());
+  if (!keys.ok()) return rejections_.Reject(rejection, keys.status());
   // The response is sized before anything is pulled.
   const uint64_t value_bytes =
       call->header.value_type() == proto::FLOAT16 ? 2 : sizeof(float);
   const uint64_t dim = call->entry.table->spec().dim;
   const uint64_t response_bytes = keys->size() * dim * value_bytes;
   if (response_bytes > options_.max_response_bytes) {
-    return Reject(
+    return rejections_.Reject(
         Rejection::kOverLimit,
         absl::ResourceExhaustedError(absl::StrCat(
             "a Pull of ", keys->size(), " keys at dim ", dim, " answers ",
@@ -275,14 +200,14 @@ grpc::Status EmbeddingServiceImpl::ParsePull(const grpc::ByteBuffer& request,
                    : MemoryGuard::RowCreationBytes(keys->size(), dim)),
           [&] { return absl::StrCat("a Pull of ", keys->size(), " keys"); });
       !room.ok()) {
-    return Reject(Rejection::kOverLimit, room);
+    return rejections_.Reject(Rejection::kOverLimit, room);
   }
   call->keys = *std::move(keys);
   return grpc::Status::OK;
 }
 
-grpc::Status EmbeddingServiceImpl::ServePull(const PullCall& call,
-                                             grpc::ByteBuffer* response) {
+grpc::Status TrainingServiceImpl::ServePull(const PullCall& call,
+                                            grpc::ByteBuffer* response) {
   const proto::PullRequest& request = call.header;
   embedding::Table* const table = call.entry.table;
   const std::vector<uint64_t>& keys = call.keys;
@@ -332,9 +257,11 @@ grpc::Status EmbeddingServiceImpl::ServePull(const PullCall& call,
   return grpc::Status::OK;
 }
 
-absl::Status EmbeddingServiceImpl::RereadChanged(
-    StepSynchronizer& synchronizer, embedding::Table& table, uint64_t read_at,
-    uint64_t step, absl::Span<const uint64_t> keys, absl::Span<float> values) {
+absl::Status TrainingServiceImpl::RereadChanged(StepSynchronizer& synchronizer,
+                                                embedding::Table& table,
+                                                uint64_t read_at, uint64_t step,
+                                                absl::Span<const uint64_t> keys,
+                                                absl::Span<float> values) {
   std::vector<std::shared_ptr<const StepSynchronizer::StepKeys>> changed;
   // A Lookup: the first read already counted the access.
   if (!synchronizer.ChangedKeys(read_at, step, &changed)) {
@@ -361,26 +288,27 @@ absl::Status EmbeddingServiceImpl::RereadChanged(
   return absl::OkStatus();
 }
 
-grpc::Status EmbeddingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
-                                            bool forwarded, uint64_t* epoch) {
-  if (options_.serving_replica) return ReadOnlyReplica("Push");
-  if (replicator_ != nullptr && !forwarded) {
+grpc::Status TrainingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
+                                           bool forwarded, uint64_t* epoch) {
+  if (!forwarded) {
     // Before the exactly-once log: a backup must not remember a push it
     // refused (it may be the primary for the retry).
-    if (absl::Status primary = replicator_->CheckPrimary(); !primary.ok()) {
-      return wire::ToGrpcStatus(primary);
+    if (absl::Status serves = writes_->CheckServes(); !serves.ok()) {
+      return wire::ToGrpcStatus(serves);
     }
   }
   absl::StatusOr<wire::PushRequestView> view = wire::ParsePushRequest(bytes);
-  if (!view.ok()) return Reject(Rejection::kMalformedRequest, view.status());
+  if (!view.ok())
+    return rejections_.Reject(Rejection::kMalformedRequest, view.status());
   const proto::PushRequest& request = view->header;
   absl::StatusOr<TableRegistry::Entry> entry =
       registry_->Find(request.table_id());
-  if (!entry.ok()) return Reject(Rejection::kUnknownTable, entry.status());
+  if (!entry.ok())
+    return rejections_.Reject(Rejection::kUnknownTable, entry.status());
   embedding::Table* const table = entry->table;
   if (absl::Status type = wire::CheckValueType(request.value_type());
       !type.ok()) {
-    return Reject(Rejection::kBadValueType, type);
+    return rejections_.Reject(Rejection::kBadValueType, type);
   }
   // In SYNC and SSP a part that only closes a step may carry no keys.
   const bool closes_step =
@@ -388,26 +316,27 @@ grpc::Status EmbeddingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
   Rejection rejection;
   absl::StatusOr<std::vector<uint64_t>> keys =
       CheckedKeys(view->keys, options_, closes_step, &rejection);
-  if (!keys.ok()) return Reject(rejection, keys.status());
+  if (!keys.ok()) return rejections_.Reject(rejection, keys.status());
   const size_t dim = table->spec().dim;
   absl::StatusOr<wire::Gradients> gradients = wire::DecodeGradients(
       view->gradients, request.value_type(), keys->size() * dim);
   if (!gradients.ok()) {
-    return Reject(Rejection::kSizeMismatch,
-                  absl::InvalidArgumentError(absl::StrCat(
-                      keys->size(), " keys of table '", table->spec().name,
-                      "' (dim ", dim, "): ", gradients.status().message())));
+    return rejections_.Reject(
+        Rejection::kSizeMismatch,
+        absl::InvalidArgumentError(
+            absl::StrCat(keys->size(), " keys of table '", table->spec().name,
+                         "' (dim ", dim, "): ", gradients.status().message())));
   }
   // A Push may create a row for every key.
   if (absl::Status room = memory_->Admit(
           MemoryGuard::RowCreationBytes(keys->size(), dim),
           [&] { return absl::StrCat("a Push of ", keys->size(), " keys"); });
       !room.ok()) {
-    return Reject(Rejection::kOverLimit, room);
+    return rejections_.Reject(Rejection::kOverLimit, room);
   }
   // Exactly once: a retry of an applied Push gets the first outcome.
   const PushDeduplicator::Decision decision =
-      deduplicator_.Begin(request.client_id(), request.sequence());
+      deduplicator_->Begin(request.client_id(), request.sequence());
   if (decision.kind == PushDeduplicator::Decision::kDone) {
     return wire::ToGrpcStatus(decision.status);
   }
@@ -421,14 +350,14 @@ grpc::Status EmbeddingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
             : table->Push(*keys, grads,
                           embedding::AccessContext{request.step()});
     applied = pushed.ok();
-    // Only a catch-up reads it (replicated shards).
-    if (applied && replicator_ != nullptr) {
-      deduplicator_.MarkApplied(request.client_id(), request.sequence());
+    // A replica catching up reads it (its outcome may still be in the
+    // making while backups apply it).
+    if (applied) {
+      deduplicator_->MarkApplied(request.client_id(), request.sequence());
     }
     return pushed;
   };
-  absl::Status status;
-  if (replicator_ != nullptr && !forwarded) {
+  const auto as_forwarded = [&] {
     proto::ReplicatedOp op;
     std::string* out = op.mutable_push();
     std::vector<grpc::Slice> slices;
@@ -437,16 +366,16 @@ grpc::Status EmbeddingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
         out->append(reinterpret_cast<const char*>(slice.begin()), slice.size());
       }
     }
-    status = replicator_->Write(std::move(op), apply, epoch);
+    return op;
+  };
+  const absl::Status status =
+      forwarded ? apply() : writes_->Write(as_forwarded, apply, epoch);
+  if (!applied) {
+    // Nothing changed (refused by the table, or this replica is not the
+    // primary): a retry, here or at the next primary, is checked anew.
+    deduplicator_->Abandon(request.client_id(), request.sequence());
   } else {
-    status = apply();
-  }
-  if (!applied && replicator_ != nullptr) {
-    // Not applied here (this replica is not the primary, or a table error):
-    // a retry, here or at the next primary, must be applied.
-    deduplicator_.Abandon(request.client_id(), request.sequence());
-  } else {
-    deduplicator_.Finish(request.client_id(), request.sequence(), status);
+    deduplicator_->Finish(request.client_id(), request.sequence(), status);
   }
   if (!status.ok()) {
     // Sizes were checked above: what remains is NaN/Inf gradients
@@ -458,7 +387,7 @@ grpc::Status EmbeddingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
         : status.code() == absl::StatusCode::kFailedPrecondition
             ? Rejection::kLateStep
             : Rejection::kOverLimit;
-    return Reject(reason, status);
+    return rejections_.Reject(reason, status);
   }
   if (options_.TEST_drop_push_response_probability > 0 && !forwarded) {
     thread_local std::mt19937_64 rng(std::random_device{}());
@@ -471,7 +400,7 @@ grpc::Status EmbeddingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
   return grpc::Status::OK;
 }
 
-absl::Status EmbeddingServiceImpl::ApplyForwarded(
+absl::Status TrainingServiceImpl::ApplyForwarded(
     const proto::ReplicatedOp& op) {
   switch (op.op_case()) {
     case proto::ReplicatedOp::kPush: {
@@ -482,7 +411,7 @@ absl::Status EmbeddingServiceImpl::ApplyForwarded(
     case proto::ReplicatedOp::kCreateTable: {
       proto::CreateTableResponse response;
       return wire::FromGrpcStatus(
-          CreateTableImpl(nullptr, &op.create_table(), &response));
+          CreateTableImpl(op.create_table(), &response));
     }
     case proto::ReplicatedOp::kDropTable:
       return registry_->Drop(op.drop_table().name()).status();
@@ -491,97 +420,94 @@ absl::Status EmbeddingServiceImpl::ApplyForwarded(
   }
 }
 
-grpc::Status EmbeddingServiceImpl::StatsImpl(grpc::ServerContext*,
-                                             const proto::StatsRequest* request,
-                                             proto::StatsResponse* response) {
+absl::Status TrainingServiceImpl::FillStats(const proto::StatsRequest& request,
+                                            proto::StatsResponse* response) {
   response->set_shard_index(options_.shard_index);
   response->set_num_shards(options_.num_shards);
   std::vector<TableRegistry::Entry> entries;
-  if (request->table_id().empty()) {
+  if (request.table_id().empty()) {
     entries = registry_->List();
   } else {
-    for (uint32_t id : request->table_id()) {
+    for (uint32_t id : request.table_id()) {
       absl::StatusOr<TableRegistry::Entry> entry = registry_->Find(id);
-      if (!entry.ok()) return Reject(Rejection::kUnknownTable, entry.status());
+      if (!entry.ok()) {
+        rejections_.Reject(Rejection::kUnknownTable, entry.status());
+        return entry.status();
+      }
       entries.push_back(*entry);
     }
   }
   for (const TableRegistry::Entry& entry : entries) {
-    const embedding::TableStats s = entry.table->Stats();
     proto::TableStatsProto* out = response->add_table();
     out->set_table_id(entry.table_id);
     out->set_name(entry.table->spec().name);
-    TableStatsToProto(s, out);
-    if (request->content_digest()) {
-      absl::StatusOr<embedding::TableDigest> digest =
-          embedding::DigestTable(*entry.table);
-      if (!digest.ok()) return wire::ToGrpcStatus(digest.status());
-      out->set_content_digest(digest->digest);
+    TableStatsToProto(entry.table->Stats(), out);
+    if (request.content_digest()) {
+      ASSIGN_OR_RETURN(const embedding::TableDigest digest,
+                       embedding::DigestTable(*entry.table));
+      out->set_content_digest(digest.digest);
     }
   }
-  if (stats_source_) stats_source_(response);
-  response->set_duplicate_pushes(deduplicator_.duplicates());
-  response->set_resident_bytes(memory_->resident_bytes());
-  response->set_memory_limit_bytes(memory_->limit_bytes());
-  metrics_->Fill(response);
-  for (size_t r = 0; r < rejected_.size(); ++r) {
-    (*response->mutable_rejected_requests())[RejectionName(
-        static_cast<Rejection>(r))] =
-        rejected_[r].load(std::memory_order_relaxed);
-  }
-  return grpc::Status::OK;
+  response->set_duplicate_pushes(deduplicator_->duplicates());
+  rejections_.Fill(response);
+  return absl::OkStatus();
 }
 
-grpc::Status EmbeddingServiceImpl::CreateTable(
-    grpc::ServerContext* context, const proto::CreateTableRequest* request,
+grpc::Status TrainingServiceImpl::CreateTable(
+    grpc::ServerContext*, const proto::CreateTableRequest* request,
     proto::CreateTableResponse* response) {
   return metrics_->Measure(RpcMethod::kCreateTable, [&] {
-    if (replicator_ == nullptr) {
-      return CreateTableImpl(context, request, response);
-    }
     grpc::Status created;
-    proto::ReplicatedOp op;
-    *op.mutable_create_table() = *request;
-    const absl::Status written = replicator_->Write(std::move(op), [&] {
-      created = CreateTableImpl(context, request, response);
-      return wire::FromGrpcStatus(created);
-    });
-    return written.ok() ? created : wire::ToGrpcStatus(written);
+    const absl::Status written = writes_->Write(
+        [&] {
+          proto::ReplicatedOp op;
+          *op.mutable_create_table() = *request;
+          return op;
+        },
+        [&] {
+          created = CreateTableImpl(*request, response);
+          return wire::FromGrpcStatus(created);
+        });
+    // A refusal of the table itself is `created`'s, counted there.
+    return created.ok() ? wire::ToGrpcStatus(written) : created;
   });
 }
 
-grpc::Status EmbeddingServiceImpl::DropTable(
+grpc::Status TrainingServiceImpl::DropTable(
     grpc::ServerContext*, const proto::DropTableRequest* request,
     proto::DropTableResponse* response) {
   return metrics_->Measure(RpcMethod::kDropTable, [&] {
-    if (options_.serving_replica) return ReadOnlyReplica("DropTable");
     grpc::Status dropped;
-    auto drop = [&] {
-      absl::StatusOr<uint32_t> id = registry_->Drop(request->name());
-      if (!id.ok()) {
-        dropped = Reject(Rejection::kUnknownTable, id.status());
-      } else {
-        response->set_table_id(*id);
-        dropped = grpc::Status::OK;
-      }
-      return wire::FromGrpcStatus(dropped);
-    };
-    if (replicator_ == nullptr) {
-      drop().IgnoreError();
-      return dropped;
-    }
-    proto::ReplicatedOp op;
-    *op.mutable_drop_table() = *request;
-    const absl::Status written = replicator_->Write(std::move(op), drop);
-    return written.ok() ? dropped : wire::ToGrpcStatus(written);
+    const absl::Status written = writes_->Write(
+        [&] {
+          proto::ReplicatedOp op;
+          *op.mutable_drop_table() = *request;
+          return op;
+        },
+        [&] {
+          absl::StatusOr<uint32_t> id = registry_->Drop(request->name());
+          if (!id.ok()) {
+            dropped = rejections_.Reject(Rejection::kUnknownTable, id.status());
+          } else {
+            response->set_table_id(*id);
+            dropped = grpc::Status::OK;
+          }
+          return wire::FromGrpcStatus(dropped);
+        });
+    return dropped.ok() ? wire::ToGrpcStatus(written) : dropped;
   });
 }
 
-grpc::Status EmbeddingServiceImpl::ListTables(
-    grpc::ServerContext* context, const proto::ListTablesRequest* request,
+grpc::Status TrainingServiceImpl::ListTables(
+    grpc::ServerContext*, const proto::ListTablesRequest*,
     proto::ListTablesResponse* response) {
   return metrics_->Measure(RpcMethod::kListTables, [&] {
-    return ListTablesImpl(context, request, response);
+    for (const TableRegistry::Entry& entry : registry_->List()) {
+      proto::ListTablesResponse::Entry* out = response->add_table();
+      out->set_table_id(entry.table_id);
+      *out->mutable_config() = *entry.config;
+    }
+    return grpc::Status::OK;
   });
 }
 
@@ -600,7 +526,7 @@ void FinishBulkCall(grpc::ServerUnaryReactor* reactor,
 
 }  // namespace
 
-grpc::ServerUnaryReactor* EmbeddingServiceImpl::Pull(
+grpc::ServerUnaryReactor* TrainingServiceImpl::Pull(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* const reactor = context->DefaultReactor();
@@ -626,7 +552,7 @@ grpc::ServerUnaryReactor* EmbeddingServiceImpl::Pull(
   return reactor;
 }
 
-grpc::ServerUnaryReactor* EmbeddingServiceImpl::Push(
+grpc::ServerUnaryReactor* TrainingServiceImpl::Push(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
   grpc::ServerUnaryReactor* const reactor = context->DefaultReactor();
@@ -643,7 +569,7 @@ grpc::ServerUnaryReactor* EmbeddingServiceImpl::Push(
   return reactor;
 }
 
-void EmbeddingServiceImpl::RunDetached(absl::AnyInvocable<void() &&> work) {
+void TrainingServiceImpl::RunDetached(absl::AnyInvocable<void() &&> work) {
   {
     MutexLock lock(&detached_mu_);
     ++detached_running_;
@@ -656,29 +582,19 @@ void EmbeddingServiceImpl::RunDetached(absl::AnyInvocable<void() &&> work) {
   }).detach();
 }
 
-EmbeddingServiceImpl::~EmbeddingServiceImpl() {
+TrainingServiceImpl::~TrainingServiceImpl() {
   MutexLock lock(&detached_mu_);
   detached_done_.Wait(&detached_mu_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
     return detached_running_ == 0;
   });
 }
 
-grpc::Status EmbeddingServiceImpl::Stats(grpc::ServerContext* context,
-                                         const proto::StatsRequest* request,
-                                         proto::StatsResponse* response) {
-  return metrics_->Measure(
-      RpcMethod::kStats, [&] { return StatsImpl(context, request, response); });
-}
-
-grpc::Status EmbeddingServiceImpl::Save(grpc::ServerContext*,
-                                        const proto::SaveRequest* request,
-                                        proto::SaveResponse* response) {
+grpc::Status TrainingServiceImpl::Save(grpc::ServerContext*,
+                                       const proto::SaveRequest* request,
+                                       proto::SaveResponse* response) {
   return metrics_->Measure(RpcMethod::kSave, [&] {
-    if (options_.serving_replica) return ReadOnlyReplica("Save");
-    if (replicator_ != nullptr) {
-      if (absl::Status primary = replicator_->CheckPrimary(); !primary.ok()) {
-        return wire::ToGrpcStatus(primary);
-      }
+    if (absl::Status serves = writes_->CheckServes(); !serves.ok()) {
+      return wire::ToGrpcStatus(serves);
     }
     if (absl::Status s = checkpointer_->AcceptsRequests(); !s.ok()) {
       return wire::ToGrpcStatus(s);
@@ -690,7 +606,7 @@ grpc::Status EmbeddingServiceImpl::Save(grpc::ServerContext*,
   });
 }
 
-grpc::Status EmbeddingServiceImpl::AwaitSave(
+grpc::Status TrainingServiceImpl::AwaitSave(
     grpc::ServerContext*, const proto::AwaitSaveRequest* request,
     proto::AwaitSaveResponse* response) {
   return metrics_->Measure(RpcMethod::kAwaitSave, [&] {
@@ -702,17 +618,12 @@ grpc::Status EmbeddingServiceImpl::AwaitSave(
   });
 }
 
-grpc::Status EmbeddingServiceImpl::Load(grpc::ServerContext*,
-                                        const proto::LoadRequest* request,
-                                        proto::LoadResponse* response) {
+grpc::Status TrainingServiceImpl::Load(grpc::ServerContext*,
+                                       const proto::LoadRequest* request,
+                                       proto::LoadResponse* response) {
   return metrics_->Measure(RpcMethod::kLoad, [&] {
-    if (options_.serving_replica) return ReadOnlyReplica("Load");
-    if (replicator_ != nullptr) {
-      return grpc::Status(
-          grpc::StatusCode::FAILED_PRECONDITION,
-          "Load refused: this shard is replicated; restore a replicated "
-          "shard by starting one replica with --restore (the others join "
-          "it empty and catch up)");
+    if (absl::Status load = writes_->CheckLoad(); !load.ok()) {
+      return wire::ToGrpcStatus(load);
     }
     if (absl::Status s = checkpointer_->AcceptsRequests(); !s.ok()) {
       return wire::ToGrpcStatus(s);
@@ -725,15 +636,10 @@ grpc::Status EmbeddingServiceImpl::Load(grpc::ServerContext*,
   });
 }
 
-grpc::Status EmbeddingServiceImpl::Publish(grpc::ServerContext*,
-                                           const proto::PublishRequest* request,
-                                           proto::PublishResponse* response) {
+grpc::Status TrainingServiceImpl::Publish(grpc::ServerContext*,
+                                          const proto::PublishRequest* request,
+                                          proto::PublishResponse* response) {
   return metrics_->Measure(RpcMethod::kPublish, [&] {
-    if (options_.serving_replica) return ReadOnlyReplica("Publish");
-    if (publisher_ == nullptr) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "this shard does not publish to serving replicas");
-    }
     absl::StatusOr<proto::PublishResponse> published =
         publisher_->Publish(*request);
     if (!published.ok()) return wire::ToGrpcStatus(published.status());
@@ -742,14 +648,10 @@ grpc::Status EmbeddingServiceImpl::Publish(grpc::ServerContext*,
   });
 }
 
-grpc::Status EmbeddingServiceImpl::Subscribe(
+grpc::Status TrainingServiceImpl::Subscribe(
     grpc::ServerContext* context, const proto::SubscribeRequest* request,
     grpc::ServerWriter<proto::Publication>* writer) {
   return metrics_->Measure(RpcMethod::kSubscribe, [&] {
-    if (publisher_ == nullptr) {
-      return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                          "this shard does not publish to serving replicas");
-    }
     uint64_t publisher_id = request->publisher_id();
     uint64_t after = request->after_sequence();
     while (!context->IsCancelled()) {
@@ -766,13 +668,6 @@ grpc::Status EmbeddingServiceImpl::Subscribe(
     }
     return grpc::Status(grpc::StatusCode::CANCELLED, "subscription ended");
   });
-}
-
-proto::StatsResponse EmbeddingServiceImpl::CollectStats() {
-  proto::StatsResponse response;
-  const proto::StatsRequest all_tables;
-  StatsImpl(nullptr, &all_tables, &response);
-  return response;
 }
 
 }  // namespace embedps::server

@@ -1,40 +1,40 @@
-// EmbeddingService: the gRPC face of one parameter-server shard.
+// TrainingService: the gRPC face of one training shard — its tables, the
+// Pull and Push of rows, checkpoints (Save, AwaitSave, Load), and the
+// publications serving replicas follow (Publish, Subscribe).
 //
 // Translates requests into spans over the engine's tables and back; every
 // malformed request is refused with a precise status before any table is
-// touched, so a client cannot corrupt a table or crash the server.
+// touched, so a client cannot corrupt a table or crash the server. Writes
+// and the reads of a Pull go through the shard's WriteOrder
+// (write_order.h), which alone knows whether the shard is replicated.
 //
 // Thread safety: gRPC calls the handlers from many threads at once; the
 // registry and tables are thread-safe and the counters are atomic.
-#ifndef EMBEDPS_SERVER_EMBEDDING_SERVICE_H_
-#define EMBEDPS_SERVER_EMBEDDING_SERVICE_H_
+#ifndef EMBEDPS_SERVER_TRAINING_SERVICE_H_
+#define EMBEDPS_SERVER_TRAINING_SERVICE_H_
 
-#include <array>
-#include <atomic>
 #include <cstdint>
-#include <functional>
 #include <string>
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
-#include "absl/strings/str_cat.h"
+#include "absl/status/status.h"
 #include "common/mutex.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/replication.pb.h"
+#include "proto/stats.pb.h"
+#include "proto/training.grpc.pb.h"
 #include "server/checkpointer.h"
 #include "server/memory_guard.h"
 #include "server/publisher.h"
 #include "server/push_deduplicator.h"
-#include "server/replicator.h"
+#include "server/rejections.h"
 #include "server/rpc_metrics.h"
 #include "server/table_registry.h"
+#include "server/write_order.h"
 
 namespace embedps::server {
 
-struct ServiceOptions {
-  // A serving replica: every call that would change something (Pull, Push,
-  // CreateTable, Save, Load, Publish) is refused with FAILED_PRECONDITION.
-  // Default: false.
-  bool serving_replica = false;
+struct TrainingServiceOptions {
   // This server's shard and the number of shards; a key is this shard's
   // iff ShardOfKey(key, num_shards) == shard_index. Default: 0 of 1.
   int32_t shard_index = 0;
@@ -58,54 +58,40 @@ struct ServiceOptions {
   // Who this server is: a number drawn at start, sent with every Pull and
   // Push answer (wire/server_identity.h) so that a client notices a shard
   // that was restarted under it (its updates since the last checkpoint
-  // gone) instead of training on it. 0: drawn here. Default: 0.
+  // gone) instead of training on it. 0: drawn at start. A replicated
+  // shard answers as its lineage instead. Default: 0.
   uint64_t incarnation = 0;
+  // The step of the checkpoint the shard restored at start, sent beside
+  // the incarnation (wire/server_identity.h). -1: none. Default: -1.
+  int64_t restored_step = -1;
   // Test only: after applying a Push, answer UNAVAILABLE with this
   // probability, as if the response were lost (the client retries; the
   // retry must not be applied again). Default: 0.
   double TEST_drop_push_response_probability = 0.0;
 };
 
-// Why a request was refused (counted per reason, reported by Stats).
-enum class Rejection {
-  kUnknownTable,
-  kEmptyRequest,
-  kMalformedKeys,
-  kSizeMismatch,
-  kNonFinite,
-  kOverLimit,
-  kWrongShard,
-  kBadValueType,
-  kInvalidSpec,
-  kSpecConflict,
-  kLateStep,
-  kMalformedRequest,
-  kCount,  // number of reasons
-};
-const char* RejectionName(Rejection reason);
-
 // Pull and Push, the bulk methods, are served through gRPC's callback API
 // on the messages' bytes (wire/bulk_message.h): keys are read from the
 // received slices and pulled values go out in a buffer of their own, with
 // no protobuf copy either way. The other methods are ordinary synchronous
 // handlers.
-using EmbeddingServiceBase =
-    proto::EmbeddingService::WithRawCallbackMethod_Pull<
-        proto::EmbeddingService::WithRawCallbackMethod_Push<
-            proto::EmbeddingService::Service>>;
+using TrainingServiceBase = proto::TrainingService::WithRawCallbackMethod_Pull<
+    proto::TrainingService::WithRawCallbackMethod_Push<
+        proto::TrainingService::Service>>;
 
-class EmbeddingServiceImpl final : public EmbeddingServiceBase {
+class TrainingServiceImpl final : public TrainingServiceBase {
  public:
-  // `registry`, `checkpointer`, `metrics` and `memory` must outlive the
-  // service; every call is recorded in `metrics`, and Stats reports them.
-  // `memory`: the shard's guard of options.memory_limit_bytes, which calls
-  // that would allocate are admitted against. `publisher`: null on a shard
-  // that does not publish to serving replicas.
-  EmbeddingServiceImpl(ServiceOptions options, TableRegistry* registry,
-                       ShardCheckpointer* checkpointer, RpcMetrics* metrics,
-                       MemoryGuard* memory, Publisher* publisher = nullptr);
+  // Every pointer must outlive the service. `writes`: the shard's write
+  // order; `deduplicator`: its exactly-once log (a replicator exports and
+  // imports it too); `memory`: the guard of options.memory_limit_bytes,
+  // which calls that would allocate are admitted against; every call is
+  // recorded in `metrics`.
+  TrainingServiceImpl(TrainingServiceOptions options, TableRegistry* registry,
+                      WriteOrder* writes, PushDeduplicator* deduplicator,
+                      ShardCheckpointer* checkpointer, Publisher* publisher,
+                      RpcMetrics* metrics, MemoryGuard* memory);
   // Waits for Pulls still waiting on their own threads (see Pull).
-  ~EmbeddingServiceImpl() override;
+  ~TrainingServiceImpl() override;
 
   grpc::Status CreateTable(grpc::ServerContext* context,
                            const proto::CreateTableRequest* request,
@@ -126,9 +112,6 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context,
                                  const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override;
-  grpc::Status Stats(grpc::ServerContext* context,
-                     const proto::StatsRequest* request,
-                     proto::StatsResponse* response) override;
   grpc::Status Save(grpc::ServerContext* context,
                     const proto::SaveRequest* request,
                     proto::SaveResponse* response) override;
@@ -147,36 +130,19 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
       grpc::ServerContext* context, const proto::SubscribeRequest* request,
       grpc::ServerWriter<proto::Publication>* writer) override;
 
-  // Stats of a serving replica come from its follower: set before serving.
-  // The step of the checkpoint this server restored at start, sent beside
-  // the incarnation (wire/server_identity.h). Set before serving.
-  void set_restored_step(uint64_t step) { restored_step_ = absl::StrCat(step); }
-
-  // A replica of a replicated shard: writes go through `replicator` (the
-  // primary's order, forwarded to the backups) and only the primary serves
-  // Pulls; the incarnation clients see is the shard's lineage. Set before
-  // serving; null (the default): not replicated.
-  void set_replicator(Replicator* replicator) { replicator_ = replicator; }
-  // The exactly-once log (the replicator exports and imports it).
-  PushDeduplicator* deduplicator() { return &deduplicator_; }
-  // Applies a write its primary forwarded (Replicator::ApplyForwarded).
+  // Applies a write its primary forwarded, checked as a client's
+  // (Replicator::ApplyForwarded).
   absl::Status ApplyForwarded(const proto::ReplicatedOp& op);
 
-  void set_stats_source(std::function<void(proto::StatsResponse*)> source) {
-    stats_source_ = std::move(source);
-  }
-
-  // What Stats answers for every table, without counting as an RPC (for
-  // the metrics page).
-  proto::StatsResponse CollectStats();
+  // The training shard's part of a Stats answer: its shard, its tables
+  // (those `request` names, or all), the requests refused and the pushes
+  // acknowledged as retries. NOT_FOUND for a table id it does not hold.
+  absl::Status FillStats(const proto::StatsRequest& request,
+                         proto::StatsResponse* response);
 
  private:
-  grpc::Status CreateTableImpl(grpc::ServerContext* context,
-                               const proto::CreateTableRequest* request,
+  grpc::Status CreateTableImpl(const proto::CreateTableRequest& request,
                                proto::CreateTableResponse* response);
-  grpc::Status ListTablesImpl(grpc::ServerContext* context,
-                              const proto::ListTablesRequest* request,
-                              proto::ListTablesResponse* response);
   // A Pull whose request has been read and checked.
   struct PullCall {
     proto::PullRequest header;  // all but the keys
@@ -193,33 +159,27 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
                                     uint64_t step,
                                     absl::Span<const uint64_t> keys,
                                     absl::Span<float> values);
-  // `forwarded`: a backup applying its primary's write. On OK, a replicated
-  // shard's primary sets *epoch (if given) to the epoch it accepted it in.
+  // Checks and applies a Push. `forwarded`: a write its primary forwarded
+  // (applied here as it is, not through the write order). On OK, *epoch
+  // (if given) is the epoch the write order accepted it in.
   grpc::Status PushImpl(const grpc::ByteBuffer& request, bool forwarded,
                         uint64_t* epoch = nullptr);
   // Runs `work` on a thread of its own (counted in detached_running_).
   void RunDetached(absl::AnyInvocable<void() &&> work);
-  // Adds this server's incarnation (and restored step) to the answer.
+  // Adds this shard's incarnation (and restored step) to the answer.
   void Identify(grpc::CallbackServerContext* context);
-  grpc::Status StatsImpl(grpc::ServerContext* context,
-                         const proto::StatsRequest* request,
-                         proto::StatsResponse* response);
-  grpc::Status Reject(Rejection reason, const absl::Status& status);
 
-  const ServiceOptions options_;
+  const TrainingServiceOptions options_;
   TableRegistry* const registry_;
+  WriteOrder* const writes_;
+  PushDeduplicator* const deduplicator_;
   ShardCheckpointer* const checkpointer_;
-  RpcMetrics* const metrics_;
   Publisher* const publisher_;
-  Replicator* replicator_ = nullptr;
-  std::function<void(proto::StatsResponse*)> stats_source_;
-  PushDeduplicator deduplicator_;
+  RpcMetrics* const metrics_;
   MemoryGuard* const memory_;
   // The values of the server-identity metadata.
-  std::string incarnation_;
-  std::string restored_step_;
-  std::array<std::atomic<uint64_t>, static_cast<size_t>(Rejection::kCount)>
-      rejected_{};
+  const std::string restored_step_;
+  Rejections rejections_;
   Mutex detached_mu_;
   CondVar detached_done_;
   int detached_running_ ABSL_GUARDED_BY(detached_mu_) = 0;
@@ -227,4 +187,4 @@ class EmbeddingServiceImpl final : public EmbeddingServiceBase {
 
 }  // namespace embedps::server
 
-#endif  // EMBEDPS_SERVER_EMBEDDING_SERVICE_H_
+#endif  // EMBEDPS_SERVER_TRAINING_SERVICE_H_

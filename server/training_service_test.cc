@@ -1,4 +1,4 @@
-// EmbeddingService and the shard's other faces (health, reflection,
+// TrainingService and the shard's other faces (health, reflection,
 // /metrics), in this process (server::Shard on 127.0.0.1:0): every kind
 // of bad request is refused with its code and message and changes nothing.
 #include <limits>
@@ -16,7 +16,8 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/tables.pb.h"
+#include "proto/training.grpc.pb.h"
 #include "wire/bulk_message.h"
 
 namespace embedps {
@@ -37,13 +38,13 @@ proto::TableConfig SgdTable(const std::string& name) {
   return config;
 }
 
-class EmbeddingServiceTest : public client::testing::ClusterTest {
+class TrainingServiceTest : public client::testing::ClusterTest {
  protected:
 };
 
 // Sends malformed requests straight to one shard and checks the code, the
 // message and that the table did not change.
-TEST_F(EmbeddingServiceTest, BadInputIsRefusedAndChangesNothing) {
+TEST_F(TrainingServiceTest, BadInputIsRefusedAndChangesNothing) {
   server::ShardOptions strict;
   strict.service.max_keys_per_request = 100;
   StartShards(2, strict);
@@ -63,7 +64,7 @@ TEST_F(EmbeddingServiceTest, BadInputIsRefusedAndChangesNothing) {
   std::vector<float> ones(mine.size() * kDim, 1.0f);
   ASSERT_OK(client->Push(table, mine, ones));
 
-  auto stub = proto::EmbeddingService::NewStub(
+  auto stub = proto::TrainingService::NewStub(
       grpc::CreateChannel(addresses_[0], grpc::InsecureChannelCredentials()));
   const uint32_t id = table.shard_table_ids[0];
   const auto pack = [](const std::vector<uint64_t>& keys) {
@@ -176,7 +177,7 @@ TEST_F(EmbeddingServiceTest, BadInputIsRefusedAndChangesNothing) {
         grpc::Slice slice(bytes.data(), bytes.size());
         grpc::ByteBuffer response;
         const grpc::Status status = wire::BulkUnaryCall(
-            generic, absl::StrCat("/embedps.proto.EmbeddingService/", method),
+            generic, absl::StrCat("/embedps.proto.TrainingService/", method),
             &context, grpc::ByteBuffer(&slice, 1), &response);
         EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
             << method << " of " << bytes.size() << " bytes";
@@ -220,7 +221,7 @@ TEST_F(EmbeddingServiceTest, BadInputIsRefusedAndChangesNothing) {
   }
 }
 
-TEST_F(EmbeddingServiceTest, PrometheusMetricsMatchTheStatsRpc) {
+TEST_F(TrainingServiceTest, PrometheusMetricsMatchTheStatsRpc) {
   server::ShardOptions with_metrics;
   with_metrics.metrics_port = 0;
   StartShards(1, with_metrics);
@@ -255,7 +256,7 @@ TEST_F(EmbeddingServiceTest, PrometheusMetricsMatchTheStatsRpc) {
 // Server reflection (what grpcurl uses) lists our services. The reflection
 // protos are not installed by Debian, so the request is written by hand:
 // ServerReflectionRequest{list_services: ""} is field 7, empty: 3a 00.
-TEST_F(EmbeddingServiceTest, ReflectionListsTheServices) {
+TEST_F(TrainingServiceTest, ReflectionListsTheServices) {
   StartShards(1);
   auto channel =
       grpc::CreateChannel(addresses_[0], grpc::InsecureChannelCredentials());
@@ -294,12 +295,12 @@ TEST_F(EmbeddingServiceTest, ReflectionListsTheServices) {
   std::string bytes;
   for (const auto& slice : slices)
     bytes += std::string(slice.begin(), slice.end());
-  EXPECT_THAT(bytes, HasSubstr("embedps.proto.EmbeddingService"));
+  EXPECT_THAT(bytes, HasSubstr("embedps.proto.TrainingService"));
   EXPECT_THAT(bytes, HasSubstr("embedps.proto.Coordination"));
   EXPECT_THAT(bytes, HasSubstr("grpc.health.v1.Health"));
 }
 
-TEST_F(EmbeddingServiceTest, HealthServiceAnswersServing) {
+TEST_F(TrainingServiceTest, HealthServiceAnswersServing) {
   StartShards(1);
   auto channel =
       grpc::CreateChannel(addresses_[0], grpc::InsecureChannelCredentials());

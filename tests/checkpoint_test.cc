@@ -26,7 +26,10 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/checkpoint.pb.h"
+#include "proto/stats.pb.h"
+#include "proto/tables.pb.h"
+#include "proto/training.grpc.pb.h"
 #include "tests/job_output.h"
 #include "tests/shard_digest.h"
 
@@ -281,7 +284,7 @@ TEST(CheckpointTest, BadCheckpointsAndRequestsAreRefusedClearly) {
               StatusIs(absl::StatusCode::kAlreadyExists));
 
   // Bad requests: the shard says what is wrong and nothing changes.
-  auto stub = proto::EmbeddingService::NewStub(grpc::CreateChannel(
+  auto stub = proto::TrainingService::NewStub(grpc::CreateChannel(
       cluster->addresses()[0], grpc::InsecureChannelCredentials()));
   {
     grpc::ClientContext context;

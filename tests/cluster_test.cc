@@ -18,7 +18,7 @@
 #include "common/testing/server_process.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "proto/embedps.pb.h"
+#include "proto/tables.pb.h"
 
 namespace embedps {
 namespace {

@@ -25,7 +25,10 @@
 #include "common/testing/server_process.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/replication.grpc.pb.h"
+#include "proto/stats.grpc.pb.h"
+#include "proto/tables.pb.h"
+#include "proto/training.grpc.pb.h"
 #include "wire/server_identity.h"
 
 namespace embedps {
@@ -128,7 +131,7 @@ class ReplicationTest : public ::testing::Test {
   std::vector<uint64_t> Digests(int shard) {
     std::vector<uint64_t> digests;
     for (int r = 0; r < kReplicas; ++r) {
-      auto stub = proto::EmbeddingService::NewStub(grpc::CreateChannel(
+      auto stub = proto::StatsService::NewStub(grpc::CreateChannel(
           Address(shard, r), grpc::InsecureChannelCredentials()));
       grpc::ClientContext context;
       proto::StatsRequest request;
@@ -380,7 +383,7 @@ TEST_F(ReplicationTest, NoEpochHasTwoAcceptors) {
   std::vector<std::thread> senders;
   for (int r = 0; r < kReplicas; ++r) {
     senders.emplace_back([&, r] {
-      auto stub = proto::EmbeddingService::NewStub(grpc::CreateChannel(
+      auto stub = proto::TrainingService::NewStub(grpc::CreateChannel(
           Address(0, r), grpc::InsecureChannelCredentials()));
       proto::PushRequest push;
       // The writer's members: C++17 lambdas cannot capture the bindings.

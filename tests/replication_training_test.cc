@@ -16,7 +16,7 @@
 #include "common/testing/server_process.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/replication.grpc.pb.h"
 #include "tests/job_output.h"
 #include "tests/planted_data.h"
 

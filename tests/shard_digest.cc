@@ -4,13 +4,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "grpcpp/grpcpp.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/stats.grpc.pb.h"
 
 namespace embedps::testing {
 
 absl::StatusOr<proto::StatsResponse> StatsWithDigests(
     const std::string& address) {
-  auto stub = proto::EmbeddingService::NewStub(
+  auto stub = proto::StatsService::NewStub(
       grpc::CreateChannel(address, grpc::InsecureChannelCredentials()));
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() +

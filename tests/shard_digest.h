@@ -6,7 +6,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "proto/embedps.pb.h"
+#include "proto/stats.pb.h"
 
 namespace embedps::testing {
 

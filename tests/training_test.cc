@@ -22,7 +22,7 @@
 #include "common/testing/server_process.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
-#include "proto/embedps.pb.h"
+#include "proto/stats.pb.h"
 #include "tests/job_output.h"
 #include "tests/planted_data.h"
 #include "tests/shard_digest.h"

@@ -25,7 +25,7 @@
 #include "common/program_usage.h"
 #include "common/status_macros.h"
 #include "common/text_proto.h"
-#include "embedding/checkpoint_file.h"
+#include "checkpoint/table_file.h"
 #include "embedding/table.h"
 #include "nlohmann/json.hpp"
 #include "server/table_config.h"
@@ -94,8 +94,8 @@ absl::StatusOr<Measured> Measure(embedding::TableSpec spec, uint64_t sample) {
                                .string();
   ASSIGN_OR_RETURN(std::unique_ptr<embedding::TableSnapshot> snapshot,
                    table->TakeSnapshot(/*incremental=*/false));
-  absl::StatusOr<embedding::TableFileSummary> written =
-      embedding::WriteTableFile(*snapshot, path);
+  absl::StatusOr<checkpoint::TableFileSummary> written =
+      checkpoint::WriteTableFile(*snapshot, path);
   std::filesystem::remove(path);
   if (!written.ok()) return written.status();
   m.checkpoint_bytes_per_row =

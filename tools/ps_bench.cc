@@ -46,7 +46,8 @@
 #include "common/malloc_options.h"
 #include "common/testing/server_process.h"
 #include "grpcpp/grpcpp.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/replication.grpc.pb.h"
+#include "proto/tables.pb.h"
 #include "tools/raw_bench.grpc.pb.h"
 #include "wire/bulk_message.h"
 

@@ -36,7 +36,8 @@
 #include "client/client.h"
 #include "common/testing/server_process.h"
 #include "grpcpp/grpcpp.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/replication.grpc.pb.h"
+#include "proto/tables.pb.h"
 
 ABSL_FLAG(std::string, out, "/tmp/embedps-soak", "where the results go");
 ABSL_FLAG(absl::Duration, duration, absl::Hours(1), "how long to run");

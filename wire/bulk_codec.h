@@ -1,7 +1,7 @@
-// Encode and decode of every bulk message of EmbeddingService: Pull and
+// Encode and decode of every bulk message of TrainingService: Pull and
 // Push requests, Pull responses. The client encodes requests and decodes
 // responses; the server decodes requests and encodes responses; both go
-// through here, so the wire's layout (proto/embedps.proto: packed
+// through here, so the wire's layout (proto/training.proto: packed
 // little-endian uint64 keys, float32 or float16 values, row-major) lives in
 // one file. Messages travel as bulk messages (bulk_message.h): their large
 // fields are slices of their own, never copied into a serialized string.
@@ -23,7 +23,8 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "grpcpp/support/byte_buffer.h"
-#include "proto/embedps.pb.h"
+#include "proto/tables.pb.h"
+#include "proto/training.pb.h"
 #include "wire/bulk_message.h"
 
 namespace embedps::wire {

@@ -6,6 +6,8 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "grpcpp/support/status.h"
 
 namespace embedps::wire {
@@ -20,6 +22,15 @@ inline absl::Status FromGrpcStatus(const grpc::Status& status) {
   if (status.ok()) return absl::OkStatus();
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                       status.error_message());
+}
+
+// As FromGrpcStatus, the message prefixed with `where` and ": " (a peer's
+// address, a method): for errors gathered from several peers.
+inline absl::Status FromGrpcStatus(const grpc::Status& status,
+                                   absl::string_view where) {
+  if (status.ok()) return absl::OkStatus();
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      absl::StrCat(where, ": ", status.error_message()));
 }
 
 }  // namespace embedps::wire

@@ -13,7 +13,7 @@
 #include "absl/status/statusor.h"
 #include "dense/dense_optimizer.h"
 #include "dense/model_spec.h"
-#include "proto/embedps.pb.h"
+#include "proto/tables.pb.h"
 #include "worker/worker_config.pb.h"
 
 namespace embedps::worker {

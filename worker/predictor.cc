@@ -9,8 +9,9 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/serving.grpc.pb.h"
 #include "security/credentials.h"
+#include "wire/grpc_status.h"
 #include "worker/dlrm_config.h"
 
 namespace embedps::worker {
@@ -25,9 +26,7 @@ absl::StatusOr<std::optional<proto::DenseModelResponse>> FetchNewerDense(
   absl::Status last = absl::UnavailableError("no replica of serving shard 0");
   for (size_t r = 0; r < replicas.size(); ++r) {
     const auto failed = [&](const grpc::Status& status) {
-      return absl::Status(
-          static_cast<absl::StatusCode>(status.error_code()),
-          absl::StrCat(addresses[r], ": ", status.error_message()));
+      return wire::FromGrpcStatus(status, addresses[r]);
     };
     grpc::ClientContext ask;
     ask.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));

@@ -27,7 +27,7 @@
 #include "client/serving_client.h"
 #include "common/mutex.h"
 #include "dense/model.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/serving.grpc.pb.h"
 #include "worker/criteo_reader.h"
 #include "worker/worker_config.pb.h"
 

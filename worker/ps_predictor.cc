@@ -26,8 +26,9 @@
 #include "dense/blas.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/serving.grpc.pb.h"
 #include "security/flags.h"
+#include "wire/grpc_status.h"
 #include "worker/predictor.h"
 
 ABSL_FLAG(std::string, config, "",
@@ -63,8 +64,7 @@ class PredictorService final : public proto::Predictor::Service {
     absl::StatusOr<std::vector<float>> p =
         predictor_->PredictLines(lines, &version);
     if (!p.ok()) {
-      return grpc::Status(static_cast<grpc::StatusCode>(p.status().code()),
-                          std::string(p.status().message()));
+      return wire::ToGrpcStatus(p.status());
     }
     response->mutable_probability()->Add(p->begin(), p->end());
     response->set_version(version);

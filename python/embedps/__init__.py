@@ -99,7 +99,7 @@ class Client(_embedps._Client):
                                            "learning_rate": 0.1},
                                 consistency={"mode": "sync"})
 
-        Fields: proto/embedps.proto, message TableConfig. A config that does
+        Fields: proto/tables.proto, message TableConfig (docs/config_reference.md). A config that does
         not parse raises InvalidArgumentError (a ValueError).
         """
         if config is not None and fields:

@@ -11,7 +11,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/serving_client.h"
-#include "proto/embedps.grpc.pb.h"
+#include "proto/serving.grpc.pb.h"
+#include "proto/tables.pb.h"
 #include "python/src/bindings.h"
 #include "python/src/py_common.h"
 #include "wire/grpc_status.h"

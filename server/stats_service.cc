@@ -1,0 +1,39 @@
+#include "server/stats_service.h"
+
+#include <utility>
+
+#include "wire/grpc_status.h"
+
+namespace embedps::server {
+
+StatsServiceImpl::StatsServiceImpl(RpcMetrics* metrics, MemoryGuard* memory,
+                                   Source source)
+    : metrics_(metrics), memory_(memory), source_(std::move(source)) {}
+
+absl::Status StatsServiceImpl::Fill(const proto::StatsRequest& request,
+                                    proto::StatsResponse* response) {
+  absl::Status status;
+  if (source_) status = source_(request, response);
+  if (memory_ != nullptr) {
+    response->set_resident_bytes(memory_->resident_bytes());
+    response->set_memory_limit_bytes(memory_->limit_bytes());
+  }
+  metrics_->Fill(response);
+  return status;
+}
+
+grpc::Status StatsServiceImpl::Stats(grpc::ServerContext*,
+                                     const proto::StatsRequest* request,
+                                     proto::StatsResponse* response) {
+  return metrics_->Measure(RpcMethod::kStats, [&] {
+    return wire::ToGrpcStatus(Fill(*request, response));
+  });
+}
+
+proto::StatsResponse StatsServiceImpl::Collect() {
+  proto::StatsResponse response;
+  Fill(proto::StatsRequest(), &response).IgnoreError();
+  return response;
+}
+
+}  // namespace embedps::server
