@@ -14,13 +14,13 @@
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
-#include "wire/byte_buffer_testing.h"
+#include "testing/byte_buffers.h"
 
 namespace embedps::client {
 namespace {
 
+using ::embedps::testing::ByteBufferContents;
 using ::embedps::testing::StatusIs;
-using ::embedps::wire::testing::ByteBufferContents;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 

@@ -12,7 +12,6 @@
 #include <thread>
 #include <vector>
 
-#include "client/cluster_testing.h"
 #include "common/key_hash.h"
 #include "common/status_matchers.h"
 #include "embedding/table.h"
@@ -20,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "proto/tables.pb.h"
 #include "server/table_config.h"
+#include "testing/in_process_cluster.h"
 
 namespace embedps {
 namespace {
@@ -45,7 +45,7 @@ server::ShardOptions TwoWorkers() {
   return options;
 }
 
-class ClientTest : public client::testing::ClusterTest {
+class ClientTest : public testing::ClusterTest {
  protected:
   // Two workers, each with its own client, on one table created by both
   // (as every worker of a job does).

@@ -11,10 +11,10 @@
 #include <string>
 
 #include "common/text_proto.h"
+#include "config/dlrm_config.h"
+#include "config/worker_config.pb.h"
 #include "proto/tables.pb.h"
 #include "server/table_config.h"
-#include "worker/dlrm_config.h"
-#include "worker/worker_config.pb.h"
 
 namespace embedps::fuzz {
 namespace {
@@ -33,12 +33,12 @@ void Tables(const std::string& text) {
 }
 
 void Worker(const std::string& text) {
-  worker::WorkerConfig config;
+  config::WorkerConfig config;
   if (!ParseTextProto(text, "--config", &config).ok()) return;
-  if (!worker::ValidateWorkerConfig(config).ok()) return;
-  (void)worker::ModelSpecOf(config);
-  (void)worker::ParseMode(config.mode());
-  (void)worker::DenseOptimizerOf(config.dense_optimizer(), config.max_steps());
+  if (!config::ValidateWorkerConfig(config).ok()) return;
+  (void)config::ModelSpecOf(config);
+  (void)config::ParseMode(config.mode());
+  (void)config::DenseOptimizerOf(config.dense_optimizer(), config.max_steps());
 }
 
 }  // namespace

@@ -12,7 +12,7 @@
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/coordination.grpc.pb.h"
-#include "server/shard_testing.h"
+#include "testing/in_process_cluster.h"
 
 namespace embedps {
 namespace {
@@ -21,7 +21,7 @@ using ::embedps::testing::StatusIs;
 using ::testing::HasSubstr;
 
 TEST(CoordinationServiceTest, BarrierWaitAndTimeouts) {
-  server::testing::InProcessCluster cluster;
+  testing::InProcessCluster cluster;
   cluster.Start(2);
   const std::vector<std::string>& addresses_ = cluster.addresses();
   // Three workers, each with its own client, meet at a barrier twice and
@@ -64,7 +64,7 @@ TEST(CoordinationServiceTest, BarrierWaitAndTimeouts) {
 // barrier then, not at the longer timeout its request named: the server
 // holds no thread for it, and the barrier's count stays true.
 TEST(CoordinationServiceTest, ACallerWhoseDeadlinePassedLeavesTheBarrier) {
-  server::testing::InProcessCluster cluster;
+  testing::InProcessCluster cluster;
   cluster.Start(1);
   auto stub = proto::Coordination::NewStub(grpc::CreateChannel(
       cluster.addresses()[0], grpc::InsecureChannelCredentials()));

@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "client/client.h"
-#include "client/cluster_testing.h"
 #include "common/key_hash.h"
 #include "common/mutex.h"
 #include "common/status_matchers.h"
@@ -18,6 +17,7 @@
 #include "httplib.h"
 #include "proto/tables.pb.h"
 #include "proto/training.grpc.pb.h"
+#include "testing/in_process_cluster.h"
 #include "wire/bulk_message.h"
 
 namespace embedps {
@@ -38,7 +38,7 @@ proto::TableConfig SgdTable(const std::string& name) {
   return config;
 }
 
-class TrainingServiceTest : public client::testing::ClusterTest {
+class TrainingServiceTest : public testing::ClusterTest {
  protected:
 };
 

@@ -21,8 +21,6 @@
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "common/status_matchers.h"
-#include "common/testing/child_process.h"
-#include "common/testing/server_process.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -30,8 +28,10 @@
 #include "proto/stats.pb.h"
 #include "proto/tables.pb.h"
 #include "proto/training.grpc.pb.h"
-#include "tests/job_output.h"
-#include "tests/shard_digest.h"
+#include "testing/child_process.h"
+#include "testing/job_output.h"
+#include "testing/server_process.h"
+#include "testing/shard_digest.h"
 
 namespace embedps {
 namespace {

@@ -14,11 +14,11 @@
 #include "client/client.h"
 #include "client/coordination_client.h"
 #include "common/status_matchers.h"
-#include "common/testing/child_process.h"
-#include "common/testing/server_process.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "proto/tables.pb.h"
+#include "testing/child_process.h"
+#include "testing/server_process.h"
 
 namespace embedps {
 namespace {

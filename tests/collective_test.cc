@@ -4,9 +4,9 @@
 #include <vector>
 
 #include "common/status_matchers.h"
-#include "common/testing/server_process.h"
 #include "dense/collective/gloo_communicator.h"
 #include "gtest/gtest.h"
+#include "testing/server_process.h"
 #include "worker/coordination_store.h"
 
 namespace embedps {

@@ -8,10 +8,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
-#include "common/testing/child_process.h"
 #include "dense/model.h"
 #include "gtest/gtest.h"
-#include "tests/job_output.h"
+#include "testing/child_process.h"
+#include "testing/job_output.h"
 
 namespace embedps::testing {
 namespace {

@@ -22,13 +22,13 @@
 #include "client/client.h"
 #include "common/key_hash.h"
 #include "common/status_matchers.h"
-#include "common/testing/server_process.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/replication.grpc.pb.h"
 #include "proto/stats.grpc.pb.h"
 #include "proto/tables.pb.h"
 #include "proto/training.grpc.pb.h"
+#include "testing/server_process.h"
 #include "wire/server_identity.h"
 
 namespace embedps {

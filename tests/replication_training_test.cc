@@ -12,13 +12,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/status_matchers.h"
-#include "common/testing/child_process.h"
-#include "common/testing/server_process.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/replication.grpc.pb.h"
-#include "tests/job_output.h"
-#include "tests/planted_data.h"
+#include "testing/child_process.h"
+#include "testing/job_output.h"
+#include "testing/planted_data.h"
+#include "testing/server_process.h"
 
 namespace embedps::testing {
 namespace {

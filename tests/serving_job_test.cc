@@ -24,19 +24,19 @@
 #include "client/client.h"
 #include "client/serving_client.h"
 #include "common/status_matchers.h"
-#include "common/testing/child_process.h"
-#include "common/testing/server_process.h"
+#include "config/dlrm_config.h"
+#include "config/worker_config.pb.h"
+#include "data/criteo_reader.h"
 #include "dense/model.h"
 #include "google/protobuf/text_format.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/serving.grpc.pb.h"
 #include "proto/tables.pb.h"
-#include "tests/job_output.h"
-#include "tests/planted_data.h"
-#include "worker/criteo_reader.h"
-#include "worker/dlrm_config.h"
-#include "worker/worker_config.pb.h"
+#include "testing/child_process.h"
+#include "testing/job_output.h"
+#include "testing/planted_data.h"
+#include "testing/server_process.h"
 
 namespace embedps::testing {
 namespace {
@@ -65,15 +65,15 @@ Lines ReadLines(const std::string& path, size_t limit) {
   return lines;
 }
 
-worker::CriteoBatch Parse(const std::vector<std::string>& lines) {
-  worker::CriteoBatch batch;
+data::CriteoBatch Parse(const std::vector<std::string>& lines) {
+  data::CriteoBatch batch;
   batch.size = static_cast<int>(lines.size());
   batch.labels.resize(lines.size());
-  batch.dense.resize(lines.size() * worker::kCriteoDense);
-  batch.keys.resize(lines.size() * worker::kCriteoSlots);
+  batch.dense.resize(lines.size() * data::kCriteoDense);
+  batch.keys.resize(lines.size() * data::kCriteoSlots);
   for (size_t i = 0; i < lines.size(); ++i) {
-    EXPECT_OK(worker::ParseCriteoFeatures(lines[i].data(), lines[i].size(),
-                                          &batch, static_cast<int>(i)));
+    EXPECT_OK(data::ParseCriteoFeatures(lines[i].data(), lines[i].size(),
+                                        &batch, static_cast<int>(i)));
   }
   return batch;
 }
@@ -93,7 +93,7 @@ class ServingJobTest : public ::testing::Test {
   struct Suite {
     std::string error;  // why the job could not run; "" when it did
     std::string data, checkpoints, out;
-    worker::WorkerConfig config;
+    config::WorkerConfig config;
     std::unique_ptr<ServerProcess> training;
     std::unique_ptr<ServerProcess> replicas[2];
     std::string summary;
@@ -196,7 +196,7 @@ class ServingJobTest : public ::testing::Test {
       }
       {
         const Lines train = ReadLines(data + "/train.txt", SIZE_MAX);
-        const worker::CriteoBatch parsed = Parse(train.features);
+        const data::CriteoBatch parsed = Parse(train.features);
         absl::flat_hash_set<uint64_t> distinct(parsed.keys.begin(),
                                                parsed.keys.end());
         keys.assign(distinct.begin(), distinct.end());
@@ -303,9 +303,9 @@ TEST_F(ServingJobTest, PredictEqualsTheWorkersForwardAtTheSameStep) {
 
   // The worker's model: its final dense parameters and the training
   // shard's rows (the same step: the job has ended), forward on the CPU.
-  const worker::CriteoBatch parsed = Parse(test.features);
+  const data::CriteoBatch parsed = Parse(test.features);
   ASSERT_OK_AND_ASSIGN(auto model,
-                       dense::CreateModel(worker::ModelSpecOf(s_->config), {}));
+                       dense::CreateModel(config::ModelSpecOf(s_->config), {}));
   ASSERT_OK_AND_ASSIGN(
       const int64_t step,
       dense::LoadParameters(s_->out + "/dense.params", *model));

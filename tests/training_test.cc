@@ -18,14 +18,14 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_matchers.h"
-#include "common/testing/child_process.h"
-#include "common/testing/server_process.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "proto/stats.pb.h"
-#include "tests/job_output.h"
-#include "tests/planted_data.h"
-#include "tests/shard_digest.h"
+#include "testing/child_process.h"
+#include "testing/job_output.h"
+#include "testing/planted_data.h"
+#include "testing/server_process.h"
+#include "testing/shard_digest.h"
 
 namespace embedps::testing {
 namespace {

@@ -44,10 +44,10 @@
 #include "bench/key_distributions.h"
 #include "client/client.h"
 #include "common/malloc_options.h"
-#include "common/testing/server_process.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/replication.grpc.pb.h"
 #include "proto/tables.pb.h"
+#include "testing/server_process.h"
 #include "tools/raw_bench.grpc.pb.h"
 #include "wire/bulk_message.h"
 
@@ -110,7 +110,7 @@ std::vector<int> Ints(const std::vector<std::string>& values) {
   return out;
 }
 
-// A sibling binary (common/testing/child_process.h), or exit.
+// A sibling binary (testing/child_process.h), or exit.
 std::string FindBinary(const std::string& flag, const std::string& relative) {
   absl::StatusOr<std::string> path = testing::LocateBinary(flag, relative);
   if (path.ok()) return *path;

@@ -45,8 +45,10 @@
 #include "client/serving_client.h"
 #include "common/mutex.h"
 #include "common/program_usage.h"
-#include "common/testing/server_process.h"
 #include "common/text_proto.h"
+#include "config/dlrm_config.h"
+#include "config/worker_config.pb.h"
+#include "data/criteo_reader.h"
 #include "dense/eval_metrics.h"
 #include "dense/model.h"
 #include "google/protobuf/text_format.h"
@@ -54,9 +56,7 @@
 #include "nlohmann/json.hpp"
 #include "proto/serving.grpc.pb.h"
 #include "proto/tables.pb.h"
-#include "worker/criteo_reader.h"
-#include "worker/dlrm_config.h"
-#include "worker/worker_config.pb.h"
+#include "testing/server_process.h"
 
 ABSL_FLAG(std::string, evaluate, "",
           "a labelled Criteo file: send its lines (labels cut) to "
@@ -176,7 +176,7 @@ void PrintLoad(const std::string& what, const LoadResult& r) {
   std::fflush(stdout);
 }
 
-bool ReadConfig(const std::string& path, worker::WorkerConfig* config);
+bool ReadConfig(const std::string& path, config::WorkerConfig* config);
 
 // --evaluate: AUC and log loss of a labelled file through Predict, then
 // Predict (and with --serving, Lookup) latency at --latency_rate.
@@ -256,7 +256,7 @@ int Evaluate() {
   out["predict_p99_ms"] = Percentile(predict.latencies_ms, 0.99);
   out["predict_errors"] = predict.errors;
   if (!absl::GetFlag(FLAGS_serving).empty()) {
-    worker::WorkerConfig config;
+    config::WorkerConfig config;
     if (!ReadConfig(absl::GetFlag(FLAGS_config), &config)) return 2;
     client::ServingClientOptions options;
     for (absl::string_view shard :
@@ -273,14 +273,14 @@ int Evaluate() {
     // Each request: a bag a slot of the keys of --keys_per_bag lines.
     const int per_bag = absl::GetFlag(FLAGS_keys_per_bag);
     const size_t slots = config.slot_size();
-    worker::CriteoBatch parsed;
+    data::CriteoBatch parsed;
     parsed.size = static_cast<int>(lines.size());
     parsed.labels.resize(lines.size());
-    parsed.dense.resize(lines.size() * worker::kCriteoDense);
-    parsed.keys.resize(lines.size() * worker::kCriteoSlots);
+    parsed.dense.resize(lines.size() * data::kCriteoDense);
+    parsed.keys.resize(lines.size() * data::kCriteoSlots);
     for (size_t i = 0; i < lines.size(); ++i) {
-      Die(worker::ParseCriteoFeatures(lines[i].data(), lines[i].size(), &parsed,
-                                      static_cast<int>(i)),
+      Die(data::ParseCriteoFeatures(lines[i].data(), lines[i].size(), &parsed,
+                                    static_cast<int>(i)),
           "a test line");
     }
     const size_t requests = lines.size() / per_bag;
@@ -288,7 +288,7 @@ int Evaluate() {
     std::vector<std::vector<uint64_t>> by_slot(slots);
     for (size_t s = 0; s < slots; ++s) {
       for (size_t i = 0; i < requests * per_bag; ++i) {
-        by_slot[s].push_back(parsed.keys[i * worker::kCriteoSlots + s]);
+        by_slot[s].push_back(parsed.keys[i * data::kCriteoSlots + s]);
       }
     }
     const std::vector<int32_t> offsets = {0, per_bag};
@@ -326,7 +326,7 @@ std::string RandomLine(std::mt19937_64& rng, const bench::ZipfRanks& zipf) {
   return line;
 }
 
-bool ReadConfig(const std::string& path, worker::WorkerConfig* config) {
+bool ReadConfig(const std::string& path, config::WorkerConfig* config) {
   const absl::Status status =
       ReadTextProtoFile(path, absl::StrCat("the WorkerConfig ", path), config);
   if (!status.ok()) {
@@ -337,14 +337,14 @@ bool ReadConfig(const std::string& path, worker::WorkerConfig* config) {
 
 // The Predict model's config with its tables renamed ("_predict") so
 // that they sit beside the Lookup table, optimizer SGD.
-worker::WorkerConfig PredictConfig(worker::WorkerConfig config) {
+config::WorkerConfig PredictConfig(config::WorkerConfig config) {
   for (proto::TableConfig& table : *config.mutable_table()) {
     table.set_name(table.name() + "_predict");
     table.mutable_optimizer()->Clear();
     table.mutable_optimizer()->set_kind(proto::OptimizerConfig::SGD);
     table.mutable_optimizer()->set_learning_rate(1.0f);
   }
-  for (worker::SlotConfig& slot : *config.mutable_slot()) {
+  for (config::SlotConfig& slot : *config.mutable_slot()) {
     slot.set_table(slot.table() + "_predict");
   }
   return config;
@@ -381,7 +381,7 @@ void AwaitVersion(client::ServingClient& client, uint64_t step) {
 }
 
 int Full() {
-  worker::WorkerConfig config, predict_config;
+  config::WorkerConfig config, predict_config;
   if (!ReadConfig(absl::GetFlag(FLAGS_config), &config) ||
       !ReadConfig(absl::GetFlag(FLAGS_predict_config), &predict_config)) {
     return 2;
@@ -428,16 +428,16 @@ int Full() {
   std::string dense_bytes;
   {
     auto model = Must(
-        dense::CreateModel(worker::ModelSpecOf(predict_config), {}), "model");
+        dense::CreateModel(config::ModelSpecOf(predict_config), {}), "model");
     dense_bytes = Must(dense::SerializeParameters(*model, 0), "dense");
     std::vector<uint64_t> line_keys;
-    worker::CriteoBatch parsed;
+    data::CriteoBatch parsed;
     parsed.size = 1;
     parsed.labels.resize(1);
-    parsed.dense.resize(worker::kCriteoDense);
-    parsed.keys.resize(worker::kCriteoSlots);
+    parsed.dense.resize(data::kCriteoDense);
+    parsed.keys.resize(data::kCriteoSlots);
     for (const std::string& l : lines) {
-      Die(worker::ParseCriteoFeatures(l.data(), l.size(), &parsed, 0), "line");
+      Die(data::ParseCriteoFeatures(l.data(), l.size(), &parsed, 0), "line");
       line_keys.insert(line_keys.end(), parsed.keys.begin(), parsed.keys.end());
     }
     for (const proto::TableConfig& t : predict_config.table()) {

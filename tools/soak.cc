@@ -34,10 +34,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
-#include "common/testing/server_process.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/replication.grpc.pb.h"
 #include "proto/tables.pb.h"
+#include "testing/server_process.h"
 
 ABSL_FLAG(std::string, out, "/tmp/embedps-soak", "where the results go");
 ABSL_FLAG(absl::Duration, duration, absl::Hours(1), "how long to run");

@@ -9,15 +9,15 @@
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/byte_buffers.h"
 #include "wire/bulk_message_test.pb.h"
-#include "wire/byte_buffer_testing.h"
 
 namespace embedps::wire {
 namespace {
 
 using bulk_test::BulkTestMessage;
+using ::embedps::testing::ByteBufferContents;
 using ::embedps::testing::StatusIs;
-using ::embedps::wire::testing::ByteBufferContents;
 
 constexpr int kFirst = BulkTestMessage::kFirstFieldNumber;
 constexpr int kSecond = BulkTestMessage::kSecondFieldNumber;

@@ -21,11 +21,11 @@
 #include "common/file_io.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "data/criteo_reader.h"
 #include "dense/blas.h"
 #include "dense/data_parallel.h"
 #include "dense/eval_metrics.h"
 #include "worker/collective.h"
-#include "worker/criteo_reader.h"
 #include "worker/worker_metrics.h"
 
 namespace embedps::worker {
@@ -47,7 +47,7 @@ struct TableBatch {
 };
 
 struct PreparedStep {
-  CriteoBatch batch;
+  data::CriteoBatch batch;
   std::vector<TableBatch> tables;
   // size × slots: the position of the sample's key in its table's unique.
   std::vector<int32_t> index;
@@ -66,7 +66,8 @@ class DlrmWorker {
   absl::Status Setup();
   // Groups the batch's keys by table, deduplicates them and starts the
   // Pulls (step `pull_step`; read-only Lookups for an evaluation).
-  std::unique_ptr<PreparedStep> Prepare(CriteoBatch batch, uint64_t pull_step,
+  std::unique_ptr<PreparedStep> Prepare(data::CriteoBatch batch,
+                                        uint64_t pull_step,
                                         bool read_only = false);
   absl::Status AwaitPulls(PreparedStep& step);
   // The model's input for a prepared batch: one row per bag.
@@ -94,7 +95,7 @@ class DlrmWorker {
   int64_t last_published_step_ = -1;
 
   const DlrmJobOptions& o_;
-  const WorkerConfig& c_;
+  const config::WorkerConfig& c_;
   std::shared_ptr<spdlog::logger> log_ = Logger("worker");
   int dim_ = 0;
   std::vector<std::string> table_names_;
@@ -105,8 +106,8 @@ class DlrmWorker {
   std::unique_ptr<dense::DenseOptimizer> optimizer_;
   std::unique_ptr<dense::Communicator> communicator_;
   std::unique_ptr<dense::DataParallelTrainer> trainer_;
-  std::unique_ptr<CriteoReader> reader_;
-  Mode mode_;
+  std::unique_ptr<data::CriteoReader> reader_;
+  config::Mode mode_;
   int64_t total_steps_ = 0;
   // Restore.
   std::string restore_dir_;
@@ -129,14 +130,14 @@ class DlrmWorker {
   int64_t loss_count_ = 0;
   std::deque<std::pair<float, float>> window_;  // (logit, label)
   std::vector<std::string> history_;
-  std::vector<CriteoBatch> test_batches_;  // rank 0, after the first eval
+  std::vector<data::CriteoBatch> test_batches_;  // rank 0, after the first eval
   WorkerMetrics metrics_;
   std::unique_ptr<MetricsEndpoint> endpoint_;
 };
 
 absl::Status DlrmWorker::Setup() {
-  RETURN_IF_ERROR(ValidateWorkerConfig(c_));
-  ASSIGN_OR_RETURN(mode_, ParseMode(c_.mode()));
+  RETURN_IF_ERROR(config::ValidateWorkerConfig(c_));
+  ASSIGN_OR_RETURN(mode_, config::ParseMode(c_.mode()));
   metrics_.rank = o_.job.rank;
   if (o_.metrics_port >= 0) {
     ASSIGN_OR_RETURN(
@@ -177,26 +178,28 @@ absl::Status DlrmWorker::Setup() {
     table_names_.push_back(table.name());
     handles_.push_back(*handle);
   }
-  for (const SlotConfig& slot : c_.slot()) {
+  for (const config::SlotConfig& slot : c_.slot()) {
     slot_table_.push_back(table_index.at(slot.table()));
   }
   dedup_.resize(handles_.size());
 
-  CriteoReaderOptions reader;
+  data::CriteoReaderOptions reader;
   reader.files.assign(c_.train_files().begin(), c_.train_files().end());
   reader.batch_size = c_.batch_size() > 0 ? c_.batch_size() : 512;
   reader.worker_index = o_.job.rank;
   reader.num_workers = o_.job.world_size;
   reader.epochs = c_.epochs() > 0 ? c_.epochs() : 1;
   reader.fatal_bad_lines = c_.fatal_bad_lines();
-  ASSIGN_OR_RETURN(reader_, CriteoReader::Open(reader));
+  ASSIGN_OR_RETURN(reader_, data::CriteoReader::Open(reader));
   total_steps_ = reader_->total_steps();
   if (c_.max_steps() > 0) total_steps_ = std::min(total_steps_, c_.max_steps());
   metrics_.total_steps = total_steps_;
 
-  ASSIGN_OR_RETURN(model_, dense::CreateModel(ModelSpecOf(c_), o_.model));
-  ASSIGN_OR_RETURN(dense::DenseOptimizerSpec optimizer,
-                   DenseOptimizerOf(c_.dense_optimizer(), total_steps_));
+  ASSIGN_OR_RETURN(model_,
+                   dense::CreateModel(config::ModelSpecOf(c_), o_.model));
+  ASSIGN_OR_RETURN(
+      dense::DenseOptimizerSpec optimizer,
+      config::DenseOptimizerOf(c_.dense_optimizer(), total_steps_));
   ASSIGN_OR_RETURN(optimizer_, dense::DenseOptimizer::Create(
                                    optimizer, model_->num_parameters()));
   RETURN_IF_ERROR(RestoreDense());
@@ -213,7 +216,7 @@ absl::Status DlrmWorker::Setup() {
   return absl::OkStatus();
 }
 
-std::unique_ptr<PreparedStep> DlrmWorker::Prepare(CriteoBatch batch,
+std::unique_ptr<PreparedStep> DlrmWorker::Prepare(data::CriteoBatch batch,
                                                   uint64_t pull_step,
                                                   bool read_only) {
   auto step = std::make_unique<PreparedStep>();
@@ -382,21 +385,21 @@ absl::Status DlrmWorker::AwaitPushes(PreparedStep& step) {
 absl::StatusOr<EvalPoint> DlrmWorker::Evaluate(int64_t trained_steps) {
   if (test_batches_.empty()) {
     // Parsed once, kept for every later evaluation.
-    CriteoReaderOptions options;
+    data::CriteoReaderOptions options;
     options.files.assign(c_.test_files().begin(), c_.test_files().end());
     options.batch_size = kEvalBatch;
     options.include_tail = true;
     options.name = "test";
-    ASSIGN_OR_RETURN(std::unique_ptr<CriteoReader> reader,
-                     CriteoReader::Open(options));
+    ASSIGN_OR_RETURN(std::unique_ptr<data::CriteoReader> reader,
+                     data::CriteoReader::Open(options));
     while (true) {
-      ASSIGN_OR_RETURN(std::optional<CriteoBatch> batch, reader->Next());
+      ASSIGN_OR_RETURN(std::optional<data::CriteoBatch> batch, reader->Next());
       if (!batch.has_value()) break;
       if (batch->size > 0) test_batches_.push_back(std::move(*batch));
     }
   }
   std::vector<float> logits, labels, batch_logits;
-  for (const CriteoBatch& batch : test_batches_) {
+  for (const data::CriteoBatch& batch : test_batches_) {
     // Read-only, at the next step: the evaluation changes no table (no rows
     // for test-only keys), and SYNC/SSP wait for the steps trained so far.
     std::unique_ptr<PreparedStep> step =
@@ -472,7 +475,7 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
   // A resumed run skips the batches the checkpoint has seen.
   for (int64_t skipped = 0; skipped < start_step_ && skipped < total_steps_;
        ++skipped) {
-    ASSIGN_OR_RETURN(std::optional<CriteoBatch> batch, reader_->Next());
+    ASSIGN_OR_RETURN(std::optional<data::CriteoBatch> batch, reader_->Next());
     if (!batch.has_value()) break;
   }
   const bool checkpoints = !c_.checkpoint_dir().empty();
@@ -484,7 +487,7 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
   if (publishes) RETURN_IF_ERROR(Publish(start_step_));
   std::unique_ptr<PreparedStep> current, pushing;
   if (start_step_ < total_steps_) {
-    ASSIGN_OR_RETURN(std::optional<CriteoBatch> first, reader_->Next());
+    ASSIGN_OR_RETURN(std::optional<data::CriteoBatch> first, reader_->Next());
     if (!first.has_value()) {
       return absl::InternalError("the reader ended before its first step");
     }
@@ -499,7 +502,7 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
     // The next batch's Pull runs while this one computes.
     std::unique_ptr<PreparedStep> next;
     if (step + 1 < total_steps_) {
-      ASSIGN_OR_RETURN(std::optional<CriteoBatch> batch, reader_->Next());
+      ASSIGN_OR_RETURN(std::optional<data::CriteoBatch> batch, reader_->Next());
       if (!batch.has_value()) {
         return absl::InternalError(
             absl::StrCat("the reader ended at step ", step + 1));
@@ -569,7 +572,7 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
           ? samples_ * o_.job.world_size / result.train_seconds
           : 0;
   result.final_train_loss = tail_count > 0 ? tail_sum / tail_count : 0;
-  const CriteoReaderStats stats = reader_->stats();
+  const data::CriteoReaderStats stats = reader_->stats();
   result.bad_lines = stats.bad_lines;
   result.parse_lines_per_second =
       stats.parse_seconds > 0 ? stats.lines_parsed / stats.parse_seconds : 0;

@@ -3,7 +3,7 @@
 // ps_server shards and whose dense model is replicated and allreduced.
 //
 // One step t:
-//   read this worker's batch (CriteoReader, parsed on its own thread)
+//   read this worker's batch (data::CriteoReader, parsed on its own thread)
 //   → per table, the batch's unique keys → Pull (issued while step t−1
 //     computes: the next batch's rows arrive during the current compute,
 //     within what the mode allows — SYNC Pulls wait on the server until
@@ -25,17 +25,17 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "config/dlrm_config.h"
+#include "config/worker_config.pb.h"
 #include "dense/collective/store.h"
 #include "dense/model.h"
 #include "security/credentials.h"
 #include "worker/collective.h"
-#include "worker/dlrm_config.h"
-#include "worker/worker_config.pb.h"
 
 namespace embedps::worker {
 
 struct DlrmJobOptions {
-  WorkerConfig config;
+  config::WorkerConfig config;
   // Rank, world, store, name, collective timeout. Required: store, name.
   JobMembership job;
   // "host:port" of every ps_server shard, in shard order. Required.

@@ -15,26 +15,26 @@ using ::embedps::testing::StatusIs;
 using ::testing::HasSubstr;
 
 // The local job's configuration, which must be valid.
-WorkerConfig LocalConfig() {
+config::WorkerConfig LocalConfig() {
   std::ifstream in("deploy/local/dlrm_small.txtpb");
   std::stringstream text;
   text << in.rdbuf();
-  WorkerConfig config;
+  config::WorkerConfig config;
   EXPECT_TRUE(
       google::protobuf::TextFormat::ParseFromString(text.str(), &config));
   return config;
 }
 
 TEST(ValidateWorkerConfigTest, TheLocalConfigIsValid) {
-  EXPECT_OK(ValidateWorkerConfig(LocalConfig()));
+  EXPECT_OK(config::ValidateWorkerConfig(LocalConfig()));
 }
 
 TEST(ValidateWorkerConfigTest, EachMistakeIsNamed) {
-  const auto refused = [](WorkerConfig c, const std::string& what) {
-    EXPECT_THAT(ValidateWorkerConfig(c),
+  const auto refused = [](config::WorkerConfig c, const std::string& what) {
+    EXPECT_THAT(config::ValidateWorkerConfig(c),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(what)));
   };
-  WorkerConfig c = LocalConfig();
+  config::WorkerConfig c = LocalConfig();
   c.mutable_slot()->RemoveLast();
   refused(c, "25 slots");
 

@@ -8,11 +8,11 @@
 #include "absl/time/clock.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "config/dlrm_config.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/serving.grpc.pb.h"
 #include "security/credentials.h"
 #include "wire/grpc_status.h"
-#include "worker/dlrm_config.h"
 
 namespace embedps::worker {
 namespace {
@@ -61,11 +61,11 @@ Predictor::Predictor(PredictorOptions options) : options_(std::move(options)) {}
 
 absl::StatusOr<std::unique_ptr<Predictor>> Predictor::Start(
     PredictorOptions options) {
-  RETURN_IF_ERROR(ValidateWorkerConfig(options.config));
+  RETURN_IF_ERROR(config::ValidateWorkerConfig(options.config));
   std::unique_ptr<Predictor> predictor(new Predictor(std::move(options)));
-  const WorkerConfig& config = predictor->options_.config;
-  predictor->spec_ = ModelSpecOf(config);
-  for (const SlotConfig& slot : config.slot()) {
+  const config::WorkerConfig& config = predictor->options_.config;
+  predictor->spec_ = config::ModelSpecOf(config);
+  for (const config::SlotConfig& slot : config.slot()) {
     predictor->slot_table_.push_back(slot.table());
   }
   ASSIGN_OR_RETURN(predictor->client_,
@@ -170,14 +170,14 @@ void Predictor::RefreshLoop() {
 
 absl::StatusOr<std::vector<float>> Predictor::PredictLines(
     absl::Span<const std::string> lines, uint64_t* version) {
-  CriteoBatch batch;
+  data::CriteoBatch batch;
   batch.size = static_cast<int>(lines.size());
   batch.labels.assign(lines.size(), 0.0f);
-  batch.dense.resize(lines.size() * kCriteoDense);
-  batch.keys.resize(lines.size() * kCriteoSlots);
+  batch.dense.resize(lines.size() * data::kCriteoDense);
+  batch.keys.resize(lines.size() * data::kCriteoSlots);
   for (size_t i = 0; i < lines.size(); ++i) {
-    absl::Status parsed = ParseCriteoFeatures(lines[i].data(), lines[i].size(),
-                                              &batch, static_cast<int>(i));
+    absl::Status parsed = data::ParseCriteoFeatures(
+        lines[i].data(), lines[i].size(), &batch, static_cast<int>(i));
     if (!parsed.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("line ", i, ": ", parsed.message()));
@@ -186,8 +186,8 @@ absl::StatusOr<std::vector<float>> Predictor::PredictLines(
   return Predict(batch, version);
 }
 
-absl::StatusOr<std::vector<float>> Predictor::Predict(const CriteoBatch& batch,
-                                                      uint64_t* version) {
+absl::StatusOr<std::vector<float>> Predictor::Predict(
+    const data::CriteoBatch& batch, uint64_t* version) {
   const std::shared_ptr<Loaded> loaded = Model();
   const int n = batch.size;
   if (version != nullptr) *version = loaded->step;
@@ -198,7 +198,7 @@ absl::StatusOr<std::vector<float>> Predictor::Predict(const CriteoBatch& batch,
   std::vector<std::vector<uint64_t>> keys(slots, std::vector<uint64_t>(n));
   for (int i = 0; i < n; ++i) {
     for (int s = 0; s < slots; ++s) {
-      keys[s][i] = batch.keys[static_cast<size_t>(i) * kCriteoSlots + s];
+      keys[s][i] = batch.keys[static_cast<size_t>(i) * data::kCriteoSlots + s];
     }
   }
   std::vector<client::ServingSlot> lookups(slots);

@@ -26,16 +26,16 @@
 #include "absl/types/span.h"
 #include "client/serving_client.h"
 #include "common/mutex.h"
+#include "config/worker_config.pb.h"
+#include "data/criteo_reader.h"
 #include "dense/model.h"
 #include "proto/serving.grpc.pb.h"
-#include "worker/criteo_reader.h"
-#include "worker/worker_config.pb.h"
 
 namespace embedps::worker {
 
 struct PredictorOptions {
   // The training job's config: its tables, slots and model. Required.
-  WorkerConfig config;
+  config::WorkerConfig config;
   // The serving replicas (every serving shard). Required.
   client::ServingClientOptions serving;
   // How often the version served is checked for a newer dense model.
@@ -61,7 +61,7 @@ class Predictor {
       absl::Span<const std::string> lines, uint64_t* version);
 
   // Probabilities of a parsed batch (labels ignored).
-  absl::StatusOr<std::vector<float>> Predict(const CriteoBatch& batch,
+  absl::StatusOr<std::vector<float>> Predict(const data::CriteoBatch& batch,
                                              uint64_t* version);
 
   // The step of the dense model loaded.

@@ -31,8 +31,9 @@
 #include "wire/grpc_status.h"
 #include "worker/predictor.h"
 
-ABSL_FLAG(std::string, config, "",
-          "the training job's WorkerConfig (its tables, slots and model)");
+ABSL_FLAG(
+    std::string, config, "",
+    "the training job's config::WorkerConfig (its tables, slots and model)");
 ABSL_FLAG(std::string, serving, "",
           "every serving shard's replicas: shards separated by ';', a "
           "shard's replicas by ',' (host:port each)");
@@ -80,7 +81,7 @@ absl::StatusOr<PredictorOptions> OptionsFromFlags() {
   const std::string path = absl::GetFlag(FLAGS_config);
   if (path.empty()) {
     return absl::InvalidArgumentError(
-        "--config=FILE (a WorkerConfig) is required");
+        "--config=FILE (a config::WorkerConfig) is required");
   }
   RETURN_IF_ERROR(ReadTextProtoFile(path, absl::StrCat("--config ", path),
                                     &options.config));

@@ -1,6 +1,6 @@
 // ps_worker: one worker of a DLRM training job over embedps parameter
-// servers (worker/dlrm_job.h). The job is its text-format WorkerConfig
-// (--config, worker/worker_config.proto); the flags here override parts of
+// servers (worker/dlrm_job.h). The job is its text-format config::WorkerConfig
+// (--config, config/worker_config.proto); the flags here override parts of
 // it, and the shared job flags (worker/job_flags.h) place this worker in
 // its job.
 //
@@ -24,7 +24,7 @@
 #include "worker/job_flags.h"
 
 ABSL_FLAG(std::string, config, "",
-          "a text-format WorkerConfig (worker/worker_config.proto)");
+          "a text-format WorkerConfig (config/worker_config.proto)");
 ABSL_FLAG(std::string, servers, "",
           "host:port of every ps_server shard, comma-separated, in "
           "shard order");
@@ -89,12 +89,12 @@ absl::Status Configure(DlrmJobOptions& options, JobFromFlags& job) {
   const std::string path = absl::GetFlag(FLAGS_config);
   if (path.empty()) {
     return absl::InvalidArgumentError(
-        "--config=FILE is required: a text-format WorkerConfig "
+        "--config=FILE is required: a text-format config::WorkerConfig "
         "(deploy/local/dlrm_small.txtpb is an example)");
   }
   RETURN_IF_ERROR(ReadTextProtoFile(path, absl::StrCat("--config ", path),
                                     &options.config));
-  WorkerConfig& config = options.config;
+  config::WorkerConfig& config = options.config;
   if (!absl::GetFlag(FLAGS_mode).empty()) {
     config.set_mode(absl::GetFlag(FLAGS_mode));
   }
@@ -143,7 +143,7 @@ absl::Status Configure(DlrmJobOptions& options, JobFromFlags& job) {
   options.metrics_host = absl::GetFlag(FLAGS_metrics_host);
   options.security = security::ChannelSecurityFromFlags();
   options.metrics_port_file = absl::GetFlag(FLAGS_metrics_port_file);
-  if (absl::Status s = ValidateWorkerConfig(config); !s.ok()) {
+  if (absl::Status s = config::ValidateWorkerConfig(config); !s.ok()) {
     return absl::Status(s.code(),
                         absl::StrCat("--config ", path, ": ", s.message()));
   }
@@ -178,7 +178,7 @@ int main(int argc, char** argv) {
       "one worker of a DLRM training job over ps_server shards.\n"
       "  ps_worker --config=dlrm.txtpb --servers=HOST:PORT,... "
       "[--rank=R --world_size=N]\n"
-      "The config (worker/worker_config.proto) describes the job; the flags "
+      "The config (config/worker_config.proto) describes the job; the flags "
       "override parts of it (docs/operations.md).",
       {"worker/ps_worker.cc", embedps::worker::kJobFlagsFile,
        embedps::security::kClientFlagsFile});

@@ -1,5 +1,5 @@
 // Data helpers for Python training loops: the Criteo reader ps_worker uses
-// (worker/criteo_reader.h), its feature keys, the batch deduplication the
+// (data/criteo_reader.h), its feature keys, the batch deduplication the
 // torch module needs, and the evaluation metrics ps_worker reports.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "data/criteo_reader.h"
 #include "dense/eval_metrics.h"
 #include "python/src/bindings.h"
 #include "python/src/py_common.h"
-#include "worker/criteo_reader.h"
 
 namespace embedps::python {
 namespace {
@@ -24,7 +24,7 @@ class PyCriteoReader {
   PyCriteoReader(std::vector<std::string> files, int batch_size,
                  int worker_index, int num_workers, int epochs,
                  bool include_tail, bool fatal_bad_lines) {
-    worker::CriteoReaderOptions options;
+    data::CriteoReaderOptions options;
     options.files = std::move(files);
     options.batch_size = batch_size;
     options.worker_index = worker_index;
@@ -32,10 +32,10 @@ class PyCriteoReader {
     options.epochs = epochs;
     options.include_tail = include_tail;
     options.fatal_bad_lines = fatal_bad_lines;
-    absl::StatusOr<std::unique_ptr<worker::CriteoReader>> reader;
+    absl::StatusOr<std::unique_ptr<data::CriteoReader>> reader;
     {
       py::gil_scoped_release release;
-      reader = worker::CriteoReader::Open(options);
+      reader = data::CriteoReader::Open(options);
     }
     Check(reader.status());
     reader_ = std::move(*reader);
@@ -46,19 +46,18 @@ class PyCriteoReader {
 
   // (step, labels (n,), dense (n, 13), keys (n, 26) uint64).
   py::tuple Next() {
-    absl::StatusOr<std::optional<worker::CriteoBatch>> batch;
+    absl::StatusOr<std::optional<data::CriteoBatch>> batch;
     {
       py::gil_scoped_release release;
       batch = reader_->Next();
     }
     Check(batch.status());
     if (!batch->has_value()) throw py::stop_iteration();
-    const worker::CriteoBatch& b = **batch;
+    const data::CriteoBatch& b = **batch;
     const py::ssize_t n = b.size;
     py::array labels = NewArray({n}, "float32");
-    py::array dense =
-        NewArray({n, py::ssize_t{worker::kCriteoDense}}, "float32");
-    py::array keys = NewArray({n, py::ssize_t{worker::kCriteoSlots}}, "uint64");
+    py::array dense = NewArray({n, py::ssize_t{data::kCriteoDense}}, "float32");
+    py::array keys = NewArray({n, py::ssize_t{data::kCriteoSlots}}, "uint64");
     std::copy(b.labels.begin(), b.labels.end(), Data<float>(labels));
     std::copy(b.dense.begin(), b.dense.end(), Data<float>(dense));
     std::copy(b.keys.begin(), b.keys.end(), Data<uint64_t>(keys));
@@ -66,7 +65,7 @@ class PyCriteoReader {
   }
 
  private:
-  std::unique_ptr<worker::CriteoReader> reader_;
+  std::unique_ptr<data::CriteoReader> reader_;
 };
 
 // (unique keys in first-seen order, index of each key in them).
@@ -127,9 +126,9 @@ r-th batch of every W; every worker gets the same number of steps.)")
       .def("__iter__", [](py::object self) { return self; })
       .def("__next__", &PyCriteoReader::Next);
 
-  m.def("feature_key", &worker::FeatureKey, py::arg("slot"), py::arg("value"),
+  m.def("feature_key", &data::FeatureKey, py::arg("slot"), py::arg("value"),
         "The embedding key of categorical value `value` in slot `slot`.");
-  m.def("missing_feature_key", &worker::MissingFeatureKey, py::arg("slot"),
+  m.def("missing_feature_key", &data::MissingFeatureKey, py::arg("slot"),
         "The key of an empty value in slot `slot`.");
   m.def("unique_inverse", &UniqueInverse, py::arg("keys"),
         "(unique keys in first-seen order, int64 index of every key in "

@@ -1,12 +1,12 @@
-#include "worker/dlrm_config.h"
+#include "config/dlrm_config.h"
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "data/criteo_reader.h"
 #include "dense/model.h"
-#include "worker/criteo_reader.h"
 
-namespace embedps::worker {
+namespace embedps::config {
 
 absl::StatusOr<Mode> ParseMode(const std::string& text) {
   Mode m;
@@ -61,7 +61,7 @@ absl::StatusOr<dense::DenseOptimizerSpec> DenseOptimizerOf(
 
 dense::ModelSpec ModelSpecOf(const WorkerConfig& c) {
   dense::ModelSpec spec;
-  spec.num_dense = kCriteoDense;
+  spec.num_dense = data::kCriteoDense;
   spec.bottom.assign(c.bottom().begin(), c.bottom().end());
   spec.top.assign(c.top().begin(), c.top().end());
   spec.embedding_dim = c.embedding_dim();
@@ -75,10 +75,10 @@ dense::ModelSpec ModelSpecOf(const WorkerConfig& c) {
 }
 
 absl::Status ValidateWorkerConfig(const WorkerConfig& c) {
-  if (c.slot_size() != kCriteoSlots) {
+  if (c.slot_size() != data::kCriteoSlots) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config has ", c.slot_size(), " slots; the Criteo format has ",
-        kCriteoSlots, " categorical columns (one slot each)"));
+        data::kCriteoSlots, " categorical columns (one slot each)"));
   }
   if (c.table_size() == 0) {
     return absl::InvalidArgumentError("config has no table");
@@ -121,4 +121,4 @@ absl::Status ValidateWorkerConfig(const WorkerConfig& c) {
   return dense::ValidateModelSpec(ModelSpecOf(c));
 }
 
-}  // namespace embedps::worker
+}  // namespace embedps::config

@@ -3,8 +3,8 @@
 // The server listens on 127.0.0.1 with --port=0; Start waits until it has
 // written its port file. Stop (and the destructor) sends SIGTERM and reaps
 // it; a server that outlives its test is never left behind.
-#ifndef EMBEDPS_COMMON_TESTING_SERVER_PROCESS_H_
-#define EMBEDPS_COMMON_TESTING_SERVER_PROCESS_H_
+#ifndef EMBEDPS_TESTING_SERVER_PROCESS_H_
+#define EMBEDPS_TESTING_SERVER_PROCESS_H_
 
 #include <sys/types.h>
 
@@ -14,7 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/testing/child_process.h"
+#include "testing/child_process.h"
 
 namespace embedps::testing {
 
@@ -59,4 +59,4 @@ class ServerProcess {
 
 }  // namespace embedps::testing
 
-#endif  // EMBEDPS_COMMON_TESTING_SERVER_PROCESS_H_
+#endif  // EMBEDPS_TESTING_SERVER_PROCESS_H_

@@ -1,8 +1,8 @@
 // Test helper: a planted Criteo-format data set written by tools/datagen
 // with small vocabularies (5, 10, 20 and 50 values a slot group), so that
 // seconds of training come near its Bayes-optimal AUC.
-#ifndef EMBEDPS_TESTS_PLANTED_DATA_H_
-#define EMBEDPS_TESTS_PLANTED_DATA_H_
+#ifndef EMBEDPS_TESTING_PLANTED_DATA_H_
+#define EMBEDPS_TESTING_PLANTED_DATA_H_
 
 #include <string>
 
@@ -17,4 +17,4 @@ absl::Status WritePlantedData(const std::string& dir, int train_rows,
 
 }  // namespace embedps::testing
 
-#endif  // EMBEDPS_TESTS_PLANTED_DATA_H_
+#endif  // EMBEDPS_TESTING_PLANTED_DATA_H_

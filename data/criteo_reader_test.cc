@@ -1,4 +1,4 @@
-#include "worker/criteo_reader.h"
+#include "data/criteo_reader.h"
 
 #include <zlib.h>
 
@@ -14,7 +14,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
-namespace embedps::worker {
+namespace embedps::data {
 namespace {
 
 using ::embedps::testing::StatusIs;
@@ -314,4 +314,4 @@ TEST(CriteoReaderTest, BadOptionsAndMissingFiles) {
 }
 
 }  // namespace
-}  // namespace embedps::worker
+}  // namespace embedps::data

@@ -6,8 +6,8 @@
 // nothing behind: spawn long-lived children from a thread that outlives
 // them (e.g. the main thread).
 // Thread safety: one thread at a time per ChildProcess.
-#ifndef EMBEDPS_COMMON_TESTING_CHILD_PROCESS_H_
-#define EMBEDPS_COMMON_TESTING_CHILD_PROCESS_H_
+#ifndef EMBEDPS_TESTING_CHILD_PROCESS_H_
+#define EMBEDPS_TESTING_CHILD_PROCESS_H_
 
 #include <sys/types.h>
 
@@ -62,4 +62,4 @@ absl::StatusOr<std::string> LocateBinary(const std::string& given,
 
 }  // namespace embedps::testing
 
-#endif  // EMBEDPS_COMMON_TESTING_CHILD_PROCESS_H_
+#endif  // EMBEDPS_TESTING_CHILD_PROCESS_H_

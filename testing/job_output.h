@@ -1,7 +1,7 @@
 // Test helper: reading what a job wrote — whole files, and number fields
 // of the one-line JSON results that ps_worker and datagen print.
-#ifndef EMBEDPS_TESTS_JOB_OUTPUT_H_
-#define EMBEDPS_TESTS_JOB_OUTPUT_H_
+#ifndef EMBEDPS_TESTING_JOB_OUTPUT_H_
+#define EMBEDPS_TESTING_JOB_OUTPUT_H_
 
 #include <string>
 
@@ -15,4 +15,4 @@ double JsonNumber(const std::string& json, const std::string& field);
 
 }  // namespace embedps::testing
 
-#endif  // EMBEDPS_TESTS_JOB_OUTPUT_H_
+#endif  // EMBEDPS_TESTING_JOB_OUTPUT_H_

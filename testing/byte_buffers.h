@@ -1,6 +1,6 @@
 // Test helper: the bytes of a grpc::ByteBuffer, all its slices in order.
-#ifndef EMBEDPS_WIRE_BYTE_BUFFER_TESTING_H_
-#define EMBEDPS_WIRE_BYTE_BUFFER_TESTING_H_
+#ifndef EMBEDPS_TESTING_BYTE_BUFFERS_H_
+#define EMBEDPS_TESTING_BYTE_BUFFERS_H_
 
 #include <string>
 #include <vector>
@@ -9,7 +9,7 @@
 #include "grpcpp/support/slice.h"
 #include "gtest/gtest.h"
 
-namespace embedps::wire::testing {
+namespace embedps::testing {
 
 // The buffer's bytes (a copy). A buffer that cannot be read fails the test.
 inline std::string ByteBufferContents(const grpc::ByteBuffer& buffer) {
@@ -22,6 +22,6 @@ inline std::string ByteBufferContents(const grpc::ByteBuffer& buffer) {
   return out;
 }
 
-}  // namespace embedps::wire::testing
+}  // namespace embedps::testing
 
-#endif  // EMBEDPS_WIRE_BYTE_BUFFER_TESTING_H_
+#endif  // EMBEDPS_TESTING_BYTE_BUFFERS_H_

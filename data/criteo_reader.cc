@@ -1,4 +1,4 @@
-#include "worker/criteo_reader.h"
+#include "data/criteo_reader.h"
 
 #include <zlib.h>
 
@@ -13,7 +13,7 @@
 #include "common/key_hash.h"
 #include "common/logging.h"
 
-namespace embedps::worker {
+namespace embedps::data {
 namespace {
 
 constexpr int kFields = 1 + kCriteoDense + kCriteoSlots;
@@ -455,4 +455,4 @@ CriteoReaderStats CriteoReader::stats() const {
   return s;
 }
 
-}  // namespace embedps::worker
+}  // namespace embedps::data

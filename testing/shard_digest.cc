@@ -1,4 +1,4 @@
-#include "tests/shard_digest.h"
+#include "testing/shard_digest.h"
 
 #include <chrono>
 

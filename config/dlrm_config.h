@@ -1,22 +1,22 @@
-// The DLRM job's configuration (worker/worker_config.proto): its checks
+// The DLRM job's configuration (config/worker_config.proto): its checks
 // against the Criteo format and itself, and its translation into the specs
 // of the parts (consistency mode, dense optimizer, model).
 //
 // Thread safety: pure functions.
-#ifndef EMBEDPS_WORKER_DLRM_CONFIG_H_
-#define EMBEDPS_WORKER_DLRM_CONFIG_H_
+#ifndef EMBEDPS_CONFIG_DLRM_CONFIG_H_
+#define EMBEDPS_CONFIG_DLRM_CONFIG_H_
 
 #include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "config/worker_config.pb.h"
 #include "dense/dense_optimizer.h"
 #include "dense/model_spec.h"
 #include "proto/tables.pb.h"
-#include "worker/worker_config.pb.h"
 
-namespace embedps::worker {
+namespace embedps::config {
 
 // A consistency mode as WorkerConfig.mode spells it: async, sync, ssp:N.
 struct Mode {
@@ -38,6 +38,6 @@ dense::ModelSpec ModelSpecOf(const WorkerConfig& config);
 // INVALID_ARGUMENT naming the field.
 absl::Status ValidateWorkerConfig(const WorkerConfig& config);
 
-}  // namespace embedps::worker
+}  // namespace embedps::config
 
-#endif  // EMBEDPS_WORKER_DLRM_CONFIG_H_
+#endif  // EMBEDPS_CONFIG_DLRM_CONFIG_H_

@@ -1,4 +1,4 @@
-#include "common/testing/child_process.h"
+#include "testing/child_process.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -1,7 +1,7 @@
 // Test helper: what a running ps_server holds, as Stats with content
 // digests (embedding::DigestTable of every table) reports it.
-#ifndef EMBEDPS_TESTS_SHARD_DIGEST_H_
-#define EMBEDPS_TESTS_SHARD_DIGEST_H_
+#ifndef EMBEDPS_TESTING_SHARD_DIGEST_H_
+#define EMBEDPS_TESTING_SHARD_DIGEST_H_
 
 #include <string>
 
@@ -17,4 +17,4 @@ absl::StatusOr<proto::StatsResponse> StatsWithDigests(
 
 }  // namespace embedps::testing
 
-#endif  // EMBEDPS_TESTS_SHARD_DIGEST_H_
+#endif  // EMBEDPS_TESTING_SHARD_DIGEST_H_

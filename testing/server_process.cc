@@ -1,4 +1,4 @@
-#include "common/testing/server_process.h"
+#include "testing/server_process.h"
 
 #include <signal.h>
 

@@ -1,4 +1,4 @@
-#include "tests/job_output.h"
+#include "testing/job_output.h"
 
 #include <cmath>
 #include <fstream>

@@ -21,8 +21,8 @@
 // stream with INVALID_ARGUMENT naming it.
 //
 // Thread safety: Next() from one thread at a time; stats() from any.
-#ifndef EMBEDPS_WORKER_CRITEO_READER_H_
-#define EMBEDPS_WORKER_CRITEO_READER_H_
+#ifndef EMBEDPS_DATA_CRITEO_READER_H_
+#define EMBEDPS_DATA_CRITEO_READER_H_
 
 #include <atomic>
 #include <cstdint>
@@ -36,7 +36,7 @@
 #include "absl/status/statusor.h"
 #include "common/mutex.h"
 
-namespace embedps::worker {
+namespace embedps::data {
 
 inline constexpr int kCriteoDense = 13;
 inline constexpr int kCriteoSlots = 26;
@@ -138,6 +138,6 @@ absl::Status ParseCriteoLine(const char* line, size_t size, CriteoBatch* batch,
 absl::Status ParseCriteoFeatures(const char* line, size_t size,
                                  CriteoBatch* batch, int i);
 
-}  // namespace embedps::worker
+}  // namespace embedps::data
 
-#endif  // EMBEDPS_WORKER_CRITEO_READER_H_
+#endif  // EMBEDPS_DATA_CRITEO_READER_H_

@@ -1,4 +1,4 @@
-#include "tests/planted_data.h"
+#include "testing/planted_data.h"
 
 #include <memory>
 
@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
-#include "common/testing/child_process.h"
+#include "testing/child_process.h"
 
 namespace embedps::testing {
 
