@@ -23,8 +23,9 @@ packages=(
   python3-yaml python3-venv
   # The fuzz targets (fuzz/run.sh): clang and its libFuzzer runtime.
   clang libclang-rt-14-dev
-  # Formatting and tooling used by the scripts (gnuplot: the training plot).
-  clang-format procps gnuplot-nox
+  # Formatting and tooling used by the scripts (gnuplot: the training plot;
+  # python3-protobuf: tools/docgen reads the .proto files' descriptors).
+  clang-format procps gnuplot-nox python3-protobuf
 )
 
 missing=()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Runs every embedps test: unit tests beside the code and the multi-process
-# tests under tests/. Installs what is missing first (deploy/setup.sh).
+# Runs every embedps test: the form (tools/lint/check.sh), unit tests beside
+# the code and the multi-process tests under tests/. Installs what is
+# missing first (deploy/setup.sh).
 #
 #   tests/run.sh [extra bazel test flags, e.g. --config=asan]
 #
@@ -16,6 +17,11 @@ tools/cuda_status.sh
 log=$(mktemp)
 trap 'rm -f "$log"; bazel shutdown >/dev/null 2>&1' EXIT
 
+# The form first (clang-format, sorted BUILD deps, generated files
+# current): tools/lint/check.sh --fix repairs what it reports.
+lint_status=0
+tools/lint/check.sh || lint_status=1
+
 bazel test //... --test_summary=short --color=no --curses=no "$@" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 
@@ -24,6 +30,13 @@ passed=$(grep -cE '^//[^ ]+ +(\(cached\) +)?PASSED' "$log")
 failed=$(grep -cE '^//[^ ]+ +(\(cached\) +)?(FAILED|TIMEOUT|FLAKY|NO STATUS|INCOMPLETE|FAILED TO BUILD)' "$log")
 if [ "$status" -ne 0 ] && [ "$failed" -eq 0 ]; then
   failed=1  # the build itself failed before any test could report
+fi
+if [ "$lint_status" -eq 0 ]; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1))
+  status=1
+  echo "FAILED: tools/lint/check.sh (the form: run tools/lint/check.sh --fix)"
 fi
 # The Kubernetes manifests against the API's schemas (a PyPI validator).
 if tests/k8s/validate_schema.sh >"$log" 2>&1; then

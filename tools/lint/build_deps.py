@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checks (or fixes) that every `deps = [...]` list in the BUILD files is
-sorted as buildifier sorts it (buildifier is not packaged for Debian).
+sorted as buildifier sorts it, each label once (buildifier is not packaged
+for Debian).
 
     tools/lint/build_deps.py            # check: lists each unsorted list, exit 1
     tools/lint/build_deps.py --fix      # sort them in place
@@ -35,9 +36,15 @@ def _sorted_lines(lines):
     """`lines` of one list's body: returns them sorted block by block."""
     out, block = [], []
 
+    seen = set()
+
     def flush():
         block.sort(key=lambda line: _key(_ITEM.match(line).group(1)))
-        out.extend(block)
+        for line in block:
+            label = _ITEM.match(line).group(1)
+            if label not in seen:  # a label twice: Bazel refuses the rule
+                seen.add(label)
+                out.append(line)
         block.clear()
 
     for line in lines:
@@ -88,7 +95,7 @@ def main():
             continue
         for line in process(path, args.fix):
             bad += 1
-            print(f"{name}:{line}: deps not sorted" +
+            print(f"{name}:{line}: deps not sorted or repeated" +
                   (" (fixed)" if args.fix else ""))
     if bad and not args.fix:
         print(f"{bad} unsorted deps list(s): run tools/lint/build_deps.py --fix")
