@@ -136,6 +136,10 @@ ABSL_FLAG(absl::Duration, checkpoint_poll, absl::Seconds(5),
 ABSL_FLAG(absl::Duration, checkpoint_wait, absl::Minutes(10),
           "serving: how long to wait for training's first checkpoint when "
           "there is none yet (the replica serves nothing until then)");
+ABSL_FLAG(absl::Duration, ttl_sweep_interval, absl::Seconds(10),
+          "training: how often the rows of tables with a TTL "
+          "(TableConfig.eviction) that went untouched past it are removed; "
+          "0: never");
 ABSL_FLAG(int64_t, publish_history_mb, 512,
           "training: MiB of publications kept for serving replicas that "
           "fall behind or reconnect");
@@ -187,6 +191,7 @@ absl::StatusOr<ShardOptions> OptionsFromFlags() {
   options.spill_block_cache_bytes =
       static_cast<uint64_t>(absl::GetFlag(FLAGS_spill_block_cache_mb)) << 20;
   options.spill_read_around = absl::GetFlag(FLAGS_spill_read_around);
+  options.ttl_sweep_interval = absl::GetFlag(FLAGS_ttl_sweep_interval);
   if (const std::string path = absl::GetFlag(FLAGS_tables); !path.empty()) {
     ASSIGN_OR_RETURN(options.tables, ReadTables(path));
   }

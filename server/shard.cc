@@ -11,6 +11,7 @@
 #include "httplib.h"
 #include "server/checkpointer.h"
 #include "server/coordination_service.h"
+#include "server/expiry_sweeper.h"
 #include "server/role_refusal.h"
 #include "server/rpc_metrics.h"
 #include "server/serving_service.h"
@@ -28,7 +29,8 @@ struct TrainingParts {
         checkpointer(o.service.shard_index, o.service.num_shards, &registry,
                      o.checkpoint_root, &memory),
         publisher(PublisherFor(o), &registry),
-        coordination(metrics, o.coordination) {}
+        coordination(metrics, o.coordination),
+        sweeper(&registry, o.ttl_sweep_interval) {}
 
   static TableRegistry::Options RegistryOptionsFor(const ShardOptions& o) {
     TableRegistry::Options options;
@@ -56,6 +58,8 @@ struct TrainingParts {
   // Every training shard answers Coordination; by convention workers use
   // shard 0's.
   CoordinationServiceImpl coordination;
+  // TTL eviction that runs (destroyed before the registry it sweeps).
+  ExpirySweeper sweeper;
   proto::LoadResponse restored;
   // How writes are ordered: at once, or a replicated shard's Replicator.
   std::unique_ptr<WriteOrder> unreplicated;

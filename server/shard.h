@@ -71,6 +71,9 @@ struct ShardOptions {
   // The most memory one table's expected_rows may commit on this shard
   // (TableRegistry::Options). Default: 8 GiB.
   uint64_t max_expected_rows_bytes = uint64_t{8} << 30;
+  // How often a training shard removes the expired rows of its tables with
+  // a TTL (expiry_sweeper.h); zero: never. Default: 10 s.
+  absl::Duration ttl_sweep_interval = absl::Seconds(10);
   // Tables created before the shard serves. Default: none.
   proto::TableConfigList tables;
   // A checkpoint (directory, or a root: its latest complete checkpoint) to
