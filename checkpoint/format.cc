@@ -1,8 +1,11 @@
 #include "checkpoint/format.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/strip.h"
 
 namespace embedps::checkpoint {
 namespace {
@@ -15,6 +18,14 @@ std::string MetaKey(absl::string_view suffix) {
 
 std::string CheckpointName(uint64_t step) {
   return absl::StrFormat("%s%012d", kCheckpointPrefix, step);
+}
+
+bool IsCheckpointName(absl::string_view name) {
+  if (!absl::ConsumePrefix(&name, kCheckpointPrefix) || name.size() != 12) {
+    return false;
+  }
+  return std::all_of(name.begin(), name.end(),
+                     [](char c) { return c >= '0' && c <= '9'; });
 }
 
 std::string ShardDirectoryName(int32_t shard, int32_t num_shards) {

@@ -65,6 +65,10 @@ inline constexpr char kDenseParametersFile[] = "dense.params";
 
 // "ckpt-" and the step in 12 digits, so that names sort by step.
 std::string CheckpointName(uint64_t step);
+// True for a name CheckpointName makes ("ckpt-" and exactly 12 digits):
+// the only directories a checkpoint root's search considers (not
+// "ckpt-backup-of-first", not an operator's "ckpt-000000000039.bad").
+bool IsCheckpointName(absl::string_view name);
 // "shard-00001-of-00003".
 std::string ShardDirectoryName(int32_t shard, int32_t num_shards);
 // A file-name form of a valid table name: "t-" + the name with every '/'

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
@@ -98,30 +99,49 @@ absl::StatusOr<proto::CheckpointManifest> ReadManifest(const std::string& dir) {
   return manifest;
 }
 
-absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path) {
+absl::StatusOr<std::string> ResolveCheckpoint(
+    const std::string& path, std::vector<std::string>* skipped) {
   std::error_code error;
   if (std::filesystem::exists(Join(path, kManifestFileName), error)) {
     return path;
   }
-  std::vector<std::string> candidates;
+  std::vector<std::string> left_out;
+  std::string best;
+  uint64_t best_step = 0;
   for (const auto& entry : std::filesystem::directory_iterator(path, error)) {
     const std::string name = entry.path().filename().string();
-    if (absl::StartsWith(name, kCheckpointPrefix) &&
-        !absl::EndsWith(name, kTemporarySuffix) &&
-        std::filesystem::exists(entry.path() / kManifestFileName, error)) {
-      candidates.push_back(entry.path().string());
+    if (!IsCheckpointName(name)) continue;
+    if (!std::filesystem::exists(entry.path() / kManifestFileName, error)) {
+      continue;  // never completed: not a checkpoint
+    }
+    absl::StatusOr<proto::CheckpointManifest> manifest =
+        ReadManifest(entry.path().string());
+    if (!manifest.ok()) {
+      left_out.push_back(absl::StrCat(name, ": ", manifest.status().message()));
+      continue;
+    }
+    const std::string dir = entry.path().string();
+    if (best.empty() || manifest->step() > best_step ||
+        (manifest->step() == best_step && dir > best)) {
+      best = dir;
+      best_step = manifest->step();
     }
   }
+  if (skipped != nullptr) *skipped = left_out;
   if (error) {
     return absl::NotFoundError(absl::StrCat("cannot list checkpoints in '",
                                             path, "': ", error.message()));
   }
-  if (candidates.empty()) {
+  if (best.empty()) {
     return absl::NotFoundError(absl::StrCat(
         "no complete checkpoint in '", path,
-        "' (neither a MANIFEST there nor a ckpt-* directory with one)"));
+        "' (neither a MANIFEST there nor a ckpt-NNNNNNNNNNNN directory with "
+        "one that reads)",
+        left_out.empty()
+            ? ""
+            : absl::StrCat("; left out: ", absl::StrJoin(left_out, "; "))));
   }
-  return *std::max_element(candidates.begin(), candidates.end());
+  return best;
 }
 
 absl::StatusOr<std::vector<ChainLink>> ReadChain(const std::string& dir) {

@@ -41,10 +41,15 @@ absl::Status WriteManifest(const std::string& dir,
 // FAILED_PRECONDITION for a format version this build does not read.
 absl::StatusOr<proto::CheckpointManifest> ReadManifest(const std::string& dir);
 
-// `path` itself if it holds a MANIFEST, else the complete checkpoint with
-// the highest step under `path`. NOT_FOUND naming `path` if there is none.
-// Directories still being written (".tmp") are ignored.
-absl::StatusOr<std::string> ResolveCheckpoint(const std::string& path);
+// `path` itself if it holds a MANIFEST, else the complete checkpoint of the
+// highest step under `path`, by its manifest: among the directories named
+// as CheckpointName names them (IsCheckpointName: not ".tmp" ones being
+// written, not copies or quarantined ones an operator renamed), those
+// whose MANIFEST reads and checks. Those whose MANIFEST does not are left
+// out and, if `skipped` is given, named there with why. NOT_FOUND naming
+// `path` (and what was skipped) if none is left.
+absl::StatusOr<std::string> ResolveCheckpoint(
+    const std::string& path, std::vector<std::string>* skipped = nullptr);
 
 struct ChainLink {
   std::string dir;

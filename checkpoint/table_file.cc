@@ -238,9 +238,10 @@ absl::StatusOr<TableFileSummary> WriteTableFile(
   RETURN_IF_ERROR(SyncPath(temporary));
   ASSIGN_OR_RETURN(summary.xxh3, DecodeChecksum(info.file_checksum, temporary));
   if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot rename '", temporary,
-                                               "' to '", path,
-                                               "': ", std::strerror(errno)));
+    const int error = errno;
+    return ErrnoStatus(
+        error, absl::StrCat("cannot rename '", temporary, "' to '", path,
+                            "': ", std::strerror(error)));
   }
   summary.bytes = info.file_size;
   return summary;

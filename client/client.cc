@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <future>
+#include <optional>
 #include <random>
 #include <thread>
 #include <utility>
@@ -339,18 +340,55 @@ int32_t Client::num_shards() const {
 }
 uint64_t Client::client_id() const { return impl_->client_id; }
 
-absl::StatusOr<TableHandle> Client::CreateTable(
-    const proto::TableConfig& config) {
+namespace {
+
+// The handle of `config`'s table, its ids not yet filled in.
+TableHandle HandleOf(const proto::TableConfig& config, int32_t shards) {
   TableHandle handle;
   handle.name = config.name();
   handle.dim = config.dim();
-  handle.shard_table_ids.resize(num_shards());
+  handle.shard_table_ids.resize(shards);
   handle.mode = config.consistency().mode();
   handle.step_timeout =
       handle.mode == proto::ConsistencyConfig::ASYNC ? absl::ZeroDuration()
       : config.consistency().timeout_ms() == 0
           ? absl::Seconds(60)
           : absl::Milliseconds(config.consistency().timeout_ms());
+  return handle;
+}
+
+}  // namespace
+
+absl::StatusOr<TableHandle> Client::OpenTable(const std::string& name) {
+  std::vector<proto::ListTablesResponse> lists(num_shards());
+  RETURN_IF_ERROR(RunParts(num_shards(), [&](size_t shard) {
+    return impl_->Call(static_cast<int32_t>(shard), "ListTables",
+                       [&](Impl::Stubs& stub, grpc::ClientContext* c) {
+                         return stub.training->ListTables(
+                             c, proto::ListTablesRequest(), &lists[shard]);
+                       });
+  }));
+  std::optional<TableHandle> handle;
+  for (int32_t shard = 0; shard < num_shards(); ++shard) {
+    bool found = false;
+    for (const auto& entry : lists[shard].table()) {
+      if (entry.config().name() != name) continue;
+      if (!handle.has_value()) handle = HandleOf(entry.config(), num_shards());
+      handle->shard_table_ids[shard] = entry.table_id();
+      found = true;
+    }
+    if (!found) {
+      return absl::NotFoundError(
+          absl::StrCat("no table named '", name, "' on shard ", shard, " (",
+                       impl_->options.servers[shard], ")"));
+    }
+  }
+  return *std::move(handle);
+}
+
+absl::StatusOr<TableHandle> Client::CreateTable(
+    const proto::TableConfig& config) {
+  TableHandle handle = HandleOf(config, num_shards());
   proto::CreateTableRequest request;
   *request.mutable_config() = config;
   const absl::Status status = RunParts(num_shards(), [&](size_t shard) {
@@ -630,22 +668,47 @@ Client::StartCheckpoint(const CheckpointOptions& options) {
   std::filesystem::remove_all(pending->directory_, error);
   std::filesystem::create_directories(pending->directory_, error);
   if (error) {
-    return absl::UnavailableError(
+    return ErrnoStatus(
+        error.value(),
         absl::StrCat("cannot create checkpoint directory '",
                      pending->directory_, "': ", error.message()));
   }
+  // A refused checkpoint leaves nothing behind: the shards that took the
+  // Save finish writing first, then the directory goes.
+  std::vector<char> saving(num_shards(), 0);
+  const auto abandon = [&](absl::Status status) {
+    RunParts(num_shards(), [&](size_t shard) {
+      if (!saving[shard]) return absl::OkStatus();
+      proto::AwaitSaveRequest request;
+      request.set_name(pending->name_);
+      proto::AwaitSaveResponse ignored;
+      return impl_->Call(
+          static_cast<int32_t>(shard), "AwaitSave",
+          [&](Impl::Stubs& stub, grpc::ClientContext* c) {
+            return stub.training->AwaitSave(c, request, &ignored);
+          },
+          absl::Hours(1));
+    }).IgnoreError();
+    std::error_code ignored;
+    std::filesystem::remove_all(pending->directory_, ignored);
+    return status;
+  };
   // The tables' specs, for the manifest (every shard has every table).
   proto::ListTablesResponse tables;
-  RETURN_IF_ERROR(impl_->Call(0, "ListTables",
-                              [&](Impl::Stubs& stub, grpc::ClientContext* c) {
-                                return stub.training->ListTables(
-                                    c, proto::ListTablesRequest(), &tables);
-                              }));
+  if (absl::Status listed =
+          impl_->Call(0, "ListTables",
+                      [&](Impl::Stubs& stub, grpc::ClientContext* c) {
+                        return stub.training->ListTables(
+                            c, proto::ListTablesRequest(), &tables);
+                      });
+      !listed.ok()) {
+    return abandon(listed);
+  }
   for (const auto& entry : tables.table()) {
     pending->tables_.push_back(entry.config());
   }
   std::vector<double> pauses(num_shards(), 0.0);
-  RETURN_IF_ERROR(RunParts(num_shards(), [&](size_t shard) {
+  const absl::Status saved = RunParts(num_shards(), [&](size_t shard) {
     proto::SaveRequest request;
     request.set_directory(pending->directory_);
     request.set_name(pending->name_);
@@ -659,8 +722,10 @@ Client::StartCheckpoint(const CheckpointOptions& options) {
                                                              &response);
                                 }));
     pauses[shard] = response.pause_seconds();
+    saving[shard] = 1;
     return absl::OkStatus();
-  }));
+  });
+  if (!saved.ok()) return abandon(saved);
   pending->pause_seconds_ = *std::max_element(pauses.begin(), pauses.end());
   return pending;
 }
@@ -670,7 +735,13 @@ absl::StatusOr<proto::CheckpointManifest> Client::PendingCheckpoint::Finish(
   Impl& impl = *client_->impl_;
   const int32_t shards = client_->num_shards();
   std::vector<proto::AwaitSaveResponse> saved(shards);
-  RETURN_IF_ERROR(RunParts(shards, [&](size_t shard) {
+  // A checkpoint that cannot be finished leaves nothing behind.
+  const auto abandon = [&](absl::Status status) {
+    std::error_code ignored;
+    std::filesystem::remove_all(directory_, ignored);
+    return status;
+  };
+  const absl::Status written = RunParts(shards, [&](size_t shard) {
     proto::AwaitSaveRequest request;
     request.set_name(name_);
     // The shard holds the call until its files are written.
@@ -680,17 +751,22 @@ absl::StatusOr<proto::CheckpointManifest> Client::PendingCheckpoint::Finish(
           return stub.training->AwaitSave(c, request, &saved[shard]);
         },
         absl::Hours(1));
-  }));
-  ASSIGN_OR_RETURN(
-      const proto::CheckpointManifest manifest,
+  });
+  if (!written.ok()) return abandon(written);
+  absl::StatusOr<proto::CheckpointManifest> manifest =
       checkpoint::AssembleManifest(directory_, name_, step_, parent_, tables_,
-                                   saved, extra_files));
-  RETURN_IF_ERROR(checkpoint::WriteManifest(directory_, manifest));
+                                   saved, extra_files);
+  if (!manifest.ok()) return abandon(manifest.status());
+  if (absl::Status wrote = checkpoint::WriteManifest(directory_, *manifest);
+      !wrote.ok()) {
+    return abandon(wrote);
+  }
   const std::string final_dir = (std::filesystem::path(root_) / name_).string();
   if (std::rename(directory_.c_str(), final_dir.c_str()) != 0) {
-    return absl::UnavailableError(absl::StrCat("cannot rename '", directory_,
-                                               "' to '", final_dir,
-                                               "': ", std::strerror(errno)));
+    const int error = errno;
+    return ErrnoStatus(
+        error, absl::StrCat("cannot rename '", directory_, "' to '", final_dir,
+                            "': ", std::strerror(error)));
   }
   RETURN_IF_ERROR(SyncPath(root_));
   directory_ = final_dir;
@@ -704,18 +780,49 @@ absl::StatusOr<proto::CheckpointManifest> Client::Checkpoint(
 }
 
 absl::StatusOr<proto::LoadResponse> Client::Load(const std::string& path) {
+  // All or nothing across shards: every shard restores aside (PREPARE);
+  // only when all did do they make it visible (COMMIT); else each drops
+  // what it prepared (ABORT).
+  const std::string transaction = absl::StrCat(
+      absl::Hex(impl_->client_id), "-", impl_->next_sequence.fetch_add(1));
+  const auto each_shard = [&](proto::LoadRequest::Phase phase,
+                              std::vector<proto::LoadResponse>* responses) {
+    return RunParts(num_shards(), [&](size_t shard) {
+      proto::LoadRequest request;
+      request.set_path(path);
+      request.set_phase(phase);
+      request.set_transaction(transaction);
+      proto::LoadResponse ignored;
+      return impl_->Call(
+          static_cast<int32_t>(shard), "Load",
+          [&](Impl::Stubs& stub, grpc::ClientContext* c) {
+            return stub.training->Load(
+                c, request,
+                responses != nullptr ? &(*responses)[shard] : &ignored);
+          },
+          absl::Hours(1));
+    });
+  };
   std::vector<proto::LoadResponse> responses(num_shards());
-  RETURN_IF_ERROR(RunParts(num_shards(), [&](size_t shard) {
-    proto::LoadRequest request;
-    request.set_path(path);
-    return impl_->Call(
-        static_cast<int32_t>(shard), "Load",
-        [&](Impl::Stubs& stub, grpc::ClientContext* c) {
-          return stub.training->Load(c, request, &responses[shard]);
-        },
-        absl::Hours(1));
-  }));
-  return responses[0];
+  if (absl::Status prepared =
+          each_shard(proto::LoadRequest::PREPARE, &responses);
+      !prepared.ok()) {
+    each_shard(proto::LoadRequest::ABORT, nullptr).IgnoreError();
+    return prepared;
+  }
+  if (absl::Status committed = each_shard(proto::LoadRequest::COMMIT, nullptr);
+      !committed.ok()) {
+    return absl::Status(
+        committed.code(),
+        absl::StrCat(committed.message(),
+                     " (the Load was prepared on every shard but not "
+                     "committed on every one: Load again into empty servers)"));
+  }
+  uint64_t rows = 0;
+  for (const proto::LoadResponse& r : responses) rows += r.rows();
+  proto::LoadResponse total = responses[0];
+  total.set_rows(rows);
+  return total;
 }
 
 absl::StatusOr<uint64_t> Client::Publish(uint64_t step,
@@ -739,6 +846,39 @@ absl::StatusOr<uint64_t> Client::Publish(uint64_t step,
   uint64_t total = 0;
   for (uint64_t r : rows) total += r;
   return total;
+}
+
+absl::StatusOr<std::vector<uint64_t>> Client::Erase(
+    const TableHandle& table, absl::Span<const uint64_t> keys) {
+  std::vector<uint64_t> unique(keys.begin(), keys.end());
+  std::sort(unique.begin(), unique.end());
+  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
+  std::vector<std::vector<uint64_t>> by_shard(num_shards());
+  for (uint64_t key : unique) {
+    by_shard[ShardOfKey(key, num_shards())].push_back(key);
+  }
+  std::vector<uint64_t> erased(num_shards(), 0);
+  RETURN_IF_ERROR(RunParts(num_shards(), [&](size_t shard) {
+    const std::vector<uint64_t>& mine = by_shard[shard];
+    for (size_t begin = 0; begin < mine.size();
+         begin += impl_->options.max_keys_per_request) {
+      const size_t count =
+          std::min(mine.size() - begin, impl_->options.max_keys_per_request);
+      proto::EraseRequest request;
+      request.set_table_id(table.shard_table_ids[shard]);
+      request.set_keys(reinterpret_cast<const char*>(mine.data() + begin),
+                       count * sizeof(uint64_t));
+      proto::EraseResponse response;
+      RETURN_IF_ERROR(
+          impl_->Call(static_cast<int32_t>(shard), "Erase",
+                      [&](Impl::Stubs& stub, grpc::ClientContext* c) {
+                        return stub.training->Erase(c, request, &response);
+                      }));
+      erased[shard] += response.erased();
+    }
+    return absl::OkStatus();
+  }));
+  return erased;
 }
 
 absl::StatusOr<std::vector<proto::StatsResponse>> Client::Stats() {

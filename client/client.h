@@ -91,6 +91,10 @@ class Client {
   // same spec is fine) and returns its handle.
   absl::StatusOr<TableHandle> CreateTable(const proto::TableConfig& config);
 
+  // The handle of the table named `name`, which every shard holds (asked
+  // with ListTables). NOT_FOUND naming a shard that does not hold it.
+  absl::StatusOr<TableHandle> OpenTable(const std::string& name);
+
   // Drops the table named `name` on every shard, freeing its memory; its
   // handles stop working (NOT_FOUND). A shard that no longer holds it (a
   // retried drop) is fine; NOT_FOUND if no shard held it.
@@ -163,6 +167,15 @@ class Client {
   absl::StatusOr<uint64_t> Publish(uint64_t step,
                                    const std::string& dense_parameters);
 
+  // Deletion on request: removes the rows of `keys` (any order; duplicates
+  // count once) from every shard that holds them, in memory and in its
+  // spill tier; serving replicas drop them with the next publication, and
+  // checkpoints written afterwards do not hold them. A later Pull of such
+  // a key starts from its initial vector. Returns the rows removed per
+  // shard, in shard order (keys without a row count nothing).
+  absl::StatusOr<std::vector<uint64_t>> Erase(const TableHandle& table,
+                                              absl::Span<const uint64_t> keys);
+
   // Stats of every shard, in shard order.
   absl::StatusOr<std::vector<proto::StatsResponse>> Stats();
 
@@ -217,7 +230,9 @@ class Client {
 
   // Every shard restores the checkpoint at `path` (a checkpoint directory,
   // or a root: the latest complete checkpoint) into tables it does not
-  // have yet. Returns shard 0's answer (name and step).
+  // have yet, or has without rows, all or nothing: on any shard's error
+  // (the file at fault named) no shard has changed. Returns the
+  // checkpoint's name and step and the rows of all shards.
   absl::StatusOr<proto::LoadResponse> Load(const std::string& path);
 
   uint64_t client_id() const;

@@ -18,10 +18,8 @@ namespace {
 
 absl::Status ErrnoError(absl::string_view what, const std::string& path) {
   const int error = errno;
-  const std::string message =
-      absl::StrCat("cannot ", what, " '", path, "': ", std::strerror(error));
-  if (error == ENOENT) return absl::NotFoundError(message);
-  return absl::UnavailableError(message);
+  return ErrnoStatus(error, absl::StrCat("cannot ", what, " '", path,
+                                         "': ", std::strerror(error)));
 }
 
 // Closes a file descriptor on scope exit.
@@ -40,6 +38,30 @@ class FileDescriptor {
 };
 
 }  // namespace
+
+absl::Status ErrnoStatus(int error, absl::string_view message) {
+  switch (error) {
+    case ENOENT:
+      return absl::NotFoundError(message);
+    case EACCES:
+    case EPERM:
+      return absl::PermissionDeniedError(message);
+    case ENOSPC:
+    case EDQUOT:
+      return absl::ResourceExhaustedError(message);
+    case ENOTDIR:
+    case EISDIR:
+    case EROFS:
+    case EEXIST:
+    case ENAMETOOLONG:
+    case ELOOP:
+    case EXDEV:
+    case EINVAL:
+      return absl::FailedPreconditionError(message);
+    default:
+      return absl::UnavailableError(message);
+  }
+}
 
 uint32_t Crc32(absl::string_view bytes, uint32_t crc) {
   // zlib takes uInt lengths: feed large inputs in pieces.

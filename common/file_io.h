@@ -40,6 +40,13 @@ absl::Status ReadFileInChunks(
 // naming the file if it cannot be read.
 absl::StatusOr<uint32_t> FileCrc32(const std::string& path);
 
+// The status of a failed file operation from its errno: NOT_FOUND
+// (ENOENT), PERMISSION_DENIED (EACCES, EPERM), RESOURCE_EXHAUSTED (ENOSPC,
+// EDQUOT), FAILED_PRECONDITION for what no retry changes (ENOTDIR,
+// EISDIR, EROFS, EEXIST, ENAMETOOLONG, ELOOP, EXDEV, EINVAL), UNAVAILABLE
+// for the rest (EIO, EAGAIN, ...: may pass). `message` says what failed.
+absl::Status ErrnoStatus(int error, absl::string_view message);
+
 // Reads a whole file. NOT_FOUND naming the file if it does not exist.
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 

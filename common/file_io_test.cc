@@ -109,7 +109,7 @@ TEST(ReadFileInChunks, ADirectoryCannotBeRead) {
           std::getenv("TEST_TMPDIR") != nullptr ? std::getenv("TEST_TMPDIR")
                                                 : "/tmp",
           [](absl::string_view) {}, PageCache::kBypass),
-      StatusIs(absl::StatusCode::kUnavailable));
+      StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
 }  // namespace

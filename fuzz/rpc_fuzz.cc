@@ -80,6 +80,8 @@ constexpr Method kMethods[] = {
     {kReplicated, "/embedps.proto.Replication/Apply"},
     {kReplicated, "/embedps.proto.Replication/CatchUp"},
     {kReplicated, "/embedps.proto.TrainingService/Push"},
+    // Deletion on request.
+    {kTraining, "/embedps.proto.TrainingService/Erase"},
 };
 constexpr size_t kNumMethods = sizeof(kMethods) / sizeof(kMethods[0]);
 

@@ -113,10 +113,23 @@ absl::StatusOr<double> ShardCheckpointer::Save(
       (std::filesystem::path(directory) /
        checkpoint::ShardDirectoryName(shard_index_, num_shards_))
           .string();
+  // A checkpoint is never overwritten: not a complete one, nor this
+  // shard's files of one being written.
+  if (std::filesystem::exists(
+          std::filesystem::path(directory) / checkpoint::kManifestFileName,
+          error) ||
+      (std::filesystem::is_directory(shard_dir, error) &&
+       !std::filesystem::is_empty(shard_dir, error))) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "Save: '", request.directory(),
+        "' already holds a checkpoint (or this shard's files of one); "
+        "checkpoints are never overwritten: save into a new directory"));
+  }
   std::filesystem::create_directories(shard_dir, error);
   if (error) {
-    return absl::UnavailableError(absl::StrCat(
-        "Save: cannot create '", shard_dir, "': ", error.message()));
+    return ErrnoStatus(error.value(),
+                       absl::StrCat("Save: cannot create '", shard_dir,
+                                    "': ", error.message()));
   }
 
   // The pause: each table's snapshot (tables one after another).
@@ -198,10 +211,69 @@ absl::StatusOr<proto::AwaitSaveResponse> ShardCheckpointer::AwaitSave(
 absl::StatusOr<proto::LoadResponse> ShardCheckpointer::Restore(
     const std::string& path) {
   MutexLock save_lock(&save_mu_);
+  ASSIGN_OR_RETURN(PreparedRestore prepared, RestoreAside(path));
+  proto::LoadResponse response = prepared.response;
+  RETURN_IF_ERROR(Install(std::move(prepared)));
+  return response;
+}
+
+absl::StatusOr<proto::LoadResponse> ShardCheckpointer::PrepareRestore(
+    const std::string& path, const std::string& transaction) {
+  MutexLock save_lock(&save_mu_);
+  prepared_.reset();  // an older prepared Load goes first (its memory)
+  prepared_transaction_.clear();
+  ASSIGN_OR_RETURN(PreparedRestore prepared, RestoreAside(path));
+  proto::LoadResponse response = prepared.response;
+  prepared_ = std::make_unique<PreparedRestore>(std::move(prepared));
+  prepared_transaction_ = transaction;
+  return response;
+}
+
+absl::Status ShardCheckpointer::CommitRestore(const std::string& transaction) {
+  MutexLock save_lock(&save_mu_);
+  if (prepared_ == nullptr || prepared_transaction_ != transaction) {
+    return absl::NotFoundError(
+        "no Load prepared under that transaction on this shard (another "
+        "Load replaced it, or it was aborted)");
+  }
+  std::unique_ptr<PreparedRestore> prepared = std::move(prepared_);
+  prepared_transaction_.clear();
+  return Install(std::move(*prepared));
+}
+
+void ShardCheckpointer::AbortRestore(const std::string& transaction) {
+  MutexLock save_lock(&save_mu_);
+  if (prepared_ != nullptr && prepared_transaction_ == transaction) {
+    prepared_.reset();
+    prepared_transaction_.clear();
+  }
+}
+
+absl::Status ShardCheckpointer::Install(PreparedRestore prepared) {
+  if (absl::Status installed = registry_->Install(std::move(prepared.tables));
+      !installed.ok()) {
+    return absl::Status(
+        installed.code(),
+        absl::StrCat("restoring '", prepared.dir, "': ", installed.message(),
+                     " (nothing was restored)"));
+  }
+  // Restored rows count as unchanged, but the tables' change sets restart
+  // with their first snapshot: the next save writes full files.
+  MutexLock lock(&mu_);
+  last_snapshot_.clear();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ShardCheckpointer::PreparedRestore>
+ShardCheckpointer::RestoreAside(const std::string& path) {
   const auto log = Logger("checkpoint");
   ASSIGN_OR_RETURN(const std::string confined, Confined(path, "Load: path"));
+  std::vector<std::string> skipped;
   ASSIGN_OR_RETURN(const std::string dir,
-                   checkpoint::ResolveCheckpoint(confined));
+                   checkpoint::ResolveCheckpoint(confined, &skipped));
+  for (const std::string& why : skipped) {
+    log->warn("checkpoint left out (its manifest does not read): {}", why);
+  }
   RETURN_IF_ERROR(Confined(dir, "Load: checkpoint").status());
   ASSIGN_OR_RETURN(const std::vector<checkpoint::ChainLink> chain,
                    checkpoint::ReadChain(dir));
@@ -229,9 +301,9 @@ absl::StatusOr<proto::LoadResponse> ShardCheckpointer::Restore(
     return ShardOfKey(key, num_shards_) == shard_index_;
   };
 
-  proto::LoadResponse response;
-  response.set_name(latest.name());
-  response.set_step(latest.step());
+  // All or nothing: every table is built and restored aside, and the
+  // registry takes them together only once all of them are whole; on any
+  // error the shard is as it was.
   for (const proto::CheckpointTable& saved : latest.table()) {
     const std::string& name = saved.config().name();
     if (absl::StatusOr<TableRegistry::Entry> existing =
@@ -239,17 +311,24 @@ absl::StatusOr<proto::LoadResponse> ShardCheckpointer::Restore(
         existing.ok() && existing->table->Stats().rows > 0) {
       return absl::FailedPreconditionError(
           absl::StrCat("cannot restore table '", name, "' from '", dir,
-                       "': it already has rows on shard ", shard_index_));
+                       "': it already has rows on shard ", shard_index_,
+                       " (nothing was restored)"));
     }
-    absl::StatusOr<TableRegistry::CreateResult> created =
-        registry_->Create(saved.config());
-    if (!created.ok()) {
-      return absl::Status(created.status().code(),
+  }
+  proto::LoadResponse response;
+  response.set_name(latest.name());
+  response.set_step(latest.step());
+  std::vector<std::unique_ptr<TableRegistry::PreparedTable>> prepared;
+  for (const proto::CheckpointTable& saved : latest.table()) {
+    const std::string& name = saved.config().name();
+    absl::StatusOr<std::unique_ptr<TableRegistry::PreparedTable>> built =
+        registry_->Prepare(saved.config());
+    if (!built.ok()) {
+      return absl::Status(built.status().code(),
                           absl::StrCat("restoring table '", name, "' from '",
-                                       dir, "': ", created.status().message()));
+                                       dir, "': ", built.status().message()));
     }
-    ASSIGN_OR_RETURN(const TableRegistry::Entry entry,
-                     registry_->Find(created->table_id));
+    embedding::Table& table = (*built)->table();
 
     for (int32_t old = 0; old < old_shards; ++old) {
       if (same_sharding && old != shard_index_) continue;
@@ -278,29 +357,30 @@ absl::StatusOr<proto::LoadResponse> ShardCheckpointer::Restore(
       for (auto it = files.rbegin(); it != files.rend(); ++it) {
         const std::string file_path =
             (std::filesystem::path(it->first) / it->second.path()).string();
-        ASSIGN_OR_RETURN(const checkpoint::TableFileRestore restored,
-                         checkpoint::RestoreTableFile(
-                             file_path, it->second.xxh3(), *entry.table,
-                             same_sharding ? nullptr : keep));
+        ASSIGN_OR_RETURN(
+            const checkpoint::TableFileRestore restored,
+            checkpoint::RestoreTableFile(file_path, it->second.xxh3(), table,
+                                         same_sharding ? nullptr : keep));
         if (it + 1 == files.rend()) {
           // The newest file holds the admission state as of the checkpoint.
           RETURN_IF_ERROR(
-              entry.table->MergeAdmissionStates(restored.admission_states));
+              table.MergeAdmissionStates(restored.admission_states));
         }
       }
     }
-    const uint64_t rows = entry.table->Stats().rows;
+    const uint64_t rows = table.Stats().rows;
     response.set_rows(response.rows() + rows);
     log->info(
         "restored table '{}': {} rows on shard {} of {} from '{}' "
         "(written by {} shards, {} checkpoint(s) in the chain)",
         name, rows, shard_index_, num_shards_, dir, old_shards, chain.size());
+    prepared.push_back(*std::move(built));
   }
-  // Restored rows count as unchanged, but the tables' change sets restart
-  // with their first snapshot: the next save writes full files.
-  MutexLock lock(&mu_);
-  last_snapshot_.clear();
-  return response;
+  PreparedRestore result;
+  result.dir = dir;
+  result.response = std::move(response);
+  result.tables = std::move(prepared);
+  return result;
 }
 
 absl::Status ShardCheckpointer::AdmitRestore(

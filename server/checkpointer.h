@@ -15,8 +15,10 @@
 #define EMBEDPS_SERVER_CHECKPOINTER_H_
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
@@ -65,13 +67,26 @@ class ShardCheckpointer {
   // NOT_FOUND if no such save was started (or a later one replaced it).
   absl::StatusOr<proto::AwaitSaveResponse> AwaitSave(const std::string& name);
 
-  // Restores the checkpoint at `path` (or the latest under it). Tables are
-  // created from the manifest; FAILED_PRECONDITION if one exists already
-  // with rows or with another spec. Errors name the file at fault.
+  // Restores the checkpoint at `path` (or the latest under it), all or
+  // nothing: its tables are built and filled aside and take their places
+  // together (an existing table of the same name and spec, without rows,
+  // is replaced under its id); on any error the shard is exactly as it
+  // was. FAILED_PRECONDITION if a table exists already with rows or with
+  // another spec. Errors name the file at fault.
   // RESOURCE_EXHAUSTED, before any table is created or row read, when the
   // rows this shard would hold (the manifests' row counts) do not fit the
   // memory limit.
   absl::StatusOr<proto::LoadResponse> Restore(const std::string& path);
+
+  // A restore in two steps, for a Load across shards that is all or
+  // nothing: Prepare does Restore's work aside and holds the result under
+  // `transaction` (dropping one held before); Commit makes it part of the
+  // registry (Restore's errors of that step; NOT_FOUND if no restore is
+  // held under that name); Abort drops it (OK if none is held).
+  absl::StatusOr<proto::LoadResponse> PrepareRestore(
+      const std::string& path, const std::string& transaction);
+  absl::Status CommitRestore(const std::string& transaction);
+  void AbortRestore(const std::string& transaction);
 
  private:
   struct TableSnapshotToWrite;
@@ -85,6 +100,17 @@ class ShardCheckpointer {
   // expected_rows where that is more; RESOURCE_EXHAUSTED otherwise.
   absl::Status AdmitRestore(const std::vector<checkpoint::ChainLink>& chain,
                             const std::string& dir, bool same_sharding);
+
+  // A checkpoint restored into tables built aside, not yet installed.
+  struct PreparedRestore {
+    std::string dir;
+    proto::LoadResponse response;
+    std::vector<std::unique_ptr<TableRegistry::PreparedTable>> tables;
+  };
+  absl::StatusOr<PreparedRestore> RestoreAside(const std::string& path)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(save_mu_);
+  absl::Status Install(PreparedRestore prepared)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(save_mu_);
 
   // `path` as it may be used: confined to checkpoint_root_ when set.
   absl::StatusOr<std::string> Confined(const std::string& path,
@@ -109,6 +135,9 @@ class ShardCheckpointer {
   std::string last_snapshot_ ABSL_GUARDED_BY(save_mu_);
   // Serialises Save and Restore.
   Mutex save_mu_;
+  // The restore a PrepareRestore holds, and its transaction.
+  std::string prepared_transaction_ ABSL_GUARDED_BY(save_mu_);
+  std::unique_ptr<PreparedRestore> prepared_ ABSL_GUARDED_BY(save_mu_);
 };
 
 }  // namespace embedps::server

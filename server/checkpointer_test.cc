@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <thread>
 #include <vector>
@@ -170,6 +171,59 @@ TEST(ShardCheckpointerTest,
   ShardCheckpointer roomy(0, 1, &restored_registry, "", &room);
   ASSERT_OK_AND_ASSIGN(const proto::LoadResponse loaded, roomy.Restore(root));
   EXPECT_EQ(loaded.rows(), 100000u);
+}
+
+// A checkpoint of two tables whose second file is corrupt: the restore
+// fails naming it and leaves the shard as it was (the first table neither
+// restored nor made; an empty table of that name created before keeps its
+// id and stays empty); the intact checkpoint then restores into the same
+// shard, under that id.
+TEST(ShardCheckpointerTest, AFailedRestoreLeavesTheShardAsItWas) {
+  const std::string root = ::testing::TempDir() + "/checkpointer_all";
+  proto::TableConfig a = Config(), b = Config();
+  a.set_name("a");
+  b.set_name("b");
+  {
+    TableRegistry registry;
+    for (const proto::TableConfig& config : {a, b}) {
+      ASSERT_OK_AND_ASSIGN(auto created, registry.Create(config));
+      ASSERT_OK_AND_ASSIGN(auto entry, registry.Find(created.table_id));
+      for (int i = 0; i < 5; ++i) Push(*entry.table, i);
+    }
+    WriteCheckpoint(registry, root);
+  }
+  const std::string file_b =
+      root + "/ckpt-000000000001/shard-00000-of-00001/t-b.sst";
+  const std::string intact = file_b + ".intact";
+  std::filesystem::copy_file(file_b, intact);
+  {
+    // One byte changed in the middle of b's file.
+    std::fstream f(file_b, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(
+        static_cast<std::streamoff>(std::filesystem::file_size(file_b) / 2));
+    f.put('\x5a');
+  }
+
+  TableRegistry registry;
+  ASSERT_OK_AND_ASSIGN(auto before, registry.Create(a));  // empty, id 0
+  ShardCheckpointer checkpointer(0, 1, &registry);
+  EXPECT_THAT(
+      checkpointer.Restore(root).status(),
+      StatusIs(absl::StatusCode::kDataLoss, ::testing::HasSubstr("t-b.sst")));
+  ASSERT_EQ(registry.List().size(), 1u) << "b was not made";
+  ASSERT_OK_AND_ASSIGN(auto still, registry.FindByName("a"));
+  EXPECT_EQ(still.table_id, before.table_id);
+  EXPECT_EQ(still.table->Stats().rows, 0u) << "a was not restored";
+
+  std::filesystem::rename(intact, file_b);
+  ASSERT_OK_AND_ASSIGN(const proto::LoadResponse loaded,
+                       checkpointer.Restore(root));
+  EXPECT_GT(loaded.rows(), 0u);
+  ASSERT_OK_AND_ASSIGN(auto restored_a, registry.FindByName("a"));
+  EXPECT_EQ(restored_a.table_id, before.table_id) << "restored under its id";
+  EXPECT_GT(restored_a.table->Stats().rows, 0u);
+  ASSERT_OK_AND_ASSIGN(auto restored_b, registry.FindByName("b"));
+  EXPECT_GT(restored_b.table->Stats().rows, 0u);
 }
 
 }  // namespace

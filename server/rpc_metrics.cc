@@ -47,6 +47,8 @@ const char* RpcMethodName(RpcMethod method) {
       return "Coordination.Barrier";
     case RpcMethod::kPublish:
       return "Publish";
+    case RpcMethod::kErase:
+      return "Erase";
     case RpcMethod::kSubscribe:
       return "Subscribe";
     case RpcMethod::kServingLookup:

@@ -33,6 +33,7 @@ enum class RpcMethod {
   kCoordinationBarrier,
   kPublish,
   kSubscribe,
+  kErase,
   kServingLookup,
   kServingVersion,
   kDropTable,

@@ -15,7 +15,7 @@ namespace embedps::server {
 namespace {
 
 grpc::Status Refuse(grpc::StatusCode code, const std::string& message) {
-  return grpc::Status(code, message);
+  return grpc::Status(code, wire::BoundedMessage(message));
 }
 
 // The bag boundaries of a slot of `keys` keys, checked.

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -497,6 +498,90 @@ TEST_F(ServingGapTest, AGapWaitsForANewerCheckpoint) {
   AwaitStep(*replica, 4);
   const std::vector<uint64_t> keys = {1, 2, 3};
   EXPECT_EQ(Rows(*replica, keys), Pull(keys));
+}
+
+// Deletion on request: erased keys leave the training shard at once, the
+// serving replica within 5 s (the publication carries the removals: the
+// table's unknown-key default is served again), and the next checkpoint;
+// a later Pull starts from the initial vector. Refusals change nothing.
+TEST_F(ServingTest, ErasedKeysLeaveTrainingServingAndLaterCheckpoints) {
+  const std::vector<uint64_t> erased = {11, 12, 13};
+  const std::vector<uint64_t> kept = {21, 22};
+  const std::vector<float> initial = Pull(erased);  // read-only: no rows
+  Push(erased, 1.0f);
+  Push(kept, 1.0f);
+  std::vector<float> zero_grads(erased.size() * kDim, 1.0f);
+  ASSERT_OK(client_->Push(zeros_, erased, zero_grads));
+  Checkpoint(1);
+  ASSERT_OK_AND_ASSIGN(auto replica, StartReplica());
+  AwaitStep(*replica, 1);
+  ASSERT_NE(Rows(*replica, erased), initial) << "trained rows are served";
+  const std::vector<float> kept_before = Pull(kept);
+
+  ASSERT_OK_AND_ASSIGN(const std::vector<uint64_t> counts,
+                       client_->Erase(table_, {13, 11, 12, 11, 999}));
+  EXPECT_EQ(counts, std::vector<uint64_t>{3}) << "duplicates once, 999 none";
+  ASSERT_OK(client_->Erase(zeros_, erased).status());
+  EXPECT_EQ(Pull(erased), initial) << "gone from training at once";
+  EXPECT_EQ(Pull(kept), kept_before);
+
+  // Serving: within 5 s of the publication that follows.
+  const absl::Time erased_at = absl::Now();
+  ASSERT_OK(client_->Publish(2, "").status());
+  while (Rows(*replica, erased) != initial &&
+         absl::Now() < erased_at + absl::Seconds(5)) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_EQ(Rows(*replica, erased), initial)
+      << "the unknown-key default (the initial vector) within 5 s";
+  EXPECT_EQ(Rows(*replica, erased, "zeros"),
+            std::vector<float>(erased.size() * kDim, 0.0f))
+      << "a ZEROS table's default";
+  EXPECT_EQ(Rows(*replica, kept), kept_before);
+
+  // The next checkpoint, restored, does not hold them.
+  Checkpoint(2);
+  ShardOptions restored_options;
+  restored_options.restore = root_ + "/ckpt-000000000002";
+  ASSERT_OK_AND_ASSIGN(auto restored, Shard::Start(restored_options));
+  client::ClientOptions options;
+  options.servers = {restored->address()};
+  options.accept_restarted_shards = true;
+  ASSERT_OK_AND_ASSIGN(auto reader, client::Client::Connect(options));
+  ASSERT_OK_AND_ASSIGN(auto handle, reader->OpenTable("emb"));
+  const std::vector<proto::StatsResponse> stats = *reader->Stats();
+  for (const auto& table : stats[0].table()) {
+    if (table.name() == "emb") {
+      EXPECT_EQ(table.rows(), kept.size());
+    }
+  }
+  std::vector<float> rows(erased.size() * kDim);
+  ASSERT_OK(reader->Lookup(handle, erased, absl::MakeSpan(rows)));
+  EXPECT_EQ(rows, initial);
+
+  // A later Pull starts from the initial vector, and trains from there.
+  std::vector<float> pulled(erased.size() * kDim);
+  ASSERT_OK(client_->Pull(table_, erased, absl::MakeSpan(pulled)));
+  EXPECT_EQ(pulled, initial);
+
+  // Refused, nothing changed: an unknown table, keys not whole uint64s.
+  auto stub = proto::TrainingService::NewStub(grpc::CreateChannel(
+      training_->address(), grpc::InsecureChannelCredentials()));
+  for (const auto& [table_id, keys, code] :
+       std::vector<std::tuple<uint32_t, std::string, grpc::StatusCode>>{
+           {77, Pack(kept), grpc::StatusCode::NOT_FOUND},
+           {table_.shard_table_ids[0], "1234567",
+            grpc::StatusCode::INVALID_ARGUMENT},
+           {table_.shard_table_ids[0], "",
+            grpc::StatusCode::INVALID_ARGUMENT}}) {
+    grpc::ClientContext context;
+    proto::EraseRequest request;
+    request.set_table_id(table_id);
+    request.set_keys(keys);
+    proto::EraseResponse response;
+    EXPECT_EQ(stub->Erase(&context, request, &response).error_code(), code);
+  }
+  EXPECT_EQ(Pull(kept), kept_before);
 }
 
 }  // namespace

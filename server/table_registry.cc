@@ -1,5 +1,7 @@
 #include "server/table_registry.h"
 
+#include <filesystem>
+#include <system_error>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -46,8 +48,33 @@ uint64_t TableRegistry::ExpectedRowsBytesHere(
   return embedding::ExpectedRowsBytes(local);
 }
 
-absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
-    const proto::TableConfig& config, size_t max_tables, uint32_t at_id) {
+TableRegistry::Slot::~Slot() {
+  synchronizer.reset();
+  table.reset();
+  if (!spill_directory.empty()) {
+    std::error_code ignored;  // a leftover directory is emptied at start
+    std::filesystem::remove_all(spill_directory, ignored);
+  }
+}
+
+absl::Status TableRegistry::SameSpec(const proto::TableConfig& existing,
+                                     const proto::TableConfig& requested) {
+  // expected_rows is a hint about memory, not part of the spec.
+  proto::TableConfig existing_spec = existing, requested_spec = requested;
+  existing_spec.clear_expected_rows();
+  requested_spec.clear_expected_rows();
+  if (existing_spec.SerializeAsString() == requested_spec.SerializeAsString()) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(
+      absl::StrCat("table '", existing.name(),
+                   "' already exists with a different spec (existing: ",
+                   existing.ShortDebugString(),
+                   "; requested: ", requested.ShortDebugString(), ")"));
+}
+
+absl::StatusOr<std::pair<proto::TableConfig, embedding::TableSpec>>
+TableRegistry::Canonical(const proto::TableConfig& config) const {
   ASSIGN_OR_RETURN(const embedding::TableSpec spec, SpecFromConfig(config));
   RETURN_IF_ERROR(ValidateConsistency(config.consistency()));
   proto::TableConfig canonical = ConfigFromSpec(spec);
@@ -56,6 +83,57 @@ absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
   if (canonical.consistency().timeout_ms() == 0) {
     canonical.mutable_consistency()->set_timeout_ms(kDefaultStepTimeoutMs);
   }
+  return std::make_pair(std::move(canonical), spec);
+}
+
+absl::StatusOr<std::shared_ptr<TableRegistry::Slot>> TableRegistry::Build(
+    proto::TableConfig canonical, const embedding::TableSpec& spec) {
+  RETURN_IF_ERROR(embedding::ValidateTableSpec(spec));
+  embedding::TableSpec local = spec;
+  local.expected_rows = LocalExpectedRows(spec.expected_rows);
+  if (const uint64_t bytes = embedding::ExpectedRowsBytes(local);
+      bytes > options_.max_expected_rows_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "table '", spec.name, "': expected_rows ", spec.expected_rows,
+        " would commit ", bytes >> 20,
+        " MiB here at once, more than this "
+        "server commits for one table: ",
+        options_.max_expected_rows_bytes >> 20,
+        " MiB (--max_expected_rows_mb); ask for fewer rows (more still fit: "
+        "it is a hint)"));
+  }
+  auto slot = std::make_shared<Slot>();
+  embedding::TableOptions options;
+  if (!options_.spill_root.empty()) {
+    // A directory of its own: a table built while another of the same
+    // name still lives (a restore built aside, a drop's calls in flight)
+    // must not empty that one's.
+    slot->spill_directory =
+        absl::StrCat(options_.spill_root, "/",
+                     checkpoint::TableFileStem(spec.name), ".", built_++);
+    options.spill_directory = slot->spill_directory;
+    options.spill_block_cache_bytes = options_.spill_block_cache_bytes;
+    options.spill_read_around = options_.spill_read_around;
+  }
+  ASSIGN_OR_RETURN(slot->table,
+                   embedding::Table::Create(local, std::move(options)));
+  const proto::ConsistencyConfig& consistency = canonical.consistency();
+  if (consistency.mode() != proto::ConsistencyConfig::ASYNC) {
+    slot->synchronizer = std::make_unique<StepSynchronizer>(
+        consistency.mode() == proto::ConsistencyConfig::SYNC
+            ? StepSynchronizer::Mode::kSync
+            : StepSynchronizer::Mode::kSsp,
+        consistency.staleness(), options_.num_workers,
+        absl::Milliseconds(consistency.timeout_ms()), slot->table.get());
+  }
+  slot->config = std::move(canonical);
+  return slot;
+}
+
+absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
+    const proto::TableConfig& config, size_t max_tables, uint32_t at_id) {
+  ASSIGN_OR_RETURN(auto canonical, Canonical(config));
+  const embedding::TableSpec& spec = canonical.second;
 
   // One Create at a time; the table is built with only this held, so that
   // Find (every Pull's and Push's lookup) never waits for a table that
@@ -64,19 +142,7 @@ absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
   {
     ReaderMutexLock lock(&mu_);
     if (auto it = id_by_name_.find(spec.name); it != id_by_name_.end()) {
-      const proto::TableConfig& existing = slots_[it->second]->config;
-      // expected_rows is a hint about memory, not part of the spec.
-      proto::TableConfig existing_spec = existing, requested_spec = canonical;
-      existing_spec.clear_expected_rows();
-      requested_spec.clear_expected_rows();
-      if (existing_spec.SerializeAsString() !=
-          requested_spec.SerializeAsString()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("table '", spec.name,
-                         "' already exists with a different spec (existing: ",
-                         existing.ShortDebugString(),
-                         "; requested: ", canonical.ShortDebugString(), ")"));
-      }
+      RETURN_IF_ERROR(SameSpec(slots_[it->second]->config, canonical.first));
       if (at_id != kNextId && at_id != it->second) {
         return absl::FailedPreconditionError(
             absl::StrCat("table '", spec.name, "' has id ", it->second,
@@ -97,40 +163,8 @@ absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
                        "(DropTable) or raise the limit"));
     }
   }
-  auto slot = std::make_shared<Slot>();
-  embedding::TableOptions options;
-  if (!options_.spill_root.empty()) {
-    options.spill_directory = absl::StrCat(
-        options_.spill_root, "/", checkpoint::TableFileStem(spec.name));
-    options.spill_block_cache_bytes = options_.spill_block_cache_bytes;
-    options.spill_read_around = options_.spill_read_around;
-  }
-  RETURN_IF_ERROR(embedding::ValidateTableSpec(spec));
-  embedding::TableSpec local = spec;
-  local.expected_rows = LocalExpectedRows(spec.expected_rows);
-  if (const uint64_t bytes = embedding::ExpectedRowsBytes(local);
-      bytes > options_.max_expected_rows_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "table '", spec.name, "': expected_rows ", spec.expected_rows,
-        " would commit ", bytes >> 20,
-        " MiB here at once, more than this "
-        "server commits for one table: ",
-        options_.max_expected_rows_bytes >> 20,
-        " MiB (--max_expected_rows_mb); ask for fewer rows (more still fit: "
-        "it is a hint)"));
-  }
-  ASSIGN_OR_RETURN(slot->table,
-                   embedding::Table::Create(local, std::move(options)));
-  const proto::ConsistencyConfig& consistency = canonical.consistency();
-  if (consistency.mode() != proto::ConsistencyConfig::ASYNC) {
-    slot->synchronizer = std::make_unique<StepSynchronizer>(
-        consistency.mode() == proto::ConsistencyConfig::SYNC
-            ? StepSynchronizer::Mode::kSync
-            : StepSynchronizer::Mode::kSsp,
-        consistency.staleness(), options_.num_workers,
-        absl::Milliseconds(consistency.timeout_ms()), slot->table.get());
-  }
-  slot->config = std::move(canonical);
+  ASSIGN_OR_RETURN(std::shared_ptr<Slot> slot,
+                   Build(std::move(canonical.first), spec));
   // Nothing else added a table meanwhile (create_mu_); Drop only removes.
   MutexLock lock(&mu_);
   if (at_id != kNextId) slots_.resize(at_id);  // dropped ids stay empty
@@ -138,6 +172,52 @@ absl::StatusOr<TableRegistry::CreateResult> TableRegistry::Create(
   slots_.push_back(std::move(slot));
   id_by_name_.emplace(spec.name, id);
   return CreateResult{id, true};
+}
+
+absl::StatusOr<std::unique_ptr<TableRegistry::PreparedTable>>
+TableRegistry::Prepare(const proto::TableConfig& config) {
+  ASSIGN_OR_RETURN(auto canonical, Canonical(config));
+  ASSIGN_OR_RETURN(std::shared_ptr<Slot> slot,
+                   Build(std::move(canonical.first), canonical.second));
+  return std::unique_ptr<PreparedTable>(new PreparedTable(std::move(slot)));
+}
+
+absl::Status TableRegistry::Install(
+    std::vector<std::unique_ptr<PreparedTable>> tables) {
+  MutexLock creating(&create_mu_);
+  std::vector<std::shared_ptr<Slot>> replaced;  // freed after the lock
+  MutexLock lock(&mu_);
+  // Everything is checked before anything changes.
+  absl::flat_hash_map<std::string, uint32_t> installing;
+  for (const std::unique_ptr<PreparedTable>& prepared : tables) {
+    const std::string& name = prepared->config().name();
+    if (!installing.emplace(name, 0).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("table '", name, "' is named twice"));
+    }
+    auto it = id_by_name_.find(name);
+    if (it == id_by_name_.end()) continue;
+    const Slot& existing = *slots_[it->second];
+    RETURN_IF_ERROR(SameSpec(existing.config, prepared->config()));
+    if (existing.table->Stats().rows > 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("table '", name,
+                       "' already has rows here: a checkpoint is "
+                       "restored into tables without rows (drop it first)"));
+    }
+  }
+  for (std::unique_ptr<PreparedTable>& prepared : tables) {
+    const std::string& name = prepared->config().name();
+    if (auto it = id_by_name_.find(name); it != id_by_name_.end()) {
+      replaced.push_back(std::move(slots_[it->second]));
+      slots_[it->second] = std::move(prepared->slot_);
+    } else {
+      const uint32_t id = static_cast<uint32_t>(slots_.size());
+      slots_.push_back(std::move(prepared->slot_));
+      id_by_name_.emplace(name, id);
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TableRegistry::Entry> TableRegistry::Find(

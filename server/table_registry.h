@@ -8,6 +8,7 @@
 #ifndef EMBEDPS_SERVER_TABLE_REGISTRY_H_
 #define EMBEDPS_SERVER_TABLE_REGISTRY_H_
 
+#include <atomic>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -24,6 +25,9 @@
 namespace embedps::server {
 
 class TableRegistry {
+ private:
+  struct Slot;
+
  public:
   struct Options {
     // The workers the SYNC and SSP modes wait for.
@@ -78,6 +82,34 @@ class TableRegistry {
       size_t max_tables = std::numeric_limits<size_t>::max(),
       uint32_t at_id = kNextId);
 
+  // A table built aside (a checkpoint restored into it) that no call sees
+  // until Install makes it, with others, part of the registry at once.
+  // Dropped un-installed, it is freed and leaves nothing behind.
+  class PreparedTable {
+   public:
+    embedding::Table& table() const { return *slot_->table; }
+    // Every field explicit.
+    const proto::TableConfig& config() const { return slot_->config; }
+
+   private:
+    friend class TableRegistry;
+    explicit PreparedTable(std::shared_ptr<Slot> slot)
+        : slot_(std::move(slot)) {}
+    std::shared_ptr<Slot> slot_;
+  };
+
+  // Builds a table of `config` aside. The errors of Create's config checks
+  // and of the table's creation; nothing in the registry changes.
+  absl::StatusOr<std::unique_ptr<PreparedTable>> Prepare(
+      const proto::TableConfig& config);
+
+  // Makes every prepared table part of the registry, all or none: a table
+  // whose name is new takes the next id; one whose name exists replaces
+  // that table under its id, which must have the same spec (else
+  // FAILED_PRECONDITION) and no rows (else FAILED_PRECONDITION: "already
+  // has rows"). On an error nothing changed.
+  absl::Status Install(std::vector<std::unique_ptr<PreparedTable>> tables);
+
   // Removes the table named `name` (NOT_FOUND if none) and returns its id.
   absl::StatusOr<uint32_t> Drop(const std::string& name);
 
@@ -105,11 +137,25 @@ class TableRegistry {
   std::vector<Entry> List() const;
 
  private:
+  // A table and what goes with it; its spill directory (one per table
+  // built, never shared) is removed when it is freed.
   struct Slot {
+    ~Slot();
     proto::TableConfig config;
     std::unique_ptr<embedding::Table> table;
     std::unique_ptr<StepSynchronizer> synchronizer;
+    std::string spill_directory;
   };
+  // The canonical config of `config` (every field explicit) and its spec.
+  absl::StatusOr<std::pair<proto::TableConfig, embedding::TableSpec>> Canonical(
+      const proto::TableConfig& config) const;
+  // A table of the canonical config, with its synchronizer.
+  absl::StatusOr<std::shared_ptr<Slot>> Build(proto::TableConfig canonical,
+                                              const embedding::TableSpec& spec);
+  // FAILED_PRECONDITION if `existing` and `requested` differ beyond
+  // expected_rows (a hint, not part of the spec).
+  static absl::Status SameSpec(const proto::TableConfig& existing,
+                               const proto::TableConfig& requested);
   static Entry EntryOf(uint32_t id, const std::shared_ptr<Slot>& slot);
 
   const Options options_;
@@ -123,6 +169,8 @@ class TableRegistry {
   // Index = table id; null once dropped.
   std::vector<std::shared_ptr<Slot>> slots_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, uint32_t> id_by_name_ ABSL_GUARDED_BY(mu_);
+  // Numbers every table built, for its own spill directory.
+  std::atomic<uint64_t> built_{0};
 };
 
 }  // namespace embedps::server

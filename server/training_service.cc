@@ -67,6 +67,41 @@ absl::Status ReadRows(embedding::Table& table, absl::Span<const uint64_t> keys,
 
 namespace {
 
+// There are some keys (unless `allow_empty`) but not too many.
+absl::Status CheckKeyCount(size_t n, const TrainingServiceOptions& options,
+                           bool allow_empty, Rejection* rejection) {
+  if (n == 0 && !allow_empty) {
+    *rejection = Rejection::kEmptyRequest;
+    return absl::InvalidArgumentError("empty request: no keys");
+  }
+  if (n > options.max_keys_per_request) {
+    *rejection = Rejection::kOverLimit;
+    return absl::ResourceExhaustedError(
+        absl::StrCat(n, " keys in one request; this server takes at most ",
+                     options.max_keys_per_request,
+                     " (--max_keys_per_request): split the batch"));
+  }
+  return absl::OkStatus();
+}
+
+// Every key belongs to this shard.
+absl::Status CheckKeyShards(absl::Span<const uint64_t> keys,
+                            const TrainingServiceOptions& options,
+                            Rejection* rejection) {
+  if (options.num_shards <= 1) return absl::OkStatus();
+  for (uint64_t key : keys) {
+    const int32_t shard = ShardOfKey(key, options.num_shards);
+    if (shard != options.shard_index) {
+      *rejection = Rejection::kWrongShard;
+      return absl::FailedPreconditionError(absl::StrCat(
+          "key ", key, " belongs to shard ", shard, " of ", options.num_shards,
+          ", but this is shard ", options.shard_index,
+          ": the client's shard list or count is wrong"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Shared checks of Pull and Push: the keys are whole uint64s, there are
 // some (unless `allow_empty`) but not too many, and each belongs to this
 // shard. On failure `*rejection` says why.
@@ -78,30 +113,9 @@ absl::StatusOr<std::vector<uint64_t>> CheckedKeys(
     *rejection = Rejection::kMalformedKeys;
     return n.status();
   }
-  if (*n == 0 && !allow_empty) {
-    *rejection = Rejection::kEmptyRequest;
-    return absl::InvalidArgumentError("empty request: no keys");
-  }
-  if (*n > options.max_keys_per_request) {
-    *rejection = Rejection::kOverLimit;
-    return absl::ResourceExhaustedError(
-        absl::StrCat(*n, " keys in one request; this server takes at most ",
-                     options.max_keys_per_request,
-                     " (--max_keys_per_request): split the batch"));
-  }
+  RETURN_IF_ERROR(CheckKeyCount(*n, options, allow_empty, rejection));
   std::vector<uint64_t> keys = wire::CopyKeys(bytes);
-  if (options.num_shards > 1) {
-    for (uint64_t key : keys) {
-      const int32_t shard = ShardOfKey(key, options.num_shards);
-      if (shard != options.shard_index) {
-        *rejection = Rejection::kWrongShard;
-        return absl::FailedPreconditionError(absl::StrCat(
-            "key ", key, " belongs to shard ", shard, " of ",
-            options.num_shards, ", but this is shard ", options.shard_index,
-            ": the client's shard list or count is wrong"));
-      }
-    }
-  }
+  RETURN_IF_ERROR(CheckKeyShards(keys, options, rejection));
   return keys;
 }
 
@@ -413,6 +427,10 @@ absl::Status TrainingServiceImpl::ApplyForwarded(
       return wire::FromGrpcStatus(
           CreateTableImpl(op.create_table(), &response));
     }
+    case proto::ReplicatedOp::kErase: {
+      proto::EraseResponse response;
+      return wire::FromGrpcStatus(EraseImpl(op.erase(), &response));
+    }
     case proto::ReplicatedOp::kDropTable:
       return registry_->Drop(op.drop_table().name()).status();
     default:
@@ -495,6 +513,58 @@ grpc::Status TrainingServiceImpl::DropTable(
           return wire::FromGrpcStatus(dropped);
         });
     return dropped.ok() ? wire::ToGrpcStatus(written) : dropped;
+  });
+}
+
+grpc::Status TrainingServiceImpl::EraseImpl(const proto::EraseRequest& request,
+                                            proto::EraseResponse* response) {
+  absl::StatusOr<TableRegistry::Entry> entry =
+      registry_->Find(request.table_id());
+  if (!entry.ok()) {
+    return rejections_.Reject(Rejection::kUnknownTable, entry.status());
+  }
+  const std::string& bytes = request.keys();
+  if (bytes.size() % sizeof(uint64_t) != 0) {
+    return rejections_.Reject(
+        Rejection::kMalformedKeys,
+        absl::InvalidArgumentError(absl::StrCat(
+            "keys must be packed little-endian uint64, 8 bytes each; got ",
+            bytes.size(), " bytes")));
+  }
+  std::vector<uint64_t> keys(bytes.size() / sizeof(uint64_t));
+  std::memcpy(keys.data(), bytes.data(), bytes.size());
+  Rejection rejection;
+  if (absl::Status checked = CheckKeyCount(keys.size(), options_,
+                                           /*allow_empty=*/false, &rejection);
+      !checked.ok()) {
+    return rejections_.Reject(rejection, checked);
+  }
+  if (absl::Status checked = CheckKeyShards(keys, options_, &rejection);
+      !checked.ok()) {
+    return rejections_.Reject(rejection, checked);
+  }
+  absl::StatusOr<uint64_t> erased = entry->table->Erase(keys);
+  if (!erased.ok()) return wire::ToGrpcStatus(erased.status());
+  response->set_erased(*erased);
+  return grpc::Status::OK;
+}
+
+grpc::Status TrainingServiceImpl::Erase(grpc::ServerContext*,
+                                        const proto::EraseRequest* request,
+                                        proto::EraseResponse* response) {
+  return metrics_->Measure(RpcMethod::kErase, [&] {
+    grpc::Status erased;
+    const absl::Status written = writes_->Write(
+        [&] {
+          proto::ReplicatedOp op;
+          *op.mutable_erase() = *request;
+          return op;
+        },
+        [&] {
+          erased = EraseImpl(*request, response);
+          return wire::FromGrpcStatus(erased);
+        });
+    return erased.ok() ? wire::ToGrpcStatus(written) : erased;
   });
 }
 
@@ -628,8 +698,34 @@ grpc::Status TrainingServiceImpl::Load(grpc::ServerContext*,
     if (absl::Status s = checkpointer_->AcceptsRequests(); !s.ok()) {
       return wire::ToGrpcStatus(s);
     }
-    absl::StatusOr<proto::LoadResponse> loaded =
-        checkpointer_->Restore(request->path());
+    absl::StatusOr<proto::LoadResponse> loaded;
+    switch (request->phase()) {
+      case proto::LoadRequest::LOAD:
+        loaded = checkpointer_->Restore(request->path());
+        break;
+      case proto::LoadRequest::PREPARE:
+        loaded = checkpointer_->PrepareRestore(request->path(),
+                                               request->transaction());
+        break;
+      case proto::LoadRequest::COMMIT:
+        if (absl::Status committed =
+                checkpointer_->CommitRestore(request->transaction());
+            committed.ok()) {
+          loaded = proto::LoadResponse();
+        } else {
+          loaded = committed;
+        }
+        break;
+      case proto::LoadRequest::ABORT:
+        checkpointer_->AbortRestore(request->transaction());
+        loaded = proto::LoadResponse();
+        break;
+      default:
+        return grpc::Status(
+            grpc::StatusCode::INVALID_ARGUMENT,
+            absl::StrCat("LoadRequest.phase ", request->phase(),
+                         " is none of LOAD, PREPARE, COMMIT, ABORT"));
+    }
     if (!loaded.ok()) return wire::ToGrpcStatus(loaded.status());
     *response = *std::move(loaded);
     return grpc::Status::OK;

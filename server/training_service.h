@@ -124,6 +124,11 @@ class TrainingServiceImpl final : public TrainingServiceBase {
   grpc::Status Publish(grpc::ServerContext* context,
                        const proto::PublishRequest* request,
                        proto::PublishResponse* response) override;
+  // Removes the rows of the request's keys (keys of this shard, at most
+  // max_keys_per_request), in the shard's write order.
+  grpc::Status Erase(grpc::ServerContext* context,
+                     const proto::EraseRequest* request,
+                     proto::EraseResponse* response) override;
   // Streams publications until the subscriber goes, the server shuts down,
   // or the publisher cannot continue the subscriber's sequence.
   grpc::Status Subscribe(
@@ -143,6 +148,8 @@ class TrainingServiceImpl final : public TrainingServiceBase {
  private:
   grpc::Status CreateTableImpl(const proto::CreateTableRequest& request,
                                proto::CreateTableResponse* response);
+  grpc::Status EraseImpl(const proto::EraseRequest& request,
+                         proto::EraseResponse* response);
   // A Pull whose request has been read and checked.
   struct PullCall {
     proto::PullRequest header;  // all but the keys

@@ -77,13 +77,15 @@ class Cluster {
  public:
   // Starts `n` shards; `restore`: passed as --restore. `ports`: reuse these
   // ports (a restart), else port 0.
-  static std::unique_ptr<Cluster> Start(int n, const std::string& data_dir,
-                                        const std::string& restore = "") {
+  // `extra`: more flags for every shard.
+  static std::unique_ptr<Cluster> Start(
+      int n, const std::string& data_dir, const std::string& restore = "",
+      const std::vector<std::string>& extra = {}) {
     auto cluster = std::make_unique<Cluster>();
     cluster->data_dir_ = data_dir;
     cluster->restore_ = restore;
     for (int i = 0; i < n; ++i) {
-      auto server = StartShard(i, n, data_dir, restore, 0);
+      auto server = StartShard(i, n, data_dir, restore, 0, extra);
       EXPECT_OK(server.status());
       if (!server.ok()) return nullptr;
       cluster->addresses_.push_back((*server)->address());
@@ -94,10 +96,11 @@ class Cluster {
 
   static absl::StatusOr<std::unique_ptr<ServerProcess>> StartShard(
       int i, int n, const std::string& data_dir, const std::string& restore,
-      int port) {
+      int port, const std::vector<std::string>& extra = {}) {
     std::vector<std::string> args = {absl::StrCat("--shard_index=", i),
                                      absl::StrCat("--num_shards=", n),
                                      "--data_dir=" + data_dir};
+    args.insert(args.end(), extra.begin(), extra.end());
     if (port != 0) args.push_back(absl::StrCat("--port=", port));
     if (!restore.empty()) args.push_back("--restore=" + restore);
     return ServerProcess::Start(kServer, args);
@@ -343,15 +346,78 @@ TEST(CheckpointTest, BadCheckpointsAndRequestsAreRefusedClearly) {
   const std::string manifest = cut_root + "/ckpt-000000000002/MANIFEST";
   std::filesystem::resize_file(manifest,
                                std::filesystem::file_size(manifest) / 2);
-  std::tie(code, err) = FailedRestore(cut_root);
+  // Named, it is refused with the file at fault...
+  std::tie(code, err) = FailedRestore(cut_root + "/ckpt-000000000002");
   EXPECT_EQ(code, 1);
   EXPECT_THAT(err, HasSubstr(manifest));
-  // ... and the previous checkpoint, named, still restores.
-  auto previous =
-      Cluster::Start(2, data + "/b", cut_root + "/ckpt-000000000001");
+  // ... and the root's search leaves it out (a checkpoint whose manifest
+  // does not check is not complete) and takes the previous one.
+  auto previous = Cluster::Start(2, data + "/b", cut_root);
   ASSERT_NE(previous, nullptr);
   EXPECT_EQ(Total(previous->Digests()), first);
   previous.reset();
+  // Directories not of the checkpoints' own form are never taken, whatever
+  // they hold or however they sort: an operator's copy and quarantine.
+  const std::string named_root = TestTempPath("named");
+  std::filesystem::copy(root, named_root,
+                        std::filesystem::copy_options::recursive);
+  std::filesystem::rename(named_root + "/ckpt-000000000002",
+                          named_root + "/ckpt-000000000002.bad");
+  std::filesystem::copy(named_root + "/ckpt-000000000001",
+                        named_root + "/ckpt-zz-backup-of-first",
+                        std::filesystem::copy_options::recursive);
+  auto by_manifest = Cluster::Start(2, data + "/d", named_root);
+  ASSERT_NE(by_manifest, nullptr);
+  EXPECT_EQ(by_manifest->server(0).address().empty(), false);
+  EXPECT_EQ(Total(by_manifest->Digests()), first);
+  by_manifest.reset();
+
+  // A Save into a complete checkpoint is refused and writes nothing.
+  {
+    // Shards whose --checkpoint_root is `root` alone.
+    std::filesystem::create_directories(data + "/e");
+    auto cluster =
+        Cluster::Start(2, data + "/e", "", {"--checkpoint_root=" + root});
+    ASSERT_NE(cluster, nullptr);
+    auto stub = proto::TrainingService::NewStub(grpc::CreateChannel(
+        cluster->addresses()[0], grpc::InsecureChannelCredentials()));
+    const std::string table_file = latest + "/shard-00000-of-00002/t-emb.sst";
+    const auto size_before = std::filesystem::file_size(table_file);
+    const auto time_before = std::filesystem::last_write_time(table_file);
+    grpc::ClientContext context;
+    proto::SaveRequest request;
+    request.set_directory(latest);
+    request.set_name("ckpt-000000000002");
+    request.set_step(2);
+    proto::SaveResponse response;
+    const grpc::Status status = stub->Save(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+    EXPECT_EQ(std::filesystem::file_size(table_file), size_before);
+    EXPECT_EQ(std::filesystem::last_write_time(table_file), time_before);
+    // A megabyte of path: refused, its message a bounded quote of it.
+    grpc::ClientContext long_context;
+    request.set_directory(std::string(1 << 20, 'p'));
+    const grpc::Status long_status =
+        stub->Save(&long_context, request, &response);
+    EXPECT_EQ(long_status.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+        << long_status.error_message().substr(0, 200);
+    EXPECT_LE(long_status.error_message().size(), 1100u);
+    EXPECT_THAT(long_status.error_message(), HasSubstr("bytes left out"));
+    // A checkpoint the shards refuse (outside their --checkpoint_root)
+    // leaves nothing where the client was pointed.
+    auto client = cluster->Connect(absl::Seconds(2));
+    const std::string elsewhere = TestTempPath("elsewhere");  // not in root
+    std::filesystem::create_directories(elsewhere);
+    EXPECT_THAT(client->Checkpoint({elsewhere, 5, false}).status(),
+                StatusIs(absl::StatusCode::kPermissionDenied));
+    EXPECT_TRUE(std::filesystem::is_empty(elsewhere));
+    // A root that is a file: a permanent error, not one to retry.
+    const std::string not_a_directory = TestTempPath("a_file");
+    std::ofstream(not_a_directory) << "x";
+    EXPECT_THAT(client->Checkpoint({not_a_directory, 5, false}).status(),
+                StatusIs(absl::StatusCode::kFailedPrecondition,
+                         HasSubstr("Not a directory")));
+  }
 
   // A half-written checkpoint (no manifest, still .tmp) does not exist.
   std::filesystem::create_directories(
@@ -468,8 +534,8 @@ TEST(CheckpointTest, KilledServerRestartsFromItsLastCompleteCheckpoint) {
     if (in_flight != nullptr) {
       EXPECT_THAT(in_flight->Finish().status(),
                   StatusIs(absl::StatusCode::kUnavailable));
-      EXPECT_TRUE(std::filesystem::exists(in_flight->directory()))
-          << "the unfinished checkpoint stays a .tmp directory";
+      EXPECT_FALSE(std::filesystem::exists(in_flight->directory()))
+          << "an unfinished checkpoint leaves nothing behind";
     }
     // Pushers now fail with UNAVAILABLE (after their 2 s of retries).
     const uint64_t unavailable_before = unavailable.load();
@@ -513,6 +579,65 @@ TEST(CheckpointTest, KilledServerRestartsFromItsLastCompleteCheckpoint) {
               static_cast<unsigned long>(pushes.load()),
               static_cast<unsigned long>(push_errors.load()),
               static_cast<unsigned long>(unavailable.load()), complete.size());
+}
+
+// A Load whose checkpoint has one corrupt table file (the second table's,
+// on shard 1) fails with DATA_LOSS naming it and leaves every real server
+// as it was — no table restored on either shard, not even the first —; the
+// same Load with the file intact then succeeds on those servers.
+TEST(CheckpointTest, AFailedLoadLeavesEveryShardAsItWas) {
+  const std::string root = TestTempPath("all_or_nothing");
+  std::filesystem::create_directories(root);
+  proto::TableConfig first = SpillingTable();
+  proto::TableConfig second = SpillingTable();
+  second.set_name("second");
+  ShardDigest saved;
+  {
+    auto cluster = Cluster::Start(2, TestTempPath("data_saved"));
+    ASSERT_NE(cluster, nullptr);
+    auto client = cluster->Connect(absl::Seconds(2));
+    ASSERT_OK_AND_ASSIGN(auto a, client->CreateTable(first));
+    ASSERT_OK_AND_ASSIGN(auto b, client->CreateTable(second));
+    PushRandom(*client, a, 2, 10000, 5);
+    PushRandom(*client, b, 2, 10000, 6);
+    ASSERT_OK(client->Checkpoint({root, 3, false}).status());
+    saved = Total(cluster->Digests());
+  }
+  const std::string file =
+      root + "/ckpt-000000000003/shard-00001-of-00002/t-second.sst";
+  const std::string intact = TestTempPath("intact.sst");
+  std::filesystem::copy_file(file, intact);
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(std::filesystem::file_size(file) / 2));
+    f.put('\x5a');
+  }
+
+  auto cluster = Cluster::Start(2, TestTempPath("data_load"));
+  ASSERT_NE(cluster, nullptr);
+  auto client = cluster->Connect(absl::Seconds(2));
+  // A table the job created before loading: it must keep its id.
+  ASSERT_OK_AND_ASSIGN(const client::TableHandle before,
+                       client->CreateTable(first));
+  EXPECT_THAT(client->Load(root).status(),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("t-second.sst")));
+  for (int shard = 0; shard < 2; ++shard) {
+    ASSERT_OK_AND_ASSIGN(
+        const proto::StatsResponse stats,
+        testing::StatsWithDigests(cluster->addresses()[shard]));
+    ASSERT_EQ(stats.table_size(), 1) << "shard " << shard << ": only the "
+                                     << "table created before";
+    EXPECT_EQ(stats.table(0).rows(), 0u) << "shard " << shard;
+  }
+
+  std::filesystem::copy_file(intact, file,
+                             std::filesystem::copy_options::overwrite_existing);
+  ASSERT_OK_AND_ASSIGN(const proto::LoadResponse loaded, client->Load(root));
+  EXPECT_EQ(loaded.step(), 3u);
+  EXPECT_EQ(Total(cluster->Digests()), saved);
+  // Restored under the id the job holds.
+  std::vector<float> rows(kDim);
+  EXPECT_OK(client->Pull(before, {uint64_t{42}}, absl::MakeSpan(rows)));
 }
 
 }  // namespace

@@ -20,10 +20,9 @@ TEST(MinimalClientTest, RunsAgainstARealServer) {
   const std::string out = testing::TestTempPath("minimal_client_out");
   for (int run = 0; run < 2; ++run) {  // the second finds the table
     ASSERT_OK_AND_ASSIGN(
-        auto client,
-        testing::ChildProcess::Spawn(
-            "examples/cpp/minimal_client",
-            {absl::StrCat("--servers=", server->address())}, out));
+        auto client, testing::ChildProcess::Spawn(
+                         "examples/cpp/minimal_client",
+                         {absl::StrCat("--servers=", server->address())}, out));
     ASSERT_OK_AND_ASSIGN(const int code, client->WaitFor(absl::Seconds(60)));
     EXPECT_EQ(code, 0);
     std::ifstream file(out);

@@ -3,6 +3,7 @@
 #ifndef EMBEDPS_WIRE_GRPC_STATUS_H_
 #define EMBEDPS_WIRE_GRPC_STATUS_H_
 
+#include <cstddef>
 #include <string>
 
 #include "absl/status/status.h"
@@ -12,10 +13,27 @@
 
 namespace embedps::wire {
 
+// The longest status message a server sends. Messages quote what a client
+// sent (a path, a table name), which may be any size: a message past a
+// few KB would break the reply's status (it travels as a header).
+inline constexpr size_t kMaxStatusMessageBytes = 1024;
+
+// `message`, its middle left out (and said so) if it is longer than
+// kMaxStatusMessageBytes.
+inline std::string BoundedMessage(absl::string_view message) {
+  if (message.size() <= kMaxStatusMessageBytes) return std::string(message);
+  constexpr size_t kHead = kMaxStatusMessageBytes * 2 / 3;
+  constexpr size_t kTail = kMaxStatusMessageBytes / 4;
+  return absl::StrCat(message.substr(0, kHead), " [... ",
+                      message.size() - kHead - kTail, " bytes left out ...] ",
+                      message.substr(message.size() - kTail));
+}
+
+// Every status a server answers goes through here: its message bounded.
 inline grpc::Status ToGrpcStatus(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
   return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
-                      std::string(status.message()));
+                      BoundedMessage(status.message()));
 }
 
 inline absl::Status FromGrpcStatus(const grpc::Status& status) {

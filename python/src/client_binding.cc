@@ -237,6 +237,19 @@ class PyClient {
         std::vector<py::object>{keys_arg, grads_arg, self});
   }
 
+  std::vector<uint64_t> Erase(const TableHandle& table,
+                              const py::handle& keys_arg) {
+    const absl::Span<const uint64_t> keys = KeysOf(keys_arg);
+    CheckTable(table);
+    absl::StatusOr<std::vector<uint64_t>> erased;
+    {
+      py::gil_scoped_release release;
+      erased = client_->Erase(table, keys);
+    }
+    Check(erased.status());
+    return *erased;
+  }
+
   uint64_t Publish(uint64_t step, const py::bytes& dense) {
     const std::string parameters = dense;
     absl::StatusOr<uint64_t> rows;
@@ -449,6 +462,9 @@ The arrays it was given stay borrowed until then.)")
       .def("checkpoint", &PyClient::Checkpoint, py::arg("root"), py::kw_only(),
            py::arg("step"), py::arg("incremental") = false)
       .def("load", &PyClient::Load, py::arg("path"))
+      .def("erase", &PyClient::Erase, py::arg("table"), py::arg("keys"),
+           "Removes the rows of `keys` (uint64) from every shard; returns the "
+           "rows removed per shard.")
       .def("stats", &PyClient::Stats)
       .def("_native_pull_push_seconds", &PyClient::NativePullPushSeconds)
       .def_property_readonly("_last_call_seconds", [](const PyClient& c) {
