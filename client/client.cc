@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/retention.h"
 #include "client/bulk_fan_out.h"
 #include "common/file_io.h"
 #include "common/key_hash.h"
@@ -648,6 +649,7 @@ Client::StartCheckpoint(const CheckpointOptions& options) {
   pending->client_ = this;
   pending->root_ = options.root;
   pending->step_ = options.step;
+  pending->keep_ = options.keep;
   pending->name_ = checkpoint::CheckpointName(options.step);
   const std::filesystem::path final_dir =
       std::filesystem::path(options.root) / pending->name_;
@@ -770,6 +772,15 @@ absl::StatusOr<proto::CheckpointManifest> Client::PendingCheckpoint::Finish(
   }
   RETURN_IF_ERROR(SyncPath(root_));
   directory_ = final_dir;
+  if (keep_ > 0) {
+    absl::StatusOr<checkpoint::PruneResult> pruned =
+        checkpoint::PruneCheckpoints(root_, keep_);
+    if (pruned.ok()) {
+      pruned_ = pruned->deleted;
+    } else {
+      prune_status_ = pruned.status();
+    }
+  }
   return manifest;
 }
 

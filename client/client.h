@@ -190,6 +190,11 @@ class Client {
     // Write only what changed since the latest complete checkpoint under
     // `root` (shards that cannot, e.g. after a restart, write full files).
     bool incremental = false;
+    // Retention: once this checkpoint is complete, keep the `keep` newest
+    // complete checkpoints under `root` and the chains they build on, and
+    // delete the others (checkpoint/retention.h). 0: delete nothing.
+    // Default: 0.
+    int keep = 0;
   };
 
   // A checkpoint whose tables are snapshotted and being written.
@@ -208,12 +213,21 @@ class Client {
     absl::StatusOr<proto::CheckpointManifest> Finish(
         const std::vector<std::string>& extra_files = {});
 
+    // After Finish with CheckpointOptions::keep: the checkpoints deleted,
+    // and the error of a deletion that failed (the checkpoint itself is
+    // complete either way; nothing kept was touched).
+    const std::vector<std::string>& pruned() const { return pruned_; }
+    const absl::Status& prune_status() const { return prune_status_; }
+
    private:
     friend class Client;
     PendingCheckpoint() = default;
     Client* client_ = nullptr;
     std::string root_, name_, directory_, parent_;
     uint64_t step_ = 0;
+    int keep_ = 0;
+    std::vector<std::string> pruned_;
+    absl::Status prune_status_;
     double pause_seconds_ = 0;
     std::vector<proto::TableConfig> tables_;
   };

@@ -113,6 +113,10 @@ absl::Status ValidateWorkerConfig(const WorkerConfig& c) {
     return absl::InvalidArgumentError(
         "checkpoint_every_steps must not be negative");
   }
+  if (c.full_checkpoint_every() < 0 || c.keep_checkpoints() < 0) {
+    return absl::InvalidArgumentError(
+        "full_checkpoint_every and keep_checkpoints must not be negative");
+  }
   if (absl::Status s = ParseMode(c.mode()).status(); !s.ok()) return s;
   if (absl::Status s = DenseOptimizerOf(c.dense_optimizer(), 0).status();
       !s.ok()) {

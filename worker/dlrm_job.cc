@@ -114,6 +114,9 @@ class DlrmWorker {
   int64_t start_step_ = 0;
   // Rank 0: the checkpoint whose files are being finished.
   std::future<absl::StatusOr<proto::CheckpointManifest>> finishing_;
+  // Rank 0: checkpoints started since the last full one (the next is full
+  // when it reaches full_checkpoint_every).
+  int32_t since_full_checkpoint_ = -1;
 
   // Scratch reused across steps.
   std::vector<absl::flat_hash_map<uint64_t, int32_t>> dedup_;
@@ -670,18 +673,36 @@ absl::Status DlrmWorker::Checkpoint(int64_t steps_done, PreparedStep* pushing,
     client::Client::CheckpointOptions options;
     options.root = c_.checkpoint_dir();
     options.step = static_cast<uint64_t>(steps_done);
-    options.incremental = c_.incremental_checkpoints();
+    // Chains of increments end every full_checkpoint_every checkpoints,
+    // so that retention can delete what is older.
+    const int32_t full_every =
+        c_.full_checkpoint_every() > 0 ? c_.full_checkpoint_every() : 10;
+    options.incremental = c_.incremental_checkpoints() &&
+                          since_full_checkpoint_ >= 0 &&
+                          since_full_checkpoint_ + 1 < full_every;
+    since_full_checkpoint_ =
+        options.incremental ? since_full_checkpoint_ + 1 : 0;
+    options.keep = c_.keep_checkpoints();
     ASSIGN_OR_RETURN(std::unique_ptr<client::Client::PendingCheckpoint> pending,
                      client_->StartCheckpoint(options));
     RETURN_IF_ERROR(dense::SaveParameters(
         *model_, steps_done,
         (std::filesystem::path(pending->directory()) / kDenseFile).string(),
         optimizer_.get()));
-    finishing_ = std::async(std::launch::async,
-                            [pending = std::move(pending)]()
-                                -> absl::StatusOr<proto::CheckpointManifest> {
-                              return pending->Finish({kDenseFile});
-                            });
+    finishing_ = std::async(
+        std::launch::async,
+        [log = log_, pending = std::move(pending)]()
+            -> absl::StatusOr<proto::CheckpointManifest> {
+          absl::StatusOr<proto::CheckpointManifest> manifest =
+              pending->Finish({kDenseFile});
+          for (const std::string& name : pending->pruned()) {
+            log->info("retention: deleted checkpoint '{}'", name);
+          }
+          if (!pending->prune_status().ok()) {
+            log->warn("retention: {}", pending->prune_status().ToString());
+          }
+          return manifest;
+        });
   }
   RETURN_IF_ERROR(communicator_->Barrier());
   const double pause = absl::ToDoubleSeconds(absl::Now() - start);

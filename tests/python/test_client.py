@@ -346,3 +346,18 @@ def test_the_checkpoint_root_flag_is_checked_at_start(tmp_path):
                                 capture_output=True, text=True, timeout=60)
         assert result.returncode == 2, result.stderr
         assert message in result.stderr
+
+
+def test_erase_removes_rows_on_every_shard(two_shards):
+    client, _ = two_shards
+    table = client.create_table(name="users", dim=4, optimizer=SGD)
+    keys = np.arange(100, 140, dtype=np.uint64)
+    initial = client.lookup(table, keys)
+    client.push(table, keys, np.ones((40, 4), dtype=np.float32))
+    assert not np.array_equal(client.lookup(table, keys), initial)
+    erased = client.erase(table, np.concatenate([keys, keys[:3]]))
+    assert len(erased) == 2 and sum(erased) == 40  # duplicates count once
+    np.testing.assert_array_equal(client.lookup(table, keys), initial)
+    assert client.erase(table, keys) == [0, 0]
+    with pytest.raises(TypeError):
+        client.erase(table, ["not", "keys"])
