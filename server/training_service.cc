@@ -1,5 +1,3 @@
-#include "server/training_service.h"
-
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -17,6 +15,7 @@
 #include "embedding/table_digest.h"
 #include "embedding/table_spec.h"
 #include "server/table_config.h"
+#include "server/training_service.h"
 #include "wire/bulk_codec.h"
 #include "wire/grpc_status.h"
 #include "wire/server_identity.h"
@@ -531,14 +530,15 @@ grpc::Status TrainingServiceImpl::EraseImpl(const proto::EraseRequest& request,
             "keys must be packed little-endian uint64, 8 bytes each; got ",
             bytes.size(), " bytes")));
   }
-  std::vector<uint64_t> keys(bytes.size() / sizeof(uint64_t));
-  std::memcpy(keys.data(), bytes.data(), bytes.size());
   Rejection rejection;
-  if (absl::Status checked = CheckKeyCount(keys.size(), options_,
-                                           /*allow_empty=*/false, &rejection);
+  if (absl::Status checked =
+          CheckKeyCount(bytes.size() / sizeof(uint64_t), options_,
+                        /*allow_empty=*/false, &rejection);
       !checked.ok()) {
     return rejections_.Reject(rejection, checked);
   }
+  std::vector<uint64_t> keys(bytes.size() / sizeof(uint64_t));
+  std::memcpy(keys.data(), bytes.data(), bytes.size());
   if (absl::Status checked = CheckKeyShards(keys, options_, &rejection);
       !checked.ok()) {
     return rejections_.Reject(rejection, checked);
