@@ -25,7 +25,8 @@
 //   checkpoint. A build writes kFormatVersion and reads exactly that
 //   version; another is refused with FAILED_PRECONDITION naming both
 //   (version 1 kept a zlib CRC-32 of each table file where version 2 keeps
-//   its XXH3-64).
+//   its XXH3-64). checkpoint/testdata holds a version-2 checkpoint that
+//   every later build must restore to the same rows (a test reads it).
 //
 // A table file is a RocksDB SST file (sorted, block-checksummed):
 //   row key (8 bytes, big-endian) -> the row's record

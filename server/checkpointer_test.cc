@@ -23,6 +23,9 @@ namespace {
 
 using ::embedps::testing::StatusIs;
 
+// DigestTable of the checked-in format-2 checkpoint's table.
+constexpr uint64_t kFormat2Digest = 12638877911735199868u;
+
 proto::TableConfig Config() {
   proto::TableConfig config;
   config.set_name("t/1");
@@ -224,6 +227,35 @@ TEST(ShardCheckpointerTest, AFailedRestoreLeavesTheShardAsItWas) {
   EXPECT_GT(restored_a.table->Stats().rows, 0u);
   ASSERT_OK_AND_ASSIGN(auto restored_b, registry.FindByName("b"));
   EXPECT_GT(restored_b.table->Stats().rows, 0u);
+}
+
+// The checked-in checkpoint of format version 2 (checkpoint/testdata):
+// every later build must restore it, into any shard count, to the same
+// rows.
+TEST(ShardCheckpointerTest, ReadsTheCheckedInFormat2Checkpoint) {
+  const std::string fixture = "checkpoint/testdata/ckpt-000000000007";
+  uint64_t rows = 0, digest = 0;
+  for (int32_t shard = 0; shard < 3; ++shard) {
+    TableRegistry registry;
+    ShardCheckpointer checkpointer(shard, 3, &registry);
+    ASSERT_OK_AND_ASSIGN(const proto::LoadResponse loaded,
+                         checkpointer.Restore(fixture));
+    EXPECT_EQ(loaded.step(), 7u);
+    ASSERT_OK_AND_ASSIGN(auto table, registry.FindByName("users.emb"));
+    EXPECT_EQ(table.table->spec().dim, 4);
+    ASSERT_OK_AND_ASSIGN(const auto d, embedding::DigestTable(*table.table));
+    rows += d.rows;
+    digest += d.digest;
+  }
+  TableRegistry whole;
+  ShardCheckpointer one(0, 1, &whole);
+  ASSERT_OK(one.Restore(fixture).status());
+  ASSERT_OK_AND_ASSIGN(auto table, whole.FindByName("users.emb"));
+  ASSERT_OK_AND_ASSIGN(const auto d, embedding::DigestTable(*table.table));
+  EXPECT_EQ(d.rows, 60u);
+  EXPECT_EQ(rows, d.rows) << "three shards hold every row once";
+  EXPECT_EQ(digest, d.digest);
+  EXPECT_EQ(d.digest, kFormat2Digest) << "digest " << d.digest;
 }
 
 }  // namespace
