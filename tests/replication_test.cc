@@ -365,7 +365,8 @@ TEST_F(ReplicationTest, ADeposedPrimaryAcceptsNoWrite) {
 // resumes, one sender per replica pushes straight to it, never rerouted,
 // and records for every acknowledged push the epoch its acceptor names
 // (trailing metadata). No epoch may have two acceptors, and the table
-// holds exactly the acknowledged pushes.
+// holds every acknowledged push once (and a push whose sender's deadline
+// passed during the pause at most once: its outcome is unknown to it).
 TEST_F(ReplicationTest, NoEpochHasTwoAcceptors) {
   ASSERT_OK_AND_ASSIGN(Writer writer, ConnectWriter(Servers()));
   auto& [setup, table, keys, grads] = writer;
@@ -379,6 +380,9 @@ TEST_F(ReplicationTest, NoEpochHasTwoAcceptors) {
   std::mutex mu;
   std::vector<Ack> acks;
   int unlabelled = 0;
+  // Pushes whose outcome the sender never learned (its deadline passed
+  // while the primary was paused): applied or not, either is correct.
+  int in_doubt = 0;
   std::atomic<bool> stop{false};
   std::vector<std::thread> senders;
   for (int r = 0; r < kReplicas; ++r) {
@@ -401,7 +405,12 @@ TEST_F(ReplicationTest, NoEpochHasTwoAcceptors) {
         context.set_deadline(
             absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
         proto::PushResponse response;
-        if (stub->Push(&context, push, &response).ok()) {
+        const grpc::Status status = stub->Push(&context, push, &response);
+        if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+          std::lock_guard<std::mutex> lock(mu);
+          ++in_doubt;
+        }
+        if (status.ok()) {
           const auto& trailers = context.GetServerTrailingMetadata();
           const auto it = trailers.find(wire::kReplicaEpochMetadata);
           std::lock_guard<std::mutex> lock(mu);
@@ -459,8 +468,12 @@ TEST_F(ReplicationTest, NoEpochHasTwoAcceptors) {
   EXPECT_EQ(*acceptors.rbegin()->second.begin(), 1 - old);
   std::vector<float> values(keys.size() * kDim);
   ASSERT_OK(setup->Pull(table, keys, absl::MakeSpan(values)));
+  // Every acknowledged push is in the table once; a push in doubt may be.
   for (float v : values) {
-    EXPECT_EQ(v, -static_cast<float>(acks.size())) << acks.size() << " acks";
+    EXPECT_LE(v, -static_cast<float>(acks.size()))
+        << acks.size() << " acks, " << in_doubt << " in doubt";
+    EXPECT_GE(v, -static_cast<float>(acks.size() + in_doubt))
+        << acks.size() << " acks, " << in_doubt << " in doubt";
   }
 }
 
