@@ -40,6 +40,8 @@ command -v clang >/dev/null || {
   exit 1
 }
 output_base=${EMBEDPS_FUZZ_OUTPUT_BASE:-$HOME/.cache/embedps-fuzz-bazel}
+# The fuzz build's Bazel server (its own output base) leaves with us.
+trap 'bazel --output_base="$output_base" shutdown >/dev/null 2>&1' EXIT
 mkdir -p "$out"
 echo "fuzz/run.sh: building the fuzzers (clang; output base $output_base)"
 if ! bazel --output_base="$output_base" build --config=fuzz //fuzz:all_fuzzers \
