@@ -299,6 +299,7 @@ TEST_F(ServingTest, PooledLookupsAndUnknownKeysChangeNothing) {
                   .ok());
   EXPECT_TRUE(stats.serving_replica());
   EXPECT_EQ(stats.serving().step(), 5u);
+  EXPECT_GT(stats.resident_bytes(), 0u) << "every role reports its memory";
   for (const auto& table : stats.table()) {
     if (table.name() == "emb") {
       EXPECT_EQ(table.rows(), 2u);

@@ -23,11 +23,12 @@ namespace embedps::server {
 
 // What a training shard is made of.
 struct TrainingParts {
-  TrainingParts(const ShardOptions& o, RpcMetrics* metrics)
+  // `memory`: the process's guard (Shard::Parts), outliving these parts.
+  TrainingParts(const ShardOptions& o, RpcMetrics* metrics, MemoryGuard* memory)
       : registry(RegistryOptionsFor(o)),
-        memory(o.service.memory_limit_bytes),
+        memory(memory),
         checkpointer(o.service.shard_index, o.service.num_shards, &registry,
-                     o.checkpoint_root, &memory),
+                     o.checkpoint_root, memory),
         publisher(PublisherFor(o), &registry),
         coordination(metrics, o.coordination),
         sweeper(&registry, o.ttl_sweep_interval) {}
@@ -51,7 +52,7 @@ struct TrainingParts {
 
   TableRegistry registry;
   // The process's memory limit, for every path that may allocate.
-  MemoryGuard memory;
+  MemoryGuard* const memory;
   ShardCheckpointer checkpointer;
   Publisher publisher;
   PushDeduplicator deduplicator;
@@ -90,10 +91,15 @@ struct CoordinatorParts {
 // Members are destroyed in reverse order: the servers stop before the
 // services and tables they call go.
 struct Shard::Parts {
-  explicit Parts(ShardOptions o) : options(std::move(o)) {}
+  explicit Parts(ShardOptions o)
+      : options(std::move(o)), memory(options.service.memory_limit_bytes) {}
 
   const ShardOptions options;
   RpcMetrics metrics;
+  // The process's memory (limit and resident bytes), whatever its role:
+  // a training shard admits allocating calls against it; every role's
+  // Stats reports it.
+  MemoryGuard memory;
   // One of the three, by options.role.
   std::unique_ptr<TrainingParts> training;
   std::unique_ptr<ServingParts> serving;
@@ -147,8 +153,8 @@ absl::Status CheckOptions(const ShardOptions& o) {
 
 // A training shard: tables, restore, write order, services.
 absl::StatusOr<std::unique_ptr<TrainingParts>> AssembleTraining(
-    const ShardOptions& options, RpcMetrics* metrics) {
-  auto parts = std::make_unique<TrainingParts>(options, metrics);
+    const ShardOptions& options, RpcMetrics* metrics, MemoryGuard* memory) {
+  auto parts = std::make_unique<TrainingParts>(options, metrics, memory);
   for (const proto::TableConfig& config : options.tables.table()) {
     absl::StatusOr<TableRegistry::CreateResult> created =
         parts->registry.Create(config);
@@ -174,7 +180,7 @@ absl::StatusOr<std::unique_ptr<TrainingParts>> AssembleTraining(
     ASSIGN_OR_RETURN(
         parts->replicator,
         Replicator::Create(replication, &parts->registry, &parts->deduplicator,
-                           &parts->checkpointer, metrics, &parts->memory,
+                           &parts->checkpointer, metrics, parts->memory,
                            [p](const proto::ReplicatedOp& op) {
                              return p->service->ApplyForwarded(op);
                            }));
@@ -188,7 +194,7 @@ absl::StatusOr<std::unique_ptr<TrainingParts>> AssembleTraining(
   }
   parts->service = std::make_unique<TrainingServiceImpl>(
       std::move(service), &parts->registry, writes, &parts->deduplicator,
-      &parts->checkpointer, &parts->publisher, metrics, &parts->memory);
+      &parts->checkpointer, &parts->publisher, metrics, parts->memory);
   return parts;
 }
 
@@ -220,10 +226,11 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
   grpc::ServerBuilder builder;
   switch (o.role) {
     case ShardRole::kTraining: {
-      ASSIGN_OR_RETURN(parts->training, AssembleTraining(o, &parts->metrics));
+      ASSIGN_OR_RETURN(parts->training,
+                       AssembleTraining(o, &parts->metrics, &parts->memory));
       TrainingParts* training = parts->training.get();
       parts->stats = std::make_unique<StatsServiceImpl>(
-          &parts->metrics, &training->memory,
+          &parts->metrics, &parts->memory,
           [training](const proto::StatsRequest& request,
                      proto::StatsResponse* response) {
             return training->service->FillStats(request, response);
@@ -249,7 +256,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
       ASSIGN_OR_RETURN(parts->serving, AssembleServing(o, &parts->metrics));
       ServingServiceImpl* serving = parts->serving->service.get();
       parts->stats = std::make_unique<StatsServiceImpl>(
-          &parts->metrics, nullptr,
+          &parts->metrics, &parts->memory,
           [serving](const proto::StatsRequest& request,
                     proto::StatsResponse* response) {
             return serving->FillStats(request, response);
@@ -264,8 +271,8 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
     case ShardRole::kCoordinator: {
       parts->coordinator =
           std::make_unique<CoordinatorParts>(o, &parts->metrics);
-      parts->stats =
-          std::make_unique<StatsServiceImpl>(&parts->metrics, nullptr, nullptr);
+      parts->stats = std::make_unique<StatsServiceImpl>(
+          &parts->metrics, &parts->memory, nullptr);
       parts->refusal = std::make_unique<RoleRefusal>(
           "the coordinator of replicated training shards (it serves "
           "ReplicaDirectory, Coordination and StatsService)",
