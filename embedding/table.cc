@@ -42,6 +42,7 @@ using embedding_internal::kFreeRowMark;
 using embedding_internal::kHeaderFloats;
 using embedding_internal::kNoRow;
 using embedding_internal::MissPolicy;
+using embedding_internal::PushUndoLog;
 using embedding_internal::RowHeader;
 using embedding_internal::RowId;
 using embedding_internal::Scratch;
@@ -110,42 +111,29 @@ class MemoryTable final : public Table {
     if (grads.size() != keys.size() * dim) {
       return SizeMismatch("Push", "gradients", keys.size(), grads.size());
     }
-    RETURN_IF_ERROR(CheckFinite(keys, grads));
-    push_requests_.fetch_add(1, std::memory_order_relaxed);
-    pushed_keys_.fetch_add(keys.size(), std::memory_order_relaxed);
-    if (keys.empty()) return absl::OkStatus();
-    const uint32_t touch = core_.Touch(context);
-    BatchScratch& scratch = core_.GroupByStripe(keys, ThreadScratch());
-    RETURN_IF_ERROR(embedding_internal::FirstPass(
-        core_, scratch,
-        [&](Stripe& stripe, uint32_t begin, uint32_t end,
-            const MissPolicy& policy) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          return embedding_internal::PushGroup(
-              core_, stripe, keys, grads, scratch, begin, end, touch, policy);
-        }));
-    if (core_.spill == nullptr || scratch.missed_positions.empty()) {
+    ASSIGN_OR_RETURN(const bool large_gradients, CheckFinite(keys, grads));
+    if (keys.empty()) {
+      push_requests_.fetch_add(1, std::memory_order_relaxed);
       return absl::OkStatus();
     }
-    // Second pass, as in Pull. Positions stay in batch order, so repeated
-    // keys sum their gradients in the same order as without a spill tier.
-    const std::vector<uint32_t> missed =
-        embedding_internal::SortedMisses(scratch);
-    const std::vector<uint64_t> miss_keys =
-        embedding_internal::KeysAt(keys, missed);
-    std::vector<float> miss_grads(missed.size() * dim);
-    for (size_t i = 0; i < missed.size(); ++i) {
-      std::memcpy(miss_grads.data() + i * dim,
-                  grads.data() + static_cast<size_t>(missed[i]) * dim,
-                  sizeof(float) * dim);
+    thread_local PushUndoLog undo;
+    undo.Reset(core_.dim + core_.state_floats,
+               /*logged=*/large_gradients ||
+                   core_.large_values.load(std::memory_order_relaxed));
+    const absl::Status status = ApplyPush(keys, grads, context, undo);
+    if (undo.saw_large_value()) {
+      core_.large_values.store(true, std::memory_order_relaxed);
     }
-    return embedding_internal::ResolveMisses(
-        core_, miss_keys, scratch.generation_seen,
-        [&](Stripe& stripe, BatchScratch& sub, uint32_t begin, uint32_t end,
-            const MissPolicy& policy) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-          return embedding_internal::PushGroup(core_, stripe, miss_keys,
-                                               miss_grads, sub, begin, end,
-                                               touch, policy);
-        });
+    if (!undo.refused()) {
+      push_requests_.fetch_add(1, std::memory_order_relaxed);
+      pushed_keys_.fetch_add(keys.size(), std::memory_order_relaxed);
+      return status;
+    }
+    uint64_t not_restored = 0;
+    if (undo.logged()) {
+      ASSIGN_OR_RETURN(not_restored, undo.RollBack(core_));
+    }
+    return undo.RefusalStatus(core_.spec.name, not_restored);
   }
 
   absl::StatusOr<uint64_t> Lookup(absl::Span<const uint64_t> keys,
@@ -353,20 +341,58 @@ class MemoryTable final : public Table {
                           : std::string(" (not a multiple of dim)")));
   }
 
-  // INVALID_ARGUMENT naming the first NaN or infinite gradient.
-  absl::Status CheckFinite(absl::Span<const uint64_t> keys,
-                           absl::Span<const float> grads) const {
-    // A float is NaN or infinite iff its exponent bits are all ones; adding
-    // one to such an exponent carries into the sign bit. OR-ing integers
-    // vectorises (a float sum would run serially without -ffast-math).
-    uint32_t carry = 0;
-    const size_t n = grads.size();
-    for (size_t i = 0; i < n; ++i) {
-      uint32_t bits;
-      std::memcpy(&bits, &grads[i], sizeof(bits));
-      carry |= (bits & 0x7f800000u) + 0x00800000u;
+  // Push's two passes; every update is logged in `undo`, and a result
+  // that is not finite stops them (the caller rolls back).
+  absl::Status ApplyPush(absl::Span<const uint64_t> keys,
+                         absl::Span<const float> grads,
+                         const AccessContext& context, PushUndoLog& undo) {
+    const size_t dim = core_.dim;
+    const uint32_t touch = core_.Touch(context);
+    BatchScratch& scratch = core_.GroupByStripe(keys, ThreadScratch());
+    RETURN_IF_ERROR(embedding_internal::FirstPass(
+        core_, scratch,
+        [&](Stripe& stripe, uint32_t begin, uint32_t end,
+            const MissPolicy& policy) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return embedding_internal::PushGroup(core_, stripe, keys, grads,
+                                               scratch, begin, end, touch,
+                                               policy, undo);
+        }));
+    if (core_.spill == nullptr || scratch.missed_positions.empty() ||
+        undo.refused()) {
+      return absl::OkStatus();
     }
-    if ((carry & 0x80000000u) == 0) return absl::OkStatus();
+    // Second pass, as in Pull. Positions stay in batch order, so repeated
+    // keys sum their gradients in the same order as without a spill tier.
+    const std::vector<uint32_t> missed =
+        embedding_internal::SortedMisses(scratch);
+    const std::vector<uint64_t> miss_keys =
+        embedding_internal::KeysAt(keys, missed);
+    std::vector<float> miss_grads(missed.size() * dim);
+    for (size_t i = 0; i < missed.size(); ++i) {
+      std::memcpy(miss_grads.data() + i * dim,
+                  grads.data() + static_cast<size_t>(missed[i]) * dim,
+                  sizeof(float) * dim);
+    }
+    return embedding_internal::ResolveMisses(
+        core_, miss_keys, scratch.generation_seen,
+        [&](Stripe& stripe, BatchScratch& sub, uint32_t begin, uint32_t end,
+            const MissPolicy& policy) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return embedding_internal::PushGroup(core_, stripe, miss_keys,
+                                               miss_grads, sub, begin, end,
+                                               touch, policy, undo);
+        });
+  }
+
+  // INVALID_ARGUMENT naming the first NaN or infinite gradient; else
+  // whether any is beyond kLoggedGradientBits.
+  absl::StatusOr<bool> CheckFinite(absl::Span<const uint64_t> keys,
+                                   absl::Span<const float> grads) const {
+    if (!embedding_internal::AnyBeyond(
+            grads.data(), grads.size(),
+            embedding_internal::kLoggedGradientBits)) {
+      return false;
+    }
+    if (embedding_internal::AllFinite(grads.data(), grads.size())) return true;
     const size_t dim = core_.dim;
     for (size_t i = 0; i < grads.size(); ++i) {
       if (!std::isfinite(grads[i])) {
@@ -376,7 +402,7 @@ class MemoryTable final : public Table {
             ") is ", grads[i], "; the whole push is refused"));
       }
     }
-    return absl::OkStatus();
+    return true;
   }
 
   TableCore core_;

@@ -99,7 +99,7 @@ struct TableOptions {
   X(pulled_keys, "counter", "embedps_keys_pulled_total",                      \
     "Keys in Pull requests.")                                                 \
   X(pushed_keys, "counter", "embedps_keys_pushed_total",                      \
-    "Keys in Push requests.")                                                 \
+    "Keys in Push requests applied.")                                         \
   X(looked_up_keys, "counter", "embedps_keys_looked_up_total",                \
     "Keys in read-only Lookup requests.")                                     \
   X(pull_requests, "counter", "embedps_table_pulls_total",                    \
@@ -214,7 +214,13 @@ class Table {
   // distinct key. Gradients for keys without a row are dropped and counted,
   // except under AdmissionSpec::kAlways, which creates the row first.
   // INVALID_ARGUMENT, with nothing applied, if grads.size() !=
-  // keys.size() * dim or any gradient is NaN or infinite.
+  // keys.size() * dim, if any gradient is NaN or infinite, or if an update
+  // would make a row's embedding or optimizer state NaN or infinite (finite
+  // but huge gradients): the rows updated before it are put back, except
+  // those a concurrent Push updated meanwhile, and except where the Push
+  // could not overflow a row by the bounds of embedding/internal/push_undo.h
+  // (no gradient beyond 2^16, no value ever beyond 2^64) and still did:
+  // there the earlier rows keep their update. The error says which.
   virtual absl::Status Push(absl::Span<const uint64_t> keys,
                             absl::Span<const float> grads,
                             const AccessContext& context = {}) = 0;

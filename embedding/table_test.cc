@@ -21,6 +21,7 @@ namespace embedps::embedding {
 namespace {
 
 using ::embedps::testing::StatusIs;
+using ::testing::AllOf;
 using ::testing::HasSubstr;
 
 constexpr int kDim = 8;
@@ -413,6 +414,86 @@ TEST_P(TableContractTest, BadInputIsRefusedAndChangesNothing) {
               ::embedps::testing::IsOk());
   EXPECT_EQ(Value(table->Erase({})), 0u);
   EXPECT_EQ(table->Stats().rows, 1u);
+}
+
+// Finite gradients that would overflow a row refuse the whole Push: every
+// row it updated before the overflow is put back, bit for bit, across
+// stripes and tiers, and rows it created (kAlways) are removed again.
+TEST_P(TableContractTest, PushThatWouldMakeARowNonFiniteChangesNothing) {
+  for (const OptimizerSpec::Kind kind :
+       {OptimizerSpec::Kind::kSgd, OptimizerSpec::Kind::kAdagrad}) {
+    TableSpec spec = SgdSpec(kind == OptimizerSpec::Kind::kSgd ? "sgd" : "ada");
+    spec.optimizer.kind = kind;
+    spec.optimizer.learning_rate = 10.0f;
+    spec.admission.kind = AdmissionSpec::Kind::kAlways;
+    ASSERT_OK_AND_ASSIGN(auto table, MakeTable(spec));
+    // 300 keys over every stripe; each gets a valid update first.
+    std::vector<uint64_t> keys;
+    for (uint64_t k = 1; k <= 300; ++k) keys.push_back(k * 7919);
+    std::vector<float> grads(keys.size() * kDim, 0.25f);
+    ASSERT_OK(table->Push(keys, grads));
+    std::vector<float> before(keys.size() * kDim);
+    ASSERT_OK(table->Pull(keys, absl::MakeSpan(before)));
+    const uint64_t rows_before = table->Stats().rows;
+
+    // Key 299's gradient overflows: SGD's row (w - 10·3e38) and Adagrad's
+    // accumulator (g² = 9e76) become infinite. Keys 5 and 6 are new. Key
+    // 17 repeats.
+    std::vector<uint64_t> push_keys = keys;
+    push_keys.push_back(5);
+    push_keys.push_back(6);
+    push_keys.push_back(keys[17]);
+    std::vector<float> push_grads(push_keys.size() * kDim, 1.5f);
+    push_grads[298 * kDim + 2] = 3e38f;
+    EXPECT_THAT(table->Push(push_keys, push_grads),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         AllOf(HasSubstr(absl::StrCat("key ", keys[298])),
+                               HasSubstr("nothing was applied"))));
+
+    std::vector<float> after(keys.size() * kDim);
+    ASSERT_OK(table->Pull(keys, absl::MakeSpan(after)));
+    EXPECT_EQ(after, before) << spec.name;
+    EXPECT_EQ(table->Stats().rows, rows_before) << spec.name;
+    bool found[2];
+    std::vector<float> values(2 * kDim);
+    EXPECT_EQ(
+        Value(table->Lookup({5, 6}, absl::MakeSpan(values),
+                            absl::MakeSpan(found), Table::MissingRows::kZeros)),
+        0u)
+        << spec.name;
+
+    // The same Push without the overflow applies in full.
+    push_grads[298 * kDim + 2] = 1.5f;
+    ASSERT_OK(table->Push(push_keys, push_grads));
+    ASSERT_OK(table->Pull(keys, absl::MakeSpan(after)));
+    EXPECT_NE(after, before);
+    EXPECT_EQ(table->Stats().rows, rows_before + 2) << spec.name;
+  }
+}
+
+// Small gradients can overflow rows that already hold huge values (here
+// through a huge learning rate): once a row held a value beyond 2^64 every
+// Push is logged, so such a Push is taken back whole too.
+TEST_P(TableContractTest, PushOfSmallGradientsOnHugeRowsIsTakenBackWhole) {
+  TableSpec spec = SgdSpec("huge");
+  spec.optimizer.learning_rate = 1e34f;
+  ASSERT_OK_AND_ASSIGN(auto table, MakeTable(spec));
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 1; k <= 300; ++k) keys.push_back(k * 7919);
+  std::vector<float> values(keys.size() * kDim);
+  ASSERT_OK(table->Pull(keys, absl::MakeSpan(values)));
+  std::vector<float> grads(keys.size() * kDim, 1.0f);
+  ASSERT_OK(table->Push(keys, grads));  // every value now about -1e34
+  std::vector<float> before(keys.size() * kDim);
+  ASSERT_OK(table->Pull(keys, absl::MakeSpan(before)));
+  grads[298 * kDim] = 40000.0f;  // -1e34 - 1e34 * 4e4 = -inf
+  EXPECT_THAT(table->Push(keys, grads),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr(absl::StrCat("key ", keys[298])),
+                             HasSubstr("nothing was applied"))));
+  std::vector<float> after(keys.size() * kDim);
+  ASSERT_OK(table->Pull(keys, absl::MakeSpan(after)));
+  EXPECT_EQ(after, before);
 }
 
 TEST_P(TableContractTest, TtlInStepsEvictsUntouchedRows) {

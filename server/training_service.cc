@@ -1,3 +1,5 @@
+#include "server/training_service.h"
+
 #include <algorithm>
 #include <cstring>
 #include <memory>
@@ -15,7 +17,6 @@
 #include "embedding/table_digest.h"
 #include "embedding/table_spec.h"
 #include "server/table_config.h"
-#include "server/training_service.h"
 #include "wire/bulk_codec.h"
 #include "wire/grpc_status.h"
 #include "wire/server_identity.h"
@@ -391,9 +392,9 @@ grpc::Status TrainingServiceImpl::PushImpl(const grpc::ByteBuffer& bytes,
     deduplicator_->Finish(request.client_id(), request.sequence(), status);
   }
   if (!status.ok()) {
-    // Sizes were checked above: what remains is NaN/Inf gradients
-    // (INVALID_ARGUMENT), a SYNC step pushed after it was applied
-    // (FAILED_PRECONDITION), or no memory.
+    // Sizes were checked above: what remains is NaN/Inf gradients or an
+    // update that would overflow a row (INVALID_ARGUMENT), a SYNC step pushed
+    // after it was applied (FAILED_PRECONDITION), or no memory.
     const Rejection reason =
         status.code() == absl::StatusCode::kInvalidArgument
             ? Rejection::kNonFinite

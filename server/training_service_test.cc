@@ -124,6 +124,20 @@ TEST_F(TrainingServiceTest, BadInputIsRefusedAndChangesNothing) {
     cases.push_back(c);
   }
   {
+    // Finite, but the last key comes twice and its summed gradient
+    // overflows SGD's row to -inf: refused whole.
+    Case c{"gradients that overflow a row", base,
+           grpc::StatusCode::INVALID_ARGUMENT, "nothing was applied"};
+    std::vector<uint64_t> keys = mine;
+    keys.push_back(mine.back());
+    std::vector<float> bad(keys.size() * kDim, 1.0f);
+    bad[(keys.size() - 2) * kDim] = 3e38f;
+    bad[(keys.size() - 1) * kDim] = 3e38f;
+    c.push.set_keys(pack(keys));
+    c.push.set_gradients(floats(bad));
+    cases.push_back(c);
+  }
+  {
     Case c{"over the key limit", base, grpc::StatusCode::RESOURCE_EXHAUSTED,
            "at most 100"};
     std::vector<uint64_t> many(101, mine[0]);
@@ -203,7 +217,8 @@ TEST_F(TrainingServiceTest, BadInputIsRefusedAndChangesNothing) {
   EXPECT_EQ(stats[0].table(0).rows(), mine.size());
   EXPECT_EQ(stats[0].table(0).push_requests(), 1u);
   EXPECT_EQ(stats[0].rejected_requests().at("wrong_shard"), 1u);
-  EXPECT_EQ(stats[0].rejected_requests().at("non_finite_gradient"), 2u);
+  // NaN, Inf, and gradients that would overflow a row.
+  EXPECT_EQ(stats[0].rejected_requests().at("non_finite_gradient"), 3u);
   EXPECT_EQ(stats[0].rejected_requests().at("malformed_request"), 6u);
   // A read-only Pull (Lookup) takes the same checks.
   {

@@ -125,17 +125,21 @@ absl::StatusOr<RowId> PromoteRow(const TableCore& core, Stripe& stripe,
   return id;
 }
 
-void ApplyToRow(const TableCore& core, Stripe& stripe, RowId id,
-                const float* grad, uint32_t touch)
+// Applies one update, logged in `undo`; false if its result is not finite
+// (the row holds it until the Push rolls back).
+bool ApplyToRow(const TableCore& core, Stripe& stripe, uint32_t stripe_index,
+                RowId id, const float* grad, uint32_t touch, PushUndoLog& undo)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
   float* row = stripe.Row(id);
+  RowHeader& header = stripe.MutableHeader(id);
+  undo.Before(stripe_index, header.key, row + kHeaderFloats);
   core.optimizer->Apply(row + kHeaderFloats, row + kHeaderFloats + core.dim,
                         grad);
   stripe.ForgetSpillCopy(id);
-  RowHeader& header = stripe.MutableHeader(id);
   header.last_touch = touch;
   header.access_word |= kDirtyBit | kReferencedBit;
   core.LogChange(stripe, header.key);
+  return undo.After(row + kHeaderFloats);
 }
 
 }  // namespace
@@ -238,8 +242,10 @@ absl::Status PushGroup(const TableCore& core, Stripe& stripe,
                        absl::Span<const uint64_t> keys,
                        absl::Span<const float> grads, BatchScratch& scratch,
                        uint32_t begin, uint32_t end, uint32_t touch,
-                       const MissPolicy& policy) {
+                       const MissPolicy& policy, PushUndoLog& undo) {
+  if (undo.refused()) return absl::OkStatus();
   const int32_t dim = core.dim;
+  const uint32_t stripe_index = core.StripeIndex(scratch.hashes[begin]);
   FindRows(core, stripe, keys, scratch, begin, end, RowPart::kWhole,
            /*for_write=*/true);
   const bool create_missing =
@@ -256,6 +262,7 @@ absl::Status PushGroup(const TableCore& core, Stripe& stripe,
       ASSIGN_OR_RETURN(scratch.rows[j], PromoteRow(core, stripe, key, record));
     } else if (create_missing) {
       ASSIGN_OR_RETURN(scratch.rows[j], CreateRow(core, stripe, key, touch));
+      undo.NoteCreated(key);
     } else {
       ++stripe.counters().pushes_dropped;
     }
@@ -291,7 +298,9 @@ absl::Status PushGroup(const TableCore& core, Stripe& stripe,
     const float* grad =
         grads.data() + static_cast<size_t>(scratch.order[j]) * dim;
     if (!any_repeated || !(repeated[id >> 6] & (uint64_t{1} << (id & 63)))) {
-      ApplyToRow(core, stripe, id, grad, touch);
+      if (!ApplyToRow(core, stripe, stripe_index, id, grad, touch, undo)) {
+        break;
+      }
       continue;
     }
     auto [it, inserted] =
@@ -302,9 +311,13 @@ absl::Status PushGroup(const TableCore& core, Stripe& stripe,
     float* sum = scratch.repeated_sums.data() + it->second * dim;
     for (int32_t d = 0; d < dim; ++d) sum[d] += grad[d];
   }
-  for (const auto& [id, slot] : scratch.repeated_slot) {
-    ApplyToRow(core, stripe, id, scratch.repeated_sums.data() + slot * dim,
-               touch);
+  if (!undo.refused()) {
+    for (const auto& [id, slot] : scratch.repeated_slot) {
+      if (!ApplyToRow(core, stripe, stripe_index, id,
+                      scratch.repeated_sums.data() + slot * dim, touch, undo)) {
+        break;
+      }
+    }
   }
   for (uint32_t j = begin; j < end; ++j) {
     const RowId id = scratch.rows[j];

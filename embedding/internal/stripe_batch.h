@@ -25,6 +25,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "embedding/internal/push_undo.h"
 #include "embedding/internal/spill_store.h"
 #include "embedding/internal/stripe.h"
 #include "embedding/internal/table_core.h"
@@ -79,12 +80,14 @@ absl::Status PullGroup(const TableCore& core, Stripe& stripe,
 
 // Push of a group: applies the optimizer once per distinct key (gradients
 // of repeated keys summed in batch order); keys without a row are dropped
-// and counted, or created under kAlways admission.
+// and counted, or created under kAlways admission. Every update is logged
+// in `undo`; at the first result that is not finite the group stops and
+// the log is refused. Does nothing if the log is refused already.
 absl::Status PushGroup(const TableCore& core, Stripe& stripe,
                        absl::Span<const uint64_t> keys,
                        absl::Span<const float> grads, BatchScratch& scratch,
                        uint32_t begin, uint32_t end, uint32_t touch,
-                       const MissPolicy& policy)
+                       const MissPolicy& policy, PushUndoLog& undo)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
 
 // Read-only first pass of a Lookup: copies resident rows, sets found[pos],

@@ -108,6 +108,9 @@ struct TableCore {
   // Set by the first snapshot: from then on removals are recorded for
   // incremental snapshots.
   std::atomic<bool> tracking_changes{false};
+  // Set once some row held a value beyond 2^64 (push_undo.h): from then
+  // on every Push is logged.
+  std::atomic<bool> large_values{false};
   // Where ForEachStripe starts.
   std::atomic<uint32_t> rotation{0};
   // Largest AccessContext::step seen (TTL in steps).
