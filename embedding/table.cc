@@ -186,7 +186,11 @@ class MemoryTable final : public Table {
   }
 
   absl::StatusOr<uint64_t> SweepExpired() override {
-    return embedding_internal::SweepExpiredRows(core_);
+    ASSIGN_OR_RETURN(const uint64_t expired,
+                     embedding_internal::SweepExpiredRows(core_));
+    ASSIGN_OR_RETURN(const uint64_t beyond_cap,
+                     embedding_internal::EvictBeyondCap(core_));
+    return expired + beyond_cap;
   }
 
   absl::Status Scan(

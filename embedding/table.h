@@ -94,7 +94,7 @@ struct TableOptions {
   X(pushes_dropped, "counter", "embedps_pushes_dropped_total",                \
     "Gradients for keys without a row, dropped.")                             \
   X(evicted, "counter", "embedps_rows_evicted_total",                         \
-    "Rows removed by the TTL sweep.")                                         \
+    "Rows removed by the TTL sweep or the max_rows cap.")                     \
   X(erased, "counter", "embedps_rows_erased_total", "Rows removed by Erase.") \
   X(pulled_keys, "counter", "embedps_keys_pulled_total",                      \
     "Keys in Pull requests.")                                                 \
@@ -249,9 +249,12 @@ class Table {
   virtual absl::StatusOr<uint64_t> Erase(absl::Span<const uint64_t> keys) = 0;
 
   // Removes rows untouched for longer than the spec's TTL (none when TTL is
-  // off). Holds each stripe's lock for at most a few thousand rows at a
-  // time, so concurrent Pulls and Pushes proceed. Returns rows removed.
-  // Spilled rows are swept too (one scan of the spill tier). Errors only
+  // off), then, while the table holds more than the spec's max_rows (0: no
+  // cap), the least-pulled rows. Holds each stripe's lock for at most a few
+  // thousand rows at a time, so concurrent Pulls and Pushes proceed.
+  // Returns rows removed. Spilled rows are swept too (one scan of the spill
+  // tier for the TTL, two for the cap). Rows created during a sweep may
+  // leave the table a little over the cap until the next one. Errors only
   // from the spill tier.
   virtual absl::StatusOr<uint64_t> SweepExpired() = 0;
 

@@ -83,6 +83,10 @@ struct EvictionSpec {
   // What `ttl` counts: training steps (as passed with each Pull/Push) or
   // wall-clock seconds. Default: kSteps.
   TtlUnit ttl_unit = TtlUnit::kSteps;
+  // At most this many rows (memory and spill tier together): a sweep
+  // removes the least-pulled rows beyond it (Table::SweepExpired). 0: no
+  // cap. Default: 0.
+  uint64_t max_rows = 0;
 };
 
 struct TableSpec {

@@ -545,6 +545,39 @@ TEST_P(TableContractTest, TtlInSecondsUsesTheClock) {
   EXPECT_EQ(table->Stats().rows, 0u);
 }
 
+// The cap keeps the most-pulled rows: 1,000 rows pulled once and 100
+// pulled 20 times, capped at 300, keep the 100 and 200 of the others.
+TEST_P(TableContractTest, MaxRowsEvictsTheLeastPulledRows) {
+  TableSpec spec = SgdSpec("capped");
+  spec.eviction.max_rows = 300;
+  ASSERT_OK_AND_ASSIGN(auto table, MakeTable(spec));
+  std::vector<uint64_t> cold, hot;
+  for (uint64_t k = 0; k < 1000; ++k) cold.push_back(1000000 + k * 31);
+  for (uint64_t k = 0; k < 100; ++k) hot.push_back(5000000 + k * 17);
+  std::vector<float> values(cold.size() * kDim);
+  ASSERT_OK(table->Pull(cold, absl::MakeSpan(values)));
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_OK(
+        table->Pull(hot, absl::MakeSpan(values).first(hot.size() * kDim)));
+  }
+  EXPECT_EQ(Value(table->SweepExpired()), 800u);
+  const TableStats stats = table->Stats();
+  EXPECT_EQ(stats.rows, 300u);
+  EXPECT_EQ(stats.evicted, 800u);
+  std::unique_ptr<bool[]> found(new bool[hot.size()]);
+  EXPECT_EQ(
+      Value(table->Lookup(hot, absl::MakeSpan(values).first(hot.size() * kDim),
+                          absl::MakeSpan(found.get(), hot.size()),
+                          Table::MissingRows::kZeros)),
+      hot.size());
+  // Under the cap a sweep removes nothing.
+  EXPECT_EQ(Value(table->SweepExpired()), 0u);
+  // Without a cap nothing is removed either.
+  ASSERT_OK_AND_ASSIGN(auto uncapped, MakeTable(SgdSpec("uncapped")));
+  ASSERT_OK(uncapped->Pull(cold, absl::MakeSpan(values)));
+  EXPECT_EQ(Value(uncapped->SweepExpired()), 0u);
+}
+
 TEST_P(TableContractTest, TtlOffNeverEvicts) {
   ASSERT_OK_AND_ASSIGN(auto table, MakeTable(SgdSpec()));
   std::vector<float> v(kDim);

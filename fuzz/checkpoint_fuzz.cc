@@ -30,8 +30,8 @@
 #include <string>
 
 #include "checkpoint/manifest.h"
-#include "common/file_io.h"
 #include "checkpoint/table_file.h"
+#include "common/file_io.h"
 #include "embedding/internal/spill_store.h"
 #include "embedding/table.h"
 #include "fuzz/seed_checkpoint.h"

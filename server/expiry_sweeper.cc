@@ -23,7 +23,8 @@ absl::StatusOr<uint64_t> ExpirySweeper::SweepOnce() {
   uint64_t removed = 0;
   absl::Status first_error;
   for (const TableRegistry::Entry& entry : registry_->List()) {
-    if (entry.table->spec().eviction.ttl == 0) continue;
+    const embedding::EvictionSpec& eviction = entry.table->spec().eviction;
+    if (eviction.ttl == 0 && eviction.max_rows == 0) continue;
     absl::StatusOr<uint64_t> swept = entry.table->SweepExpired();
     if (swept.ok()) {
       removed += *swept;

@@ -1,5 +1,6 @@
-// ExpirySweeper: TTL eviction that runs. Every `interval` it removes the
-// expired rows of every table of the registry that has a TTL
+// ExpirySweeper: eviction that runs. Every `interval` it removes the
+// expired rows of every table of the registry that has a TTL, and the
+// least-pulled rows beyond the cap of every table with max_rows
 // (Table::SweepExpired: memory and spill tier, each stripe's lock held for
 // a few thousand rows at a time, so Pulls and Pushes go on). Removed rows
 // count in the table's `evicted` statistic (embedps_rows_evicted_total),

@@ -65,5 +65,26 @@ TEST(ExpirySweeperTest, RemovesExpiredRowsOnItsScheduleWhileTrainingGoesOn) {
   EXPECT_EQ(again, 0u);
 }
 
+// A table with max_rows and no TTL is swept too: new ids arriving in
+// waves (a drifting vocabulary) leave it at its cap.
+TEST(ExpirySweeperTest, HoldsATableAtItsCapWhileIdsDrift) {
+  TableRegistry registry;
+  proto::TableConfig config = Config("capped", 0);
+  config.mutable_eviction()->set_max_rows(500);
+  ASSERT_OK_AND_ASSIGN(auto created, registry.Create(config));
+  ASSERT_OK_AND_ASSIGN(auto capped, registry.Find(created.table_id));
+  ExpirySweeper sweeper(&registry, absl::ZeroDuration());
+  std::vector<float> rows(400 * 4);
+  for (uint64_t wave = 0; wave < 10; ++wave) {
+    std::vector<uint64_t> keys(400);
+    for (uint64_t i = 0; i < keys.size(); ++i) keys[i] = wave * 1000 + i;
+    ASSERT_OK(capped.table->Pull(keys, absl::MakeSpan(rows)));
+    ASSERT_OK(sweeper.SweepOnce().status());
+    EXPECT_LE(capped.table->Stats().rows, 500u) << "wave " << wave;
+  }
+  EXPECT_EQ(capped.table->Stats().rows, 500u);
+  EXPECT_EQ(capped.table->Stats().evicted, 10 * 400u - 500u);
+}
+
 }  // namespace
 }  // namespace embedps::server

@@ -105,6 +105,7 @@ absl::StatusOr<TableSpec> SpecFromConfig(const proto::TableConfig& config) {
   if (adm.has_probability()) spec.admission.probability = adm.probability();
 
   spec.eviction.ttl = config.eviction().ttl();
+  spec.eviction.max_rows = config.eviction().max_rows();
   switch (config.eviction().ttl_unit()) {
     case proto::EvictionConfig::STEPS:
       spec.eviction.ttl_unit = EvictionSpec::TtlUnit::kSteps;
@@ -195,6 +196,7 @@ proto::TableConfig ConfigFromSpec(const TableSpec& spec) {
   adm->set_probability(spec.admission.probability);
 
   config.mutable_eviction()->set_ttl(spec.eviction.ttl);
+  config.mutable_eviction()->set_max_rows(spec.eviction.max_rows);
   config.mutable_eviction()->set_ttl_unit(spec.eviction.ttl_unit ==
                                                   EvictionSpec::TtlUnit::kSteps
                                               ? proto::EvictionConfig::STEPS

@@ -1,9 +1,11 @@
 #include "embedding/internal/row_removal.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <vector>
 
+#include "absl/numeric/bits.h"
 #include "common/status_macros.h"
 #include "embedding/internal/spill_policy.h"
 #include "embedding/internal/stripe_batch.h"
@@ -11,26 +13,78 @@
 namespace embedps::embedding_internal {
 namespace {
 
-// TTL over the spill tier: expired rows found by a scan, then checked again
-// and deleted under each stripe's lock.
-absl::StatusOr<uint64_t> SweepSpilled(TableCore& core, uint64_t now) {
-  std::vector<uint64_t> expired;
+// A row's access metadata: last touch and pulls.
+struct RowUse {
+  uint32_t last_touch;
+  uint32_t count;
+};
+
+RowUse UseOfRecord(const char* record) {
+  RowUse use;
+  std::memcpy(&use.last_touch, record, sizeof(use.last_touch));
+  std::memcpy(&use.count, record + 4, sizeof(use.count));
+  use.count &= kCountMask;
+  return use;
+}
+
+// Evicts the resident rows `doomed(use)` picks, stripe by stripe, at most
+// kRowsPerLockHold rows per lock hold.
+template <typename Doomed>
+absl::StatusOr<uint64_t> EvictResident(TableCore& core, Doomed&& doomed) {
+  uint64_t evicted = 0;
+  for (auto& stripe_ptr : core.stripes) {
+    Stripe& stripe = *stripe_ptr;
+    for (RowId begin = 0;; begin += kRowsPerLockHold) {
+      MutexLock lock(&stripe.mu);
+      const RowId end =
+          std::min<RowId>(stripe.used_rows(), begin + kRowsPerLockHold);
+      if (begin >= end) break;
+      std::vector<uint64_t> deleted;
+      for (RowId id = begin; id < end; ++id) {
+        const RowHeader& header = stripe.Header(id);
+        if (header.last_touch == kFreeRowMark) continue;
+        if (!doomed(
+                RowUse{header.last_touch, header.access_word & kCountMask})) {
+          continue;
+        }
+        core.NoteRemoved(stripe, header.key);
+        // A stale spill-tier copy must not bring the row back.
+        if (core.spill != nullptr) deleted.push_back(header.key);
+        stripe.FreeRow(id, KeyHash(header.key));
+        ++stripe.counters().evicted;
+        ++evicted;
+      }
+      if (!deleted.empty()) {
+        RETURN_IF_ERROR(core.spill->Write({}, nullptr, deleted));
+        ++stripe.spill().generation;
+      }
+    }
+  }
+  return evicted;
+}
+
+// Evicts spilled rows: those `chosen(use)` picks in a scan of the spill
+// tier, then re-checked and deleted under each stripe's lock, batched: a
+// row resident by then stays, and so does one whose record `confirmed`
+// rejects now.
+template <typename Chosen, typename Confirmed>
+absl::StatusOr<uint64_t> EvictSpilled(TableCore& core, Chosen&& chosen,
+                                      Confirmed&& confirmed) {
+  std::vector<uint64_t> candidates;
   RETURN_IF_ERROR(
       core.spill->NewReadView()->ForEach([&](uint64_t key, const char* record) {
-        uint32_t last_touch;
-        std::memcpy(&last_touch, record, sizeof(last_touch));
-        if (core.Expired(last_touch, now)) expired.push_back(key);
+        if (chosen(UseOfRecord(record))) candidates.push_back(key);
         return absl::OkStatus();
       }));
-  if (expired.empty()) return 0;
-  BatchScratch& scratch = core.GroupByStripe(expired, ThreadScratch());
+  if (candidates.empty()) return 0;
+  BatchScratch& scratch = core.GroupByStripe(candidates, ThreadScratch());
   uint64_t evicted = 0;
   for (uint32_t s = 0; s < core.num_stripes(); ++s) {
     if (scratch.group_begin[s] == scratch.group_begin[s + 1]) continue;
     Stripe& stripe = *core.stripes[s];
     MutexLock lock(&stripe.mu);
     const std::vector<uint64_t> stripe_keys =
-        KeysAt(expired, scratch.GroupOrder(s));
+        KeysAt(candidates, scratch.GroupOrder(s));
     FetchedRows fetched(core.record_bytes);
     RETURN_IF_ERROR(fetched.Fetch(*core.spill, stripe_keys));
     SpillWrites writes;
@@ -46,9 +100,7 @@ absl::StatusOr<uint64_t> SweepSpilled(TableCore& core, uint64_t now) {
         }
         continue;
       }
-      uint32_t last_touch;
-      std::memcpy(&last_touch, record, sizeof(last_touch));
-      if (!core.Expired(last_touch, now)) continue;
+      if (!confirmed(UseOfRecord(record))) continue;
       writes.delete_keys.push_back(key);
       --stripe.spill().spilled_rows;
       stripe.spill().dirty_keys.erase(key);
@@ -61,7 +113,67 @@ absl::StatusOr<uint64_t> SweepSpilled(TableCore& core, uint64_t now) {
   return evicted;
 }
 
+// Rows held, both tiers.
+uint64_t RowsHeld(const TableCore& core) {
+  uint64_t rows = 0;
+  for (const auto& stripe : core.stripes) {
+    ReaderMutexLock lock(&stripe->mu);
+    rows += stripe->index().size() + stripe->spill().spilled_rows;
+  }
+  return rows;
+}
+
+// Rows are ranked for the cap by pulls in powers of two: bucket b holds
+// counts in [2^(b-1), 2^b), bucket 0 the rows never pulled.
+constexpr int kUseBuckets = 32;
+int UseBucket(uint32_t count) {
+  return count == 0 ? 0 : 32 - absl::countl_zero(count);
+}
+
 }  // namespace
+
+absl::StatusOr<uint64_t> EvictBeyondCap(TableCore& core) {
+  const uint64_t cap = core.spec.eviction.max_rows;
+  if (cap == 0) return 0;
+  const uint64_t held = RowsHeld(core);
+  if (held <= cap) return 0;
+  // A histogram of the rows' pulls picks the least-pulled `excess` rows:
+  // every row below the cut-off bucket, and rows of that bucket in the
+  // order the eviction meets them.
+  std::array<uint64_t, kUseBuckets> histogram{};
+  const auto count_use = [&](RowUse use) {
+    ++histogram[UseBucket(use.count)];
+    return false;
+  };
+  RETURN_IF_ERROR(EvictResident(core, count_use).status());
+  if (core.spill != nullptr) {
+    RETURN_IF_ERROR(
+        EvictSpilled(core, count_use, [](RowUse) { return false; }).status());
+  }
+  uint64_t excess = held - cap;
+  int cut = 0;
+  uint64_t below = 0;
+  while (cut < kUseBuckets - 1 && below + histogram[cut] < excess) {
+    below += histogram[cut++];
+  }
+  uint64_t quota = excess - below;  // rows of bucket `cut` to evict
+  const auto doomed = [&](RowUse use) {
+    if (excess == 0) return false;
+    const int bucket = UseBucket(use.count);
+    if (bucket > cut || (bucket == cut && quota == 0)) return false;
+    if (bucket == cut) --quota;
+    --excess;
+    return true;
+  };
+  // Spilled rows first: the spill tier holds the ones CLOCK found coldest.
+  uint64_t evicted = 0;
+  if (core.spill != nullptr) {
+    ASSIGN_OR_RETURN(evicted,
+                     EvictSpilled(core, doomed, [](RowUse) { return true; }));
+  }
+  ASSIGN_OR_RETURN(const uint64_t resident, EvictResident(core, doomed));
+  return evicted + resident;
+}
 
 absl::StatusOr<uint64_t> EraseRows(TableCore& core,
                                    absl::Span<const uint64_t> keys) {
@@ -116,34 +228,13 @@ absl::StatusOr<uint64_t> SweepExpiredRows(TableCore& core) {
       core.spec.eviction.ttl_unit == embedding::EvictionSpec::TtlUnit::kSteps
           ? core.latest_step.load(std::memory_order_relaxed)
           : core.SecondsSinceEpoch();
-  uint64_t evicted = 0;
-  for (auto& stripe_ptr : core.stripes) {
-    Stripe& stripe = *stripe_ptr;
-    for (RowId begin = 0;; begin += kRowsPerLockHold) {
-      MutexLock lock(&stripe.mu);
-      const RowId end =
-          std::min<RowId>(stripe.used_rows(), begin + kRowsPerLockHold);
-      if (begin >= end) break;
-      std::vector<uint64_t> deleted;
-      for (RowId id = begin; id < end; ++id) {
-        const RowHeader& header = stripe.Header(id);
-        if (header.last_touch == kFreeRowMark) continue;
-        if (!core.Expired(header.last_touch, now)) continue;
-        core.NoteRemoved(stripe, header.key);
-        // A stale spill-tier copy must not bring the row back.
-        if (core.spill != nullptr) deleted.push_back(header.key);
-        stripe.FreeRow(id, KeyHash(header.key));
-        ++stripe.counters().evicted;
-        ++evicted;
-      }
-      if (!deleted.empty()) {
-        RETURN_IF_ERROR(core.spill->Write({}, nullptr, deleted));
-        ++stripe.spill().generation;
-      }
-    }
-  }
+  const auto expired = [&](RowUse use) {
+    return core.Expired(use.last_touch, now);
+  };
+  ASSIGN_OR_RETURN(uint64_t evicted, EvictResident(core, expired));
   if (core.spill != nullptr) {
-    ASSIGN_OR_RETURN(const uint64_t spilled, SweepSpilled(core, now));
+    ASSIGN_OR_RETURN(const uint64_t spilled,
+                     EvictSpilled(core, expired, expired));
     evicted += spilled;
   }
   return evicted;

@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
   embedps::proto::TableConfig config;
   config.set_name("items");
   config.set_dim(8);
-  config.mutable_optimizer()->set_kind(embedps::proto::OptimizerConfig::ADAGRAD);
+  config.mutable_optimizer()->set_kind(
+      embedps::proto::OptimizerConfig::ADAGRAD);
   config.mutable_optimizer()->set_learning_rate(0.1f);
   absl::StatusOr<embedps::client::TableHandle> table =
       (*client)->CreateTable(config);
@@ -73,7 +74,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "pull: %s\n", pulled.ToString().c_str());
     return 1;
   }
-  std::printf("key 42, first value: %.6f before, %.6f after one push\n",
-              before, rows[0]);
+  std::printf("key 42, first value: %.6f before, %.6f after one push\n", before,
+              rows[0]);
   return rows[0] < before ? 0 : 1;
 }
