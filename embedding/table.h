@@ -250,8 +250,8 @@ class Table {
 
   // Removes rows untouched for longer than the spec's TTL (none when TTL is
   // off), then, while the table holds more than the spec's max_rows (0: no
-  // cap), the least-pulled rows. Holds each stripe's lock for at most a few
-  // thousand rows at a time, so concurrent Pulls and Pushes proceed.
+  // cap), the least recently touched rows. Holds each stripe's lock for at most
+  // a few thousand rows at a time, so concurrent Pulls and Pushes proceed.
   // Returns rows removed. Spilled rows are swept too (one scan of the spill
   // tier for the TTL, two for the cap). Rows created during a sweep may
   // leave the table a little over the cap until the next one. Errors only

@@ -84,8 +84,8 @@ struct EvictionSpec {
   // wall-clock seconds. Default: kSteps.
   TtlUnit ttl_unit = TtlUnit::kSteps;
   // At most this many rows (memory and spill tier together): a sweep
-  // removes the least-pulled rows beyond it (Table::SweepExpired). 0: no
-  // cap. Default: 0.
+  // removes the least recently touched rows beyond it, by last touch in
+  // `ttl_unit` (Table::SweepExpired). 0: no cap. Default: 0.
   uint64_t max_rows = 0;
 };
 

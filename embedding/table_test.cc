@@ -545,9 +545,10 @@ TEST_P(TableContractTest, TtlInSecondsUsesTheClock) {
   EXPECT_EQ(table->Stats().rows, 0u);
 }
 
-// The cap keeps the most-pulled rows: 1,000 rows pulled once and 100
-// pulled 20 times, capped at 300, keep the 100 and 200 of the others.
-TEST_P(TableContractTest, MaxRowsEvictsTheLeastPulledRows) {
+// The cap keeps the most recently touched rows: 800 rows touched at step
+// 1, 200 at step 40 and 100 at step 50, capped at 300, keep the 300 touched
+// last (ages far enough apart for the cap's resolution, 1/8 of an age).
+TEST_P(TableContractTest, MaxRowsEvictsTheLeastRecentlyTouchedRows) {
   TableSpec spec = SgdSpec("capped");
   spec.eviction.max_rows = 300;
   ASSERT_OK_AND_ASSIGN(auto table, MakeTable(spec));
@@ -555,11 +556,16 @@ TEST_P(TableContractTest, MaxRowsEvictsTheLeastPulledRows) {
   for (uint64_t k = 0; k < 1000; ++k) cold.push_back(1000000 + k * 31);
   for (uint64_t k = 0; k < 100; ++k) hot.push_back(5000000 + k * 17);
   std::vector<float> values(cold.size() * kDim);
-  ASSERT_OK(table->Pull(cold, absl::MakeSpan(values)));
-  for (int i = 0; i < 20; ++i) {
-    ASSERT_OK(
-        table->Pull(hot, absl::MakeSpan(values).first(hot.size() * kDim)));
-  }
+  const absl::Span<const uint64_t> oldest =
+      absl::MakeConstSpan(cold).first(800);
+  const absl::Span<const uint64_t> newer =
+      absl::MakeConstSpan(cold).subspan(800);
+  ASSERT_OK(table->Pull(oldest, absl::MakeSpan(values).first(800 * kDim),
+                        AccessContext{1}));
+  ASSERT_OK(table->Pull(newer, absl::MakeSpan(values).first(200 * kDim),
+                        AccessContext{40}));
+  ASSERT_OK(table->Pull(hot, absl::MakeSpan(values).first(hot.size() * kDim),
+                        AccessContext{50}));
   EXPECT_EQ(Value(table->SweepExpired()), 800u);
   const TableStats stats = table->Stats();
   EXPECT_EQ(stats.rows, 300u);
@@ -570,6 +576,12 @@ TEST_P(TableContractTest, MaxRowsEvictsTheLeastPulledRows) {
                           absl::MakeSpan(found.get(), hot.size()),
                           Table::MissingRows::kZeros)),
       hot.size());
+  std::unique_ptr<bool[]> found_cold(new bool[cold.size()]);
+  EXPECT_EQ(Value(table->Lookup(cold, absl::MakeSpan(values),
+                                absl::MakeSpan(found_cold.get(), cold.size()),
+                                Table::MissingRows::kZeros)),
+            200u);
+  for (size_t i = 800; i < cold.size(); ++i) EXPECT_TRUE(found_cold[i]) << i;
   // Under the cap a sweep removes nothing.
   EXPECT_EQ(Value(table->SweepExpired()), 0u);
   // Without a cap nothing is removed either.

@@ -78,7 +78,8 @@ TEST(ExpirySweeperTest, HoldsATableAtItsCapWhileIdsDrift) {
   for (uint64_t wave = 0; wave < 10; ++wave) {
     std::vector<uint64_t> keys(400);
     for (uint64_t i = 0; i < keys.size(); ++i) keys[i] = wave * 1000 + i;
-    ASSERT_OK(capped.table->Pull(keys, absl::MakeSpan(rows)));
+    ASSERT_OK(capped.table->Pull(keys, absl::MakeSpan(rows),
+                                 embedding::AccessContext{wave + 1}));
     ASSERT_OK(sweeper.SweepOnce().status());
     EXPECT_LE(capped.table->Stats().rows, 500u) << "wave " << wave;
   }

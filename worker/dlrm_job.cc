@@ -597,7 +597,17 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
   // Every worker waits for the others before leaving: a SYNC peer may
   // still need this worker's pushes to finish its last step.
   RETURN_IF_ERROR(communicator_->Barrier());
-  if (o_.job.rank == 0) RETURN_IF_ERROR(WriteOutputs(result));
+  if (o_.job.rank == 0) {
+    ASSIGN_OR_RETURN(const std::vector<proto::StatsResponse> shards,
+                     client_->Stats());
+    for (const proto::StatsResponse& shard : shards) {
+      for (const proto::TableStatsProto& table : shard.table()) {
+        result.table_rows += static_cast<int64_t>(table.rows());
+        result.rows_evicted += static_cast<int64_t>(table.evicted());
+      }
+    }
+    RETURN_IF_ERROR(WriteOutputs(result));
+  }
   return result;
 }
 

@@ -92,6 +92,10 @@ struct DlrmJobResult {
   // Publications to serving replicas (rank 0), and the step of the last.
   int64_t publications = 0;
   int64_t last_published_step = -1;
+  // Rank 0, at the end: rows the job's tables hold, all shards, and rows
+  // the shards evicted (TTL and max_rows) since they started.
+  int64_t table_rows = 0;
+  int64_t rows_evicted = 0;
 };
 
 // Runs this worker to the end of its data (or max_steps).

@@ -61,6 +61,8 @@ std::string DlrmJobResultJson(const DlrmJobOptions& o, const DlrmJobResult& r) {
       {"last_checkpoint", r.last_checkpoint},
       {"publications", r.publications},
       {"last_published_step", r.last_published_step},
+      {"table_rows", r.table_rows},
+      {"rows_evicted", r.rows_evicted},
       {"evals", evals},
   };
   return json.dump();

@@ -290,6 +290,7 @@ print(f"  test log loss {s['test_logloss']:.4f}  (Bayes-optimal {s['bayes_test_l
 print(f"  data: {s['parse_lines_per_second']:,.0f} lines/s parsed per worker, {s['bad_lines']} malformed lines skipped")
 if s['restored_from']:
     print(f"  resumed at step {s['start_step']} from {s['restored_from']}")
+print(f"  tables hold {s['table_rows']:,} rows; {s['rows_evicted']:,} rows evicted (TTL and max_rows)")
 print(f"  {s['checkpoints']} checkpoint(s), training paused at most {1000 * s['checkpoint_pause_max_seconds']:.0f} ms for one; latest: {s['last_checkpoint']}")
 PY
 if [ "$replicas" -gt 0 ]; then

@@ -1,7 +1,6 @@
 #include "embedding/internal/row_removal.h"
 
 #include <algorithm>
-#include <array>
 #include <cstring>
 #include <vector>
 
@@ -13,17 +12,14 @@
 namespace embedps::embedding_internal {
 namespace {
 
-// A row's access metadata: last touch and pulls.
+// What eviction knows of a row: its last touch.
 struct RowUse {
   uint32_t last_touch;
-  uint32_t count;
 };
 
 RowUse UseOfRecord(const char* record) {
   RowUse use;
   std::memcpy(&use.last_touch, record, sizeof(use.last_touch));
-  std::memcpy(&use.count, record + 4, sizeof(use.count));
-  use.count &= kCountMask;
   return use;
 }
 
@@ -43,8 +39,7 @@ absl::StatusOr<uint64_t> EvictResident(TableCore& core, Doomed&& doomed) {
       for (RowId id = begin; id < end; ++id) {
         const RowHeader& header = stripe.Header(id);
         if (header.last_touch == kFreeRowMark) continue;
-        if (!doomed(
-                RowUse{header.last_touch, header.access_word & kCountMask})) {
+        if (!doomed(RowUse{header.last_touch})) {
           continue;
         }
         core.NoteRemoved(stripe, header.key);
@@ -123,11 +118,17 @@ uint64_t RowsHeld(const TableCore& core) {
   return rows;
 }
 
-// Rows are ranked for the cap by pulls in powers of two: bucket b holds
-// counts in [2^(b-1), 2^b), bucket 0 the rows never pulled.
-constexpr int kUseBuckets = 32;
-int UseBucket(uint32_t count) {
-  return count == 0 ? 0 : 32 - absl::countl_zero(count);
+// Rows are ranked for the cap by age, the time since their last touch (in
+// the TTL's unit), in buckets 1/8 of an octave wide: ages 0..7 exactly,
+// then 8 buckets per power of two. Higher buckets are older.
+constexpr int kAgeBuckets = 8 + 29 * 8;
+int AgeBucket(uint64_t now, uint32_t last_touch) {
+  const uint64_t age = now > last_touch ? now - last_touch : 0;
+  if (age < 8) return static_cast<int>(age);
+  const int octave = 63 - absl::countl_zero(age);  // >= 3
+  const int bucket =
+      8 + (octave - 3) * 8 + static_cast<int>((age >> (octave - 3)) & 7);
+  return std::min(bucket, kAgeBuckets - 1);
 }
 
 }  // namespace
@@ -137,30 +138,29 @@ absl::StatusOr<uint64_t> EvictBeyondCap(TableCore& core) {
   if (cap == 0) return 0;
   const uint64_t held = RowsHeld(core);
   if (held <= cap) return 0;
-  // A histogram of the rows' pulls picks the least-pulled `excess` rows:
-  // every row below the cut-off bucket, and rows of that bucket in the
-  // order the eviction meets them.
-  std::array<uint64_t, kUseBuckets> histogram{};
-  const auto count_use = [&](RowUse use) {
-    ++histogram[UseBucket(use.count)];
+  const uint64_t now = core.Now();
+  // A histogram of the rows' ages picks the `excess` least recently
+  // touched rows: every row older than the cut-off bucket, and rows of
+  // that bucket in the order the eviction meets them.
+  std::vector<uint64_t> histogram(kAgeBuckets, 0);
+  const auto count_age = [&](RowUse use) {
+    ++histogram[AgeBucket(now, use.last_touch)];
     return false;
   };
-  RETURN_IF_ERROR(EvictResident(core, count_use).status());
+  RETURN_IF_ERROR(EvictResident(core, count_age).status());
   if (core.spill != nullptr) {
     RETURN_IF_ERROR(
-        EvictSpilled(core, count_use, [](RowUse) { return false; }).status());
+        EvictSpilled(core, count_age, [](RowUse) { return false; }).status());
   }
   uint64_t excess = held - cap;
-  int cut = 0;
-  uint64_t below = 0;
-  while (cut < kUseBuckets - 1 && below + histogram[cut] < excess) {
-    below += histogram[cut++];
-  }
-  uint64_t quota = excess - below;  // rows of bucket `cut` to evict
+  int cut = kAgeBuckets - 1;
+  uint64_t older = 0;
+  while (cut > 0 && older + histogram[cut] < excess) older += histogram[cut--];
+  uint64_t quota = excess - older;  // rows of bucket `cut` to evict
   const auto doomed = [&](RowUse use) {
     if (excess == 0) return false;
-    const int bucket = UseBucket(use.count);
-    if (bucket > cut || (bucket == cut && quota == 0)) return false;
+    const int bucket = AgeBucket(now, use.last_touch);
+    if (bucket < cut || (bucket == cut && quota == 0)) return false;
     if (bucket == cut) --quota;
     --excess;
     return true;
@@ -224,10 +224,7 @@ absl::StatusOr<uint64_t> EraseRows(TableCore& core,
 
 absl::StatusOr<uint64_t> SweepExpiredRows(TableCore& core) {
   if (core.spec.eviction.ttl == 0) return 0;
-  const uint64_t now =
-      core.spec.eviction.ttl_unit == embedding::EvictionSpec::TtlUnit::kSteps
-          ? core.latest_step.load(std::memory_order_relaxed)
-          : core.SecondsSinceEpoch();
+  const uint64_t now = core.Now();
   const auto expired = [&](RowUse use) {
     return core.Expired(use.last_touch, now);
   };

@@ -29,8 +29,9 @@ absl::StatusOr<uint64_t> EraseRows(TableCore& core,
 // Removes rows untouched for longer than the TTL; returns how many.
 absl::StatusOr<uint64_t> SweepExpiredRows(TableCore& core);
 
-// While the table holds more than its max_rows, removes the least-pulled
-// rows (pulls ranked in powers of two; spilled rows first within a rank):
+// While the table holds more than its max_rows, removes the least
+// recently touched rows (by last touch in the TTL's unit, steps or
+// seconds, to within 1/8 of their age; spilled rows first within that):
 // one pass counts, one removes. Rows created meanwhile may leave the table
 // a little over the cap until the next call. Returns rows removed.
 absl::StatusOr<uint64_t> EvictBeyondCap(TableCore& core);

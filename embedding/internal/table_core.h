@@ -147,6 +147,12 @@ struct TableCore {
   // or seconds, per the TTL unit); records the latest step.
   uint32_t Touch(const AccessContext& context);
   uint64_t SecondsSinceEpoch() const;
+  // The present in last-touch units: the latest step, or seconds.
+  uint64_t Now() const {
+    return spec.eviction.ttl_unit == embedding::EvictionSpec::TtlUnit::kSteps
+               ? latest_step.load(std::memory_order_relaxed)
+               : SecondsSinceEpoch();
+  }
   // A row last touched at `last_touch` is past the TTL at `now`.
   bool Expired(uint32_t last_touch, uint64_t now) const {
     return last_touch < now && now - last_touch > spec.eviction.ttl;
