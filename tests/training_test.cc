@@ -57,14 +57,18 @@ class TrainingTest : public ::testing::Test {
 
   // Runs `workers` ps_worker processes against `servers` fresh shards.
   Run Train(int servers, int workers, const std::vector<std::string>& extra,
-            const std::string& train_file = "") {
+            const std::string& train_file = "",
+            const std::vector<std::string>& server_flags = {},
+            const std::string& test_file = "") {
     std::vector<std::unique_ptr<ServerProcess>> shards;
     std::vector<std::string> addresses;
     for (int s = 0; s < servers; ++s) {
-      auto shard = ServerProcess::Start(
-          kServer, {absl::StrCat("--shard_index=", s),
-                    absl::StrCat("--num_shards=", servers),
-                    absl::StrCat("--num_workers=", workers)});
+      std::vector<std::string> flags = {
+          absl::StrCat("--shard_index=", s),
+          absl::StrCat("--num_shards=", servers),
+          absl::StrCat("--num_workers=", workers)};
+      flags.insert(flags.end(), server_flags.begin(), server_flags.end());
+      auto shard = ServerProcess::Start(kServer, flags);
       EXPECT_OK(shard.status());
       if (!shard.ok()) return {};
       addresses.push_back((*shard)->address());
@@ -83,7 +87,8 @@ class TrainingTest : public ::testing::Test {
           absl::StrCat("--world_size=", workers),
           "--train_data=" +
               (train_file.empty() ? *data_ + "/train.txt" : train_file),
-          "--test_data=" + *data_ + "/test.txt",
+          "--test_data=" +
+              (test_file.empty() ? *data_ + "/test.txt" : test_file),
           "--bayes_metrics=" + *data_ + "/meta.json",
           "--output_dir=" + out,
           "--log_level=warn"};
@@ -133,6 +138,76 @@ TEST_F(TrainingTest, SyncTwoByTwoNearsBayesAndMatchesOneByOne) {
   const double auc1 = JsonNumber(one.summary, "test_auc");
   std::printf("sync 1 server x 1 worker, batch 1024: test AUC %.5f\n", auc1);
   EXPECT_NEAR(auc1, auc2, 0.002);
+}
+
+// Rewrites a planted data file so that its ids drift: the lines of segment
+// e (of `segments` equal parts) get every categorical value moved to a
+// range of their own, as if the vocabulary were replaced; `final_segment`
+// >= 0 moves every line to that segment's range (the test set of a model
+// trained to the end). The labels and the planted structure stay.
+void WriteDriftingData(const std::string& from, const std::string& to,
+                       int segments, int final_segment) {
+  std::ifstream in(from);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  std::ofstream out(to, std::ios::trunc);
+  for (size_t i = 0; i < lines.size(); ++i) {
+    const uint64_t segment =
+        final_segment >= 0 ? final_segment : i * segments / lines.size();
+    std::vector<std::string> fields = absl::StrSplit(lines[i], '\t');
+    for (size_t f = 14; f < fields.size(); ++f) {
+      uint64_t value;
+      if (fields[f].empty() || !absl::SimpleHexAtoi(fields[f], &value)) {
+        continue;
+      }
+      fields[f] = absl::StrCat(absl::Hex(value + ((segment + 1) << 40)));
+    }
+    out << absl::StrJoin(fields, "\t") << "\n";
+  }
+  ASSERT_TRUE(out.flush()) << to;
+}
+
+// A job whose ids drift (a new vocabulary every fifth of the data) under
+// max_rows holds its rows at the cap, evicting the ids of past segments,
+// and reaches the test AUC of the same job without a cap.
+TEST_F(TrainingTest, DriftingIdsUnderACapKeepTheAucOfAnUncappedJob) {
+  const std::string train = TestTempPath("drift_train.txt");
+  const std::string test = TestTempPath("drift_test.txt");
+  WriteDriftingData(*data_ + "/train.txt", train, 5, -1);
+  WriteDriftingData(*data_ + "/test.txt", test, 5, 4);
+  const std::vector<std::string> sweeps = {"--ttl_sweep_interval=200ms"};
+  const Run uncapped = Train(1, 1, {}, train, sweeps, test);
+  ASSERT_EQ(uncapped.exit_code, 0) << ReadFile(uncapped.log);
+  // A segment's distinct ids, about a fifth of what the uncapped job holds;
+  // the cap leaves room for one and a half segments.
+  const uint64_t cap = uncapped.table_rows * 3 / 10;
+  std::string config = ReadFile(kConfig);
+  const std::string hint = "expected_rows: 2000000";
+  ASSERT_NE(config.find(hint), std::string::npos);
+  config.replace(config.find(hint), hint.size(),
+                 absl::StrCat(hint, "\n  eviction { max_rows: ", cap, " }"));
+  const std::string capped_config = TestTempPath("capped.txtpb");
+  std::ofstream(capped_config) << config;
+  const Run capped =
+      Train(1, 1, {"--config=" + capped_config}, train, sweeps, test);
+  ASSERT_EQ(capped.exit_code, 0) << ReadFile(capped.log);
+  const double auc_uncapped = JsonNumber(uncapped.summary, "test_auc");
+  const double auc_capped = JsonNumber(capped.summary, "test_auc");
+  std::printf(
+      "drifting ids: uncapped %llu rows, test AUC %.5f; capped at %llu: "
+      "%llu rows held, %.0f evicted, test AUC %.5f\n",
+      static_cast<unsigned long long>(uncapped.table_rows), auc_uncapped,
+      static_cast<unsigned long long>(cap),
+      static_cast<unsigned long long>(capped.table_rows),
+      JsonNumber(capped.summary, "rows_evicted"), auc_capped);
+  EXPECT_NEAR(auc_capped, auc_uncapped, 0.002);
+  // Between sweeps (200 ms) the job may add a few thousand rows.
+  EXPECT_LE(capped.table_rows, cap + cap / 10);
+  EXPECT_GE(JsonNumber(capped.summary, "rows_evicted"),
+            static_cast<double>(uncapped.table_rows - cap - cap / 10));
+  EXPECT_EQ(JsonNumber(capped.summary, "table_rows"),
+            static_cast<double>(capped.table_rows));
+  EXPECT_EQ(JsonNumber(uncapped.summary, "rows_evicted"), 0);
 }
 
 // Async and bounded staleness converge too (their AUC is printed).
