@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -83,6 +84,12 @@ ABSL_FLAG(std::vector<std::string>, replica_counts,
           "replicas per shard; above 1 a coordinator is started too and the "
           "shards are replicated (docs/operations.md \"Replication\"): "
           "1,2 measures what replication costs in one run");
+ABSL_FLAG(std::vector<std::string>, sweeps, (std::vector<std::string>{"off"}),
+          "off: no eviction sweeps; on: the shards sweep back to back "
+          "(--ttl_sweep_interval=1ms) a table with a TTL that expires "
+          "nothing, so every sweep reads every row under the stripe locks; "
+          "off,on prints the cost of sweeping next to each figure (shape "
+          "N+sweep, \"vs off\")");
 ABSL_FLAG(std::vector<std::string>, servers, {},
           "host:port of a running cluster, in shard order, to measure instead "
           "of starting one (--shard_counts is then ignored)");
@@ -206,7 +213,7 @@ void AwaitInSync(const std::string& coordinator, int shards, int replicas) {
   }
 }
 
-Cluster StartCluster(int shards, int replicas,
+Cluster StartCluster(int shards, int replicas, bool sweeping,
                      const std::vector<std::string>& running,
                      const std::string& server, const std::string& raw) {
   Cluster c;
@@ -227,6 +234,7 @@ Cluster StartCluster(int shards, int replicas,
         if (c.coordinator != nullptr) {
           args.push_back("--replica_directory=" + c.coordinator->address());
         }
+        if (sweeping) args.push_back("--ttl_sweep_interval=1ms");
         auto p = testing::ServerProcess::Start(server, args);
         Check(p.status(), "starting ps_server");
         addresses.push_back((*p)->address());
@@ -337,9 +345,10 @@ int Run() {
       "threads\n",
       static_cast<unsigned long long>(keys), seconds,
       std::thread::hardware_concurrency());
-  std::printf("%-5s %4s %7s %6s %8s %8s %8s %12s %9s %12s %7s %12s %7s\n", "op",
-              "dim", "batch", "shards", "inflight", "keys", "wire", "keys/s",
-              "MB/s", "raw keys/s", "vs raw", "zc keys/s", "vs zc");
+  std::printf("%-5s %4s %7s %6s %8s %8s %8s %12s %9s %12s %7s %12s %7s%s\n",
+              "op", "dim", "batch", "shards", "inflight", "keys", "wire",
+              "keys/s", "MB/s", "raw keys/s", "vs raw", "zc keys/s", "vs zc",
+              " vs off");
 
   const std::vector<std::string> running = absl::GetFlag(FLAGS_servers);
   const std::vector<int> shard_counts =
@@ -348,143 +357,181 @@ int Run() {
   const std::vector<int> replica_counts =
       running.empty() ? Ints(absl::GetFlag(FLAGS_replica_counts))
                       : std::vector<int>{1};
+  std::vector<bool> sweep_modes;
+  for (const std::string& mode : absl::GetFlag(FLAGS_sweeps)) {
+    if (mode != "off" && mode != "on") {
+      std::fprintf(stderr, "ps_bench: --sweeps takes off and on, got %s\n",
+                   mode.c_str());
+      return 2;
+    }
+    sweep_modes.push_back(mode == "on");
+  }
+  if (!running.empty() && sweep_modes != std::vector<bool>{false}) {
+    std::fprintf(stderr,
+                 "ps_bench: --sweeps=on starts its own shards; it cannot be "
+                 "combined with --servers\n");
+    return 2;
+  }
+  // Keys/s without sweeps, by figure (op, dim, batch, ...), for "vs off".
+  absl::flat_hash_map<std::string, double> unswept;
   for (int shards : shard_counts) {
     for (int replicas : replica_counts) {
-      Cluster cluster = StartCluster(shards, replicas, running, server, raw);
-      const std::string shape = replicas > 1
-                                    ? absl::StrCat(shards, "x", replicas)
-                                    : absl::StrCat(shards);
-      for (int dim : dims) {
-        for (const std::string& wire_name : absl::GetFlag(FLAGS_wires)) {
-          const proto::ValueType wire =
-              wire_name == "float16" ? proto::FLOAT16 : proto::FLOAT32;
-          const size_t value_bytes = wire == proto::FLOAT16 ? 2 : 4;
-          client::ClientOptions options;
-          options.servers = cluster.addresses;
-          options.wire_type = wire;
-          options.channels_per_shard = absl::GetFlag(FLAGS_channels_per_shard);
-          if (absl::GetFlag(FLAGS_max_keys_per_request) > 0) {
-            options.max_keys_per_request =
-                absl::GetFlag(FLAGS_max_keys_per_request);
-          }
-          auto client_or = client::Client::Connect(options);
-          Check(client_or.status(), "connecting");
-          auto client = std::move(client_or).value();
-          proto::TableConfig config;
-          config.set_name(absl::StrCat("bench_dim", dim));
-          config.set_dim(dim);
-          config.mutable_optimizer()->set_kind(proto::OptimizerConfig::ADAGRAD);
-          auto table_or = client->CreateTable(config);
-          Check(table_or.status(), "CreateTable");
-          const client::TableHandle table = *table_or;
-          {  // Fill the table so that Pulls read rows rather than create them.
-            std::vector<uint64_t> all(std::min<uint64_t>(keys, 100000));
-            std::vector<float> values(all.size() * dim);
-            for (uint64_t begin = 0; begin < keys; begin += all.size()) {
-              const size_t n = std::min<uint64_t>(all.size(), keys - begin);
-              for (size_t i = 0; i < n; ++i)
-                all[i] = bench::KeyOfRank(begin + i);
-              Check(client->Pull(table, absl::MakeConstSpan(all.data(), n),
-                                 absl::MakeSpan(values.data(), n * dim)),
-                    "filling");
+      for (const bool sweeping : sweep_modes) {
+        Cluster cluster =
+            StartCluster(shards, replicas, sweeping, running, server, raw);
+        const std::string shape =
+            absl::StrCat(replicas > 1 ? absl::StrCat(shards, "x", replicas)
+                                      : absl::StrCat(shards),
+                         sweeping ? "+sweep" : "");
+        for (int dim : dims) {
+          for (const std::string& wire_name : absl::GetFlag(FLAGS_wires)) {
+            const proto::ValueType wire =
+                wire_name == "float16" ? proto::FLOAT16 : proto::FLOAT32;
+            const size_t value_bytes = wire == proto::FLOAT16 ? 2 : 4;
+            client::ClientOptions options;
+            options.servers = cluster.addresses;
+            options.wire_type = wire;
+            options.channels_per_shard =
+                absl::GetFlag(FLAGS_channels_per_shard);
+            if (absl::GetFlag(FLAGS_max_keys_per_request) > 0) {
+              options.max_keys_per_request =
+                  absl::GetFlag(FLAGS_max_keys_per_request);
             }
-          }
-          for (int batch : batch_sizes) {
-            for (int inflight : inflights) {
-              for (const std::string& dist :
-                   absl::GetFlag(FLAGS_distributions)) {
-                std::vector<std::vector<std::vector<uint64_t>>> batches;
-                for (int t = 0; t < inflight; ++t) {
-                  batches.push_back(MakeBatches(
-                      4, batch, keys, dist == "zipf" ? &zipf : nullptr,
-                      17 * t + dim));
-                }
-                std::vector<std::vector<float>> out(
-                    inflight, std::vector<float>(size_t{1} * batch * dim));
-                std::vector<float> grads(size_t{1} * batch * dim, 1e-3f);
-                const size_t pull_in = size_t{8} * batch,
-                             pull_out = value_bytes * dim * batch;
-                const size_t push_in =
-                    (8 + value_bytes * dim) * static_cast<size_t>(batch);
-                // Calls per second of each op and its two ceilings, measured
-                // back to back in every round.
-                struct Round {
-                  double op, raw, zero_copy;
-                };
-                cluster.zeros.resize(std::max(pull_in, push_in));
-                std::vector<Round> pulls, pushes;
-                for (int round = 0; round < rounds; ++round) {
-                  Round pull{}, push{};
-                  if (measure_pull) {
-                    pull.op = CallsPerSecond(
-                        inflight, seconds, [&](int t, uint64_t i) {
-                          Check(client->Pull(table, batches[t][i % 4],
-                                             absl::MakeSpan(out[t])),
-                                "Pull");
-                        });
+            auto client_or = client::Client::Connect(options);
+            Check(client_or.status(), "connecting");
+            auto client = std::move(client_or).value();
+            proto::TableConfig config;
+            config.set_name(absl::StrCat("bench_dim", dim));
+            config.set_dim(dim);
+            config.mutable_optimizer()->set_kind(
+                proto::OptimizerConfig::ADAGRAD);
+            // Calls carry no step, so rows touched at step 0 never expire:
+            // each sweep reads every row and removes none.
+            if (sweeping) config.mutable_eviction()->set_ttl(1u << 30);
+            auto table_or = client->CreateTable(config);
+            Check(table_or.status(), "CreateTable");
+            const client::TableHandle table = *table_or;
+            {  // Fill the table so that Pulls read rows rather than create
+               // them.
+              std::vector<uint64_t> all(std::min<uint64_t>(keys, 100000));
+              std::vector<float> values(all.size() * dim);
+              for (uint64_t begin = 0; begin < keys; begin += all.size()) {
+                const size_t n = std::min<uint64_t>(all.size(), keys - begin);
+                for (size_t i = 0; i < n; ++i)
+                  all[i] = bench::KeyOfRank(begin + i);
+                Check(client->Pull(table, absl::MakeConstSpan(all.data(), n),
+                                   absl::MakeSpan(values.data(), n * dim)),
+                      "filling");
+              }
+            }
+            for (int batch : batch_sizes) {
+              for (int inflight : inflights) {
+                for (const std::string& dist :
+                     absl::GetFlag(FLAGS_distributions)) {
+                  std::vector<std::vector<std::vector<uint64_t>>> batches;
+                  for (int t = 0; t < inflight; ++t) {
+                    batches.push_back(MakeBatches(
+                        4, batch, keys, dist == "zipf" ? &zipf : nullptr,
+                        17 * t + dim));
                   }
-                  if (measure_push) {
-                    push.op = CallsPerSecond(
-                        inflight, seconds, [&](int t, uint64_t i) {
-                          Check(client->Push(table, batches[t][i % 4], grads),
-                                "Push");
-                        });
-                  }
-                  for (const RawWire raw_wire :
-                       {RawWire::kProtobuf, RawWire::kZeroCopy}) {
-                    const double raw_pull =
-                        !measure_pull
-                            ? 0
-                            : CallsPerSecond(inflight, seconds,
-                                             [&](int, uint64_t) {
-                                               RawCall(cluster, raw_wire,
-                                                       pull_in, pull_out);
-                                             });
-                    const double raw_push =
-                        !measure_push
-                            ? 0
-                            : CallsPerSecond(
-                                  inflight, seconds, [&](int, uint64_t) {
-                                    RawCall(cluster, raw_wire, push_in, 0);
-                                  });
-                    (raw_wire == RawWire::kProtobuf ? pull.raw
-                                                    : pull.zero_copy) =
-                        raw_pull;
-                    (raw_wire == RawWire::kProtobuf ? push.raw
-                                                    : push.zero_copy) =
-                        raw_push;
-                  }
-                  pulls.push_back(pull);
-                  pushes.push_back(push);
-                }
-                const auto row = [&](const char* op,
-                                     const std::vector<Round>& rounds_of_op,
-                                     size_t bytes) {
-                  const auto median = [&](auto value) {
-                    std::vector<double> v;
-                    for (const Round& r : rounds_of_op) v.push_back(value(r));
-                    std::sort(v.begin(), v.end());
-                    return v[v.size() / 2];
+                  std::vector<std::vector<float>> out(
+                      inflight, std::vector<float>(size_t{1} * batch * dim));
+                  std::vector<float> grads(size_t{1} * batch * dim, 1e-3f);
+                  const size_t pull_in = size_t{8} * batch,
+                               pull_out = value_bytes * dim * batch;
+                  const size_t push_in =
+                      (8 + value_bytes * dim) * static_cast<size_t>(batch);
+                  // Calls per second of each op and its two ceilings, measured
+                  // back to back in every round.
+                  struct Round {
+                    double op, raw, zero_copy;
                   };
-                  const double calls =
-                      median([](const Round& r) { return r.op; });
-                  std::printf(
-                      "%-5s %4d %7d %6s %8d %8s %8s %10.2f M %9.0f %10.2f M "
-                      "%6.2fx %10.2f M %6.2fx\n",
-                      op, dim, batch, shape.c_str(), inflight, dist.c_str(),
-                      wire_name.c_str(), calls * batch / 1e6,
-                      calls * bytes / 1e6,
-                      median([](const Round& r) { return r.raw; }) * batch /
-                          1e6,
-                      median([](const Round& r) { return r.op / r.raw; }),
-                      median([](const Round& r) { return r.zero_copy; }) *
-                          batch / 1e6,
-                      median(
-                          [](const Round& r) { return r.op / r.zero_copy; }));
-                  std::fflush(stdout);
-                };
-                if (measure_pull) row("pull", pulls, pull_in + pull_out);
-                if (measure_push) row("push", pushes, push_in);
+                  cluster.zeros.resize(std::max(pull_in, push_in));
+                  std::vector<Round> pulls, pushes;
+                  for (int round = 0; round < rounds; ++round) {
+                    Round pull{}, push{};
+                    if (measure_pull) {
+                      pull.op = CallsPerSecond(
+                          inflight, seconds, [&](int t, uint64_t i) {
+                            Check(client->Pull(table, batches[t][i % 4],
+                                               absl::MakeSpan(out[t])),
+                                  "Pull");
+                          });
+                    }
+                    if (measure_push) {
+                      push.op = CallsPerSecond(
+                          inflight, seconds, [&](int t, uint64_t i) {
+                            Check(client->Push(table, batches[t][i % 4], grads),
+                                  "Push");
+                          });
+                    }
+                    for (const RawWire raw_wire :
+                         {RawWire::kProtobuf, RawWire::kZeroCopy}) {
+                      const double raw_pull =
+                          !measure_pull
+                              ? 0
+                              : CallsPerSecond(inflight, seconds,
+                                               [&](int, uint64_t) {
+                                                 RawCall(cluster, raw_wire,
+                                                         pull_in, pull_out);
+                                               });
+                      const double raw_push =
+                          !measure_push
+                              ? 0
+                              : CallsPerSecond(
+                                    inflight, seconds, [&](int, uint64_t) {
+                                      RawCall(cluster, raw_wire, push_in, 0);
+                                    });
+                      (raw_wire == RawWire::kProtobuf ? pull.raw
+                                                      : pull.zero_copy) =
+                          raw_pull;
+                      (raw_wire == RawWire::kProtobuf ? push.raw
+                                                      : push.zero_copy) =
+                          raw_push;
+                    }
+                    pulls.push_back(pull);
+                    pushes.push_back(push);
+                  }
+                  const auto row = [&](const char* op,
+                                       const std::vector<Round>& rounds_of_op,
+                                       size_t bytes) {
+                    const auto median = [&](auto value) {
+                      std::vector<double> v;
+                      for (const Round& r : rounds_of_op) v.push_back(value(r));
+                      std::sort(v.begin(), v.end());
+                      return v[v.size() / 2];
+                    };
+                    const double calls =
+                        median([](const Round& r) { return r.op; });
+                    const std::string figure =
+                        absl::StrCat(op, dim, "/", batch, "/", shards, "x",
+                                     replicas, "/", inflight, dist, wire_name);
+                    std::string vs_off;
+                    if (!sweeping) {
+                      unswept[figure] = calls;
+                    } else if (auto it = unswept.find(figure);
+                               it != unswept.end()) {
+                      vs_off = absl::StrFormat(" %6.2fx", calls / it->second);
+                    }
+                    std::printf(
+                        "%-5s %4d %7d %6s %8d %8s %8s %10.2f M %9.0f %10.2f M "
+                        "%6.2fx %10.2f M %6.2fx%s\n",
+                        op, dim, batch, shape.c_str(), inflight, dist.c_str(),
+                        wire_name.c_str(), calls * batch / 1e6,
+                        calls * bytes / 1e6,
+                        median([](const Round& r) { return r.raw; }) * batch /
+                            1e6,
+                        median([](const Round& r) { return r.op / r.raw; }),
+                        median([](const Round& r) { return r.zero_copy; }) *
+                            batch / 1e6,
+                        median(
+                            [](const Round& r) { return r.op / r.zero_copy; }),
+                        vs_off.c_str());
+                    std::fflush(stdout);
+                  };
+                  if (measure_pull) row("pull", pulls, pull_in + pull_out);
+                  if (measure_push) row("push", pushes, push_in);
+                }
               }
             }
           }
