@@ -99,16 +99,12 @@ absl::StatusOr<proto::CheckpointManifest> ReadManifest(const std::string& dir) {
   return manifest;
 }
 
-absl::StatusOr<std::string> ResolveCheckpoint(
-    const std::string& path, std::vector<std::string>* skipped) {
+absl::StatusOr<std::vector<CompleteCheckpoint>> ListCheckpoints(
+    const std::string& root, std::vector<std::string>* skipped) {
   std::error_code error;
-  if (std::filesystem::exists(Join(path, kManifestFileName), error)) {
-    return path;
-  }
+  std::vector<CompleteCheckpoint> found;
   std::vector<std::string> left_out;
-  std::string best;
-  uint64_t best_step = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(path, error)) {
+  for (const auto& entry : std::filesystem::directory_iterator(root, error)) {
     const std::string name = entry.path().filename().string();
     if (!IsCheckpointName(name)) continue;
     if (!std::filesystem::exists(entry.path() / kManifestFileName, error)) {
@@ -120,19 +116,31 @@ absl::StatusOr<std::string> ResolveCheckpoint(
       left_out.push_back(absl::StrCat(name, ": ", manifest.status().message()));
       continue;
     }
-    const std::string dir = entry.path().string();
-    if (best.empty() || manifest->step() > best_step ||
-        (manifest->step() == best_step && dir > best)) {
-      best = dir;
-      best_step = manifest->step();
-    }
+    found.push_back({entry.path().string(), manifest->step()});
   }
   if (skipped != nullptr) *skipped = left_out;
   if (error) {
     return absl::NotFoundError(absl::StrCat("cannot list checkpoints in '",
-                                            path, "': ", error.message()));
+                                            root, "': ", error.message()));
   }
-  if (best.empty()) {
+  std::sort(found.begin(), found.end(),
+            [](const CompleteCheckpoint& a, const CompleteCheckpoint& b) {
+              return a.step != b.step ? a.step > b.step : a.dir > b.dir;
+            });
+  return found;
+}
+
+absl::StatusOr<std::string> ResolveCheckpoint(
+    const std::string& path, std::vector<std::string>* skipped) {
+  std::error_code error;
+  if (std::filesystem::exists(Join(path, kManifestFileName), error)) {
+    return path;
+  }
+  std::vector<std::string> left_out;
+  ASSIGN_OR_RETURN(const std::vector<CompleteCheckpoint> found,
+                   ListCheckpoints(path, &left_out));
+  if (skipped != nullptr) *skipped = left_out;
+  if (found.empty()) {
     return absl::NotFoundError(absl::StrCat(
         "no complete checkpoint in '", path,
         "' (neither a MANIFEST there nor a ckpt-NNNNNNNNNNNN directory with "
@@ -141,7 +149,7 @@ absl::StatusOr<std::string> ResolveCheckpoint(
             ? ""
             : absl::StrCat("; left out: ", absl::StrJoin(left_out, "; "))));
   }
-  return best;
+  return found.front().dir;
 }
 
 absl::StatusOr<std::vector<ChainLink>> ReadChain(const std::string& dir) {

@@ -41,6 +41,19 @@ absl::Status WriteManifest(const std::string& dir,
 // FAILED_PRECONDITION for a format version this build does not read.
 absl::StatusOr<proto::CheckpointManifest> ReadManifest(const std::string& dir);
 
+struct CompleteCheckpoint {
+  std::string dir;
+  uint64_t step = 0;  // its manifest's
+};
+
+// The complete checkpoints directly under `root`, newest (highest manifest
+// step) first: directories named as CheckpointName names them
+// (IsCheckpointName) whose MANIFEST reads and checks. Those whose MANIFEST
+// does not are left out and, if `skipped` is given, named there with why.
+// NOT_FOUND if `root` cannot be listed.
+absl::StatusOr<std::vector<CompleteCheckpoint>> ListCheckpoints(
+    const std::string& root, std::vector<std::string>* skipped = nullptr);
+
 // `path` itself if it holds a MANIFEST, else the complete checkpoint of the
 // highest step under `path`, by its manifest: among the directories named
 // as CheckpointName names them (IsCheckpointName: not ".tmp" ones being

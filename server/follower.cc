@@ -13,6 +13,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "checkpoint/format.h"
 #include "checkpoint/manifest.h"
 #include "common/file_io.h"
 #include "common/key_hash.h"
@@ -107,17 +109,30 @@ absl::StatusOr<std::unique_ptr<Follower>> Follower::Start(
     path = (std::filesystem::path(o.checkpoint_root) /
             checkpoint::CheckpointName(o.pinned_step))
                .string();
-  } else {
-    ASSIGN_OR_RETURN(path, checkpoint::ResolveCheckpoint(o.checkpoint_root));
   }
   std::string name;
-  ASSIGN_OR_RETURN(std::shared_ptr<const ServingVersion> base,
-                   follower->LoadCheckpoint(path, &name));
+  std::shared_ptr<const ServingVersion> base;
+  if (!path.empty()) {
+    ASSIGN_OR_RETURN(base, follower->LoadCheckpoint(path, &name));
+  } else {
+    ASSIGN_OR_RETURN(base, follower->LoadNewest(0, &name));
+  }
+  std::vector<std::string> reports;
+  {
+    MutexLock lock(&follower->mu_);
+    reports.assign(follower->bad_checkpoints_.begin(),
+                   follower->bad_checkpoints_.end());
+  }
   {
     MutexLock lock(&follower->apply_mu_);
     follower->base_step_ = base->step;
     follower->base_name_ = name;
     follower->Install(std::move(base));
+  }
+  if (!reports.empty()) {
+    follower->SetError(
+        absl::StrCat("serving checkpoint ", name,
+                     "; passed over: ", absl::StrJoin(reports, "; ")));
   }
   if (o.pinned_step > 0) return follower;
   follower->threads_.emplace_back(
@@ -233,6 +248,63 @@ void Follower::Install(std::shared_ptr<const ServingVersion> version) {
   changed_.SignalAll();
 }
 
+void Follower::ReportBadCheckpoint(std::string report) {
+  MutexLock lock(&mu_);
+  if (std::find(bad_checkpoints_.begin(), bad_checkpoints_.end(), report) !=
+      bad_checkpoints_.end()) {
+    return;
+  }
+  Logger("follower")->warn("{}", report);
+  bad_checkpoints_.push_back(report);
+  while (bad_checkpoints_.size() > 16) bad_checkpoints_.pop_front();
+  last_error_ = std::move(report);
+}
+
+absl::StatusOr<std::shared_ptr<const ServingVersion>> Follower::LoadNewest(
+    uint64_t after, std::string* name) {
+  const std::string& root = options_.checkpoint_root;
+  std::vector<checkpoint::CompleteCheckpoint> candidates;
+  std::vector<std::string> skipped;
+  if (std::filesystem::exists(std::filesystem::path(root) /
+                              checkpoint::kManifestFileName)) {
+    // The root is one checkpoint.
+    absl::StatusOr<proto::CheckpointManifest> manifest =
+        checkpoint::ReadManifest(root);
+    if (!manifest.ok()) {
+      skipped.push_back(absl::StrCat(root, ": ", manifest.status().message()));
+    } else {
+      candidates.push_back({root, manifest->step()});
+    }
+  } else {
+    ASSIGN_OR_RETURN(candidates, checkpoint::ListCheckpoints(root, &skipped));
+  }
+  for (const std::string& why : skipped) {
+    ReportBadCheckpoint(absl::StrCat("checkpoint ", why, " (skipped)"));
+  }
+  std::vector<std::string> failures;
+  for (const checkpoint::CompleteCheckpoint& candidate : candidates) {
+    if (candidate.step <= after && after > 0) break;
+    if (failed_dirs_.contains(candidate.dir)) continue;
+    absl::StatusOr<std::shared_ptr<const ServingVersion>> loaded =
+        LoadCheckpoint(candidate.dir, name);
+    if (loaded.ok()) return loaded;
+    failed_dirs_.insert(candidate.dir);
+    failures.push_back(
+        absl::StrCat(candidate.dir, ": ", loaded.status().ToString()));
+    ReportBadCheckpoint(
+        absl::StrCat("checkpoint ", candidate.dir,
+                     " cannot be loaded: ", loaded.status().ToString()));
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "no complete checkpoint in '", root, "'",
+      after > 0 ? absl::StrCat(" newer than step ", after) : "", " that loads",
+      failures.empty() && skipped.empty()
+          ? ""
+          : absl::StrCat(
+                "; passed over: ",
+                absl::StrJoin(failures.empty() ? skipped : failures, "; "))));
+}
+
 void Follower::SetError(std::string error) {
   Logger("follower")->warn("{}", error);
   MutexLock lock(&mu_);
@@ -289,6 +361,9 @@ proto::ServingVersionResponse Follower::Describe() const {
     }
     for (const auto& v : retained_) out.add_retained_steps(v->step);
     out.set_last_error(last_error_);
+    for (const std::string& report : bad_checkpoints_) {
+      out.add_bad_checkpoints(report);
+    }
   }
   MutexLock lock(&apply_mu_);
   out.set_base_checkpoint(base_name_);
@@ -301,32 +376,18 @@ proto::ServingVersionResponse Follower::Describe() const {
 
 void Follower::PollCheckpoints() {
   ToBackgroundPriority();
-  std::string failed;  // a checkpoint that could not be loaded
   while (!stopping_) {
     {
       MutexLock lock(&stop_mu_);
       stop_cv_.WaitWithTimeout(&stop_mu_, options_.checkpoint_poll);
     }
     if (stopping_) break;
-    absl::StatusOr<std::string> path =
-        checkpoint::ResolveCheckpoint(options_.checkpoint_root);
-    if (!path.ok() || *path == failed) continue;
-    absl::StatusOr<proto::CheckpointManifest> manifest =
-        checkpoint::ReadManifest(*path);
-    if (!manifest.ok()) continue;
     // Only a checkpoint newer than everything served replaces the base:
     // with a healthy stream the replica is ahead of every checkpoint.
-    if (manifest->step() <= Current()->step) continue;
     std::string name;
     absl::StatusOr<std::shared_ptr<const ServingVersion>> loaded =
-        LoadCheckpoint(*path, &name);
-    if (!loaded.ok()) {
-      failed = *path;
-      SetError(absl::StrCat("checkpoint ", *path,
-                            " cannot be loaded; still serving version ",
-                            Current()->step, ": ", loaded.status().ToString()));
-      continue;
-    }
+        LoadNewest(Current()->step, &name);
+    if (!loaded.ok()) continue;
     MutexLock lock(&apply_mu_);
     if ((*loaded)->step <= Current()->step) continue;  // the stream overtook
     base_step_ = (*loaded)->step;

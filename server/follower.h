@@ -34,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/mutex.h"
@@ -118,6 +119,14 @@ class Follower {
   void FoldIntoBase(ServingVersion& next)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(apply_mu_);
   void SetError(std::string error);
+  // A checkpoint passed over (bad_checkpoints): logged once, kept among
+  // the 16 most recent reports, and last_error until the next install.
+  void ReportBadCheckpoint(std::string report);
+  // The newest complete checkpoint under the root, newer than `after`,
+  // that loads; those that do not are reported and never tried again.
+  // NOT_FOUND if there is none (naming what was passed over).
+  absl::StatusOr<std::shared_ptr<const ServingVersion>> LoadNewest(
+      uint64_t after, std::string* name);
 
   const FollowerOptions options_;
   std::atomic<bool> stopping_{false};
@@ -141,6 +150,10 @@ class Follower {
   std::deque<std::shared_ptr<const ServingVersion>> retained_
       ABSL_GUARDED_BY(mu_);
   std::string last_error_ ABSL_GUARDED_BY(mu_);
+  std::deque<std::string> bad_checkpoints_ ABSL_GUARDED_BY(mu_);
+  // Checkpoint directories that failed to load (LoadNewest's caller: Start,
+  // then the poll thread).
+  absl::flat_hash_set<std::string> failed_dirs_;
 
   Mutex stop_mu_;
   CondVar stop_cv_;

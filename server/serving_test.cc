@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "checkpoint/manifest.h"
 #include "client/client.h"
@@ -164,6 +165,32 @@ class ServingTest : public ::testing::Test {
     const grpc::Status status = Lookup(replica, request, &response);
     EXPECT_TRUE(status.ok()) << status.error_message();
     return status.ok() ? Floats(response.values(0)) : std::vector<float>();
+  }
+
+  // A complete checkpoint of `step` whose table files are damaged, written
+  // aside and moved under the root whole (as a copy from elsewhere would
+  // arrive); returns its name.
+  std::string WriteCorruptCheckpoint(uint64_t step) {
+    const std::string staging = root_ + "_staging";
+    std::filesystem::create_directories(staging);
+    client::Client::CheckpointOptions options;
+    options.root = staging;
+    options.step = step;
+    EXPECT_OK(client_->Checkpoint(options).status());
+    const std::string name = ::embedps::checkpoint::CheckpointName(step);
+    int corrupted = 0;
+    for (const auto& entry :
+         std::filesystem::recursive_directory_iterator(staging + "/" + name)) {
+      if (entry.path().extension() != ".sst") continue;
+      std::fstream f(entry.path(),
+                     std::ios::in | std::ios::out | std::ios::binary);
+      f.seekp(100);
+      f << "garbage garbage garbage";
+      ++corrupted;
+    }
+    EXPECT_GT(corrupted, 0);
+    std::filesystem::rename(staging + "/" + name, root_ + "/" + name);
+    return name;
   }
 
   uint64_t history_bytes_ = uint64_t{64} << 20;
@@ -414,28 +441,8 @@ TEST_F(ServingTest, ACorruptCheckpointLeavesTheVersionServedAndSaysWhy) {
   Push({1, 2}, 1.0f);
   Checkpoint(4);
   ASSERT_OK_AND_ASSIGN(auto replica, StartReplica());
-  // A newer checkpoint, written aside, corrupted, then moved under the root
-  // whole (as a copy from elsewhere would arrive).
   Push({1}, 1.0f);
-  const std::string staging = root_ + "_staging";
-  std::filesystem::create_directories(staging);
-  client::Client::CheckpointOptions options;
-  options.root = staging;
-  options.step = 8;
-  ASSERT_OK(client_->Checkpoint(options).status());
-  const std::string name = ::embedps::checkpoint::CheckpointName(8);
-  int corrupted = 0;
-  for (const auto& entry :
-       std::filesystem::recursive_directory_iterator(staging + "/" + name)) {
-    if (entry.path().extension() != ".sst") continue;
-    std::fstream f(entry.path(),
-                   std::ios::in | std::ios::out | std::ios::binary);
-    f.seekp(100);
-    f << "garbage garbage garbage";
-    ++corrupted;
-  }
-  ASSERT_GT(corrupted, 0);
-  std::filesystem::rename(staging + "/" + name, root_ + "/" + name);
+  const std::string name = WriteCorruptCheckpoint(8);
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   proto::ServingVersionResponse version = Version(*replica);
   while (version.last_error().empty() && absl::Now() < deadline) {
@@ -448,6 +455,36 @@ TEST_F(ServingTest, ACorruptCheckpointLeavesTheVersionServedAndSaysWhy) {
   // Still the step-4 values.
   std::vector<float> row = Rows(*replica, {2});
   EXPECT_EQ(row, Pull({2}));
+}
+
+// A replica (re)started while the newest checkpoint is damaged and a newer
+// one's MANIFEST is garbage serves the newest checkpoint that loads, and
+// names both it passed over.
+TEST_F(ServingTest, AReplicaStartedOnBadCheckpointsServesTheNewestGoodOne) {
+  Push({1, 2}, 1.0f);
+  Checkpoint(4);
+  const std::vector<float> at_four = Pull({1, 2});
+  Push({1}, 1.0f);
+  const std::string damaged = WriteCorruptCheckpoint(8);
+  const std::string garbage = ::embedps::checkpoint::CheckpointName(12);
+  std::filesystem::create_directories(root_ + "/" + garbage);
+  std::ofstream(root_ + "/" + garbage + "/MANIFEST") << "not a manifest";
+
+  ASSERT_OK_AND_ASSIGN(auto replica, StartReplica());
+  const proto::ServingVersionResponse version = Version(*replica);
+  EXPECT_EQ(version.step(), 4u);
+  EXPECT_EQ(Rows(*replica, {1, 2}), at_four);
+  ASSERT_EQ(version.bad_checkpoints_size(), 2) << version.ShortDebugString();
+  const std::string reports = absl::StrJoin(version.bad_checkpoints(), "\n");
+  EXPECT_THAT(reports, HasSubstr(damaged + " cannot be loaded"));
+  EXPECT_THAT(reports, HasSubstr(garbage));
+  EXPECT_THAT(version.last_error(), HasSubstr("passed over"));
+
+  // Every checkpoint bad: no replica, and the error names them.
+  std::filesystem::remove_all(root_ + "/" +
+                              ::embedps::checkpoint::CheckpointName(4));
+  EXPECT_THAT(StartReplica().status(),
+              StatusIs(absl::StatusCode::kNotFound, HasSubstr(damaged)));
 }
 
 TEST_F(ServingTest, NoCheckpointMeansNoReplica) {
