@@ -48,15 +48,32 @@ absl::StatusOr<std::vector<proto::Publication>> Publisher::Collect(
     const proto::PublishRequest& request) {
   std::vector<proto::Publication> parts(1);
   uint64_t part_bytes = request.dense_parameters().size();
+  std::vector<std::pair<const embedding::Table*, std::weak_ptr<const void>>>
+      newly_tracked;
   for (const TableRegistry::Entry& entry : registry_->List()) {
     embedding::Table& table = *entry.table;
+    auto tracked = tracked_.find(entry.table);
+    const bool first = tracked == tracked_.end() || tracked->second.expired() ||
+                       tracked->second.lock() != entry.hold;
     table.EnableChangeLog();
     if (entry.synchronizer != nullptr) {
       // The steps before `request.step` applied (SYNC), or every worker
       // as far as the staleness allows (SSP).
       RETURN_IF_ERROR(entry.synchronizer->AwaitPullable(request.step()));
     }
-    const std::vector<uint64_t> keys = table.TakeChangedKeys();
+    std::vector<uint64_t> keys = table.TakeChangedKeys();
+    if (first) {
+      // The table's first publication (or that of a table a restore
+      // replaced): every row, so that a replica that starts from any
+      // checkpoint reaches the training state. Changes after the take
+      // above are in the next publication.
+      keys.clear();
+      RETURN_IF_ERROR(table.Scan(
+          [&](const embedding::RowView& row) { keys.push_back(row.key); }));
+      std::sort(keys.begin(), keys.end());
+      keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+      newly_tracked.emplace_back(entry.table, entry.hold);
+    }
     const size_t dim = table.spec().dim;
     // Split the table's rows over messages of at most max_message_bytes.
     const uint64_t row_bytes = sizeof(uint64_t) + dim * sizeof(float);
@@ -108,6 +125,9 @@ absl::StatusOr<std::vector<proto::Publication>> Publisher::Collect(
       begin += count;
     } while (begin < keys.size());
   }
+  for (auto& [table, hold] : newly_tracked) tracked_[table] = std::move(hold);
+  // Forget tables that are gone.
+  absl::erase_if(tracked_, [](const auto& t) { return t.second.expired(); });
   return parts;
 }
 
@@ -118,8 +138,8 @@ absl::StatusOr<proto::PublishResponse> Publisher::Publish(
   const int64_t now = absl::ToUnixMicros(absl::Now());
   MutexLock lock(&mu_);
   const uint64_t sequence = next_sequence_++;
-  const uint64_t previous_step =
-      last_step_ == UINT64_MAX ? request.step() : last_step_;
+  // The first publication holds every row: it follows any checkpoint.
+  const uint64_t previous_step = last_step_ == UINT64_MAX ? 0 : last_step_;
   last_step_ = request.step();
   Held held{sequence, 0, {}};
   uint64_t rows = 0;

@@ -2,9 +2,11 @@
 // serving replicas that follow training (docs/architecture.md, "Serving").
 //
 // Publish — called by the job's rank 0 every few seconds, at a step
-// boundary — takes every table's changed keys (Table::TakeChangedKeys; the
-// first Publish turns the tables' change logs on), reads their current
-// values, and keeps the publication, in messages of at most
+// boundary — takes every table's changed keys (Table::TakeChangedKeys; a
+// table's first publication turns its change log on and holds every row
+// instead, so that a replica starting from any checkpoint, taken before or
+// after the job's first Publish, reaches the training state), reads their
+// current values, and keeps the publication, in messages of at most
 // `max_message_bytes`, in a history bounded by `history_bytes` (the oldest
 // go first). A subscriber reads the publications after the last one it
 // applied (After); one that fell behind the history, or that followed a
@@ -26,6 +28,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/mutex.h"
@@ -100,6 +103,11 @@ class Publisher {
   uint64_t next_sequence_ ABSL_GUARDED_BY(mu_) = 1;
   // The step of the last publication (none yet: -1 as all ones).
   uint64_t last_step_ ABSL_GUARDED_BY(mu_) = UINT64_MAX;
+  // Tables whose change log the publications follow (their first
+  // publication held every row), by the registry entry's hold. Collect's,
+  // under publish_mu_.
+  absl::flat_hash_map<const embedding::Table*, std::weak_ptr<const void>>
+      tracked_;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
 };
 

@@ -47,17 +47,17 @@ TEST(PublisherTest, PublishesTheRowsChangedSinceTheLastPublication) {
                        registry.Find(created.table_id));
   Publisher publisher({}, &registry);
 
-  // The first publication turns the change log on: what came before is the
-  // checkpoint's business.
+  // The first publication turns the change log on and holds every row, so
+  // that it follows a checkpoint of any step (previous_step 0).
   const std::vector<float> grad(kDim, 1.0f);
-  ASSERT_OK(entry.table->Push({5}, grad));  // creates the row: not logged
+  ASSERT_OK(entry.table->Push({5}, grad));  // creates the row
   std::vector<float> row(kDim);
   proto::PublishRequest request;
   request.set_step(0);
   ASSERT_OK_AND_ASSIGN(proto::PublishResponse first,
                        publisher.Publish(request));
   EXPECT_EQ(first.sequence(), 1u);
-  EXPECT_EQ(first.rows(), 0u);
+  EXPECT_EQ(first.rows(), 1u);
 
   ASSERT_OK(entry.table->Push({5}, grad));
   ASSERT_OK(entry.table->Pull({9}, absl::MakeSpan(row)));  // created
@@ -86,7 +86,10 @@ TEST(PublisherTest, PublishesTheRowsChangedSinceTheLastPublication) {
   // A fresh subscriber gets everything held; nothing new: an empty answer
   // at the deadline.
   ASSERT_OK_AND_ASSIGN(auto all, publisher.After(0, 0, absl::Now()));
-  EXPECT_EQ(all.size(), 2u);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0]->previous_step(), 0u);
+  EXPECT_THAT(Keys(all[0]->table(0).keys()), ElementsAre(5));
+  EXPECT_EQ(all[1]->previous_step(), 0u);  // the first's step
   ASSERT_OK_AND_ASSIGN(
       auto none,
       publisher.After(publisher.id(), 2, absl::Now() + absl::Milliseconds(20)));

@@ -85,7 +85,7 @@ class ServingTest : public ::testing::Test {
     ASSERT_OK_AND_ASSIGN(zeros_, client_->CreateTable(Table(
                                      "zeros", proto::ServingConfig::ZEROS)));
     // The job's first publication turns the change logs on.
-    ASSERT_OK(client_->Publish(0, "").status());
+    if (publish_first_) ASSERT_OK(client_->Publish(0, "").status());
   }
 
   void Push(const std::vector<uint64_t>& keys, float g) {
@@ -194,11 +194,47 @@ class ServingTest : public ::testing::Test {
   }
 
   uint64_t history_bytes_ = uint64_t{64} << 20;
+  bool publish_first_ = true;
   std::string root_;
   std::unique_ptr<Shard> training_;
   std::unique_ptr<client::Client> client_;
   client::TableHandle table_, zeros_;
 };
+
+class ServingCheckpointFirstTest : public ServingTest {
+ protected:
+  ServingCheckpointFirstTest() { publish_first_ = false; }
+};
+
+// A job that checkpoints before it first publishes: the first publication
+// holds every row (previous_step 0), so a replica that starts from that
+// checkpoint, or from one before or after it, follows on at once.
+TEST_F(ServingCheckpointFirstTest,
+       AReplicaFromACheckpointBeforeTheFirstPublish) {
+  const std::vector<uint64_t> keys = {1, 2, 3, 4};
+  Push({1, 2}, 1.0f);
+  Checkpoint(2);
+  Push({2, 3}, 0.5f);
+  ASSERT_OK(client_->Publish(4, "").status());  // the job's first publish
+  Push({3, 4}, 0.25f);
+  ASSERT_OK(client_->Publish(6, "").status());
+  ASSERT_OK_AND_ASSIGN(auto replica, StartReplica());
+  AwaitStep(*replica, 6);
+  EXPECT_EQ(Rows(*replica, keys), Pull(keys));
+  EXPECT_TRUE(Version(*replica).last_error().empty())
+      << Version(*replica).last_error();
+  // A table created after the first publication: its first publication
+  // holds every row too.
+  ASSERT_OK_AND_ASSIGN(const client::TableHandle late,
+                       client_->CreateTable(Table("late")));
+  std::vector<float> grads(2 * kDim, 1.0f);
+  ASSERT_OK(client_->Push(late, {7, 8}, grads));
+  ASSERT_OK(client_->Publish(8, "").status());
+  AwaitStep(*replica, 8);
+  std::vector<float> late_rows(2 * kDim);
+  ASSERT_OK(client_->Lookup(late, {7, 8}, absl::MakeSpan(late_rows)));
+  EXPECT_EQ(Rows(*replica, {7, 8}, "late"), late_rows);
+}
 
 TEST_F(ServingTest, FollowsCheckpointsThenPublications) {
   const std::vector<uint64_t> keys = {1, 2, 3};
