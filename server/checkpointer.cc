@@ -9,8 +9,10 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/retention.h"
 #include "checkpoint/table_file.h"
 #include "common/file_io.h"
 #include "common/key_hash.h"
@@ -50,12 +52,13 @@ struct ShardCheckpointer::TableSnapshotToWrite {
 ShardCheckpointer::ShardCheckpointer(int32_t shard_index, int32_t num_shards,
                                      TableRegistry* registry,
                                      std::string checkpoint_root,
-                                     MemoryGuard* memory)
+                                     MemoryGuard* memory, int keep_checkpoints)
     : shard_index_(shard_index),
       num_shards_(num_shards),
       registry_(registry),
       checkpoint_root_(std::move(checkpoint_root)),
-      memory_(memory) {}
+      memory_(memory),
+      keep_checkpoints_(keep_checkpoints) {}
 
 ShardCheckpointer::~ShardCheckpointer() {
   MutexLock lock(&mu_);
@@ -147,48 +150,65 @@ absl::StatusOr<double> ShardCheckpointer::Save(
   writing_ = true;
   save_status_ = absl::OkStatus();
   save_response_.Clear();
-  writer_ = std::thread(
-      [this, shard_dir, snapshots = std::move(snapshots)]() mutable {
-        const absl::Time begin = absl::Now();
-        proto::AwaitSaveResponse response;
-        absl::Status status;
-        for (const TableSnapshotToWrite& item : snapshots) {
-          const std::string relative =
-              (std::filesystem::path(shard_dir).filename() /
-               checkpoint::TableFileName(item.table))
-                  .string();
-          absl::StatusOr<checkpoint::TableFileSummary> summary =
-              checkpoint::WriteTableFile(
-                  *item.snapshot,
-                  (std::filesystem::path(shard_dir).parent_path() / relative)
-                      .string());
-          if (!summary.ok()) {
-            status = summary.status();
-            break;
-          }
-          auto* file = response.add_file();
-          file->set_table(item.table);
-          proto::CheckpointShardFile* shard_file = file->mutable_file();
-          shard_file->set_shard(shard_index_);
-          shard_file->set_path(relative);
-          shard_file->set_bytes(summary->bytes);
-          shard_file->set_xxh3(summary->xxh3);
-          shard_file->set_rows(summary->rows);
-          shard_file->set_removed(summary->removed);
-          shard_file->set_incremental(item.snapshot->incremental());
-        }
-        // The copies of resident rows and the writers' buffers: back to the
-        // kernel, not kept to the next checkpoint (malloc_options.h).
-        snapshots.clear();
-        ReturnFreedMemory();
-        if (status.ok()) status = SyncPath(shard_dir);
-        response.set_write_seconds(absl::ToDoubleSeconds(absl::Now() - begin));
-        MutexLock lock(&mu_);
-        save_status_ = status;
-        save_response_ = std::move(response);
-        writing_ = false;
-        written_.SignalAll();
-      });
+  writer_ = std::thread([this, shard_dir,
+                         snapshots = std::move(snapshots)]() mutable {
+    const absl::Time begin = absl::Now();
+    proto::AwaitSaveResponse response;
+    absl::Status status;
+    for (const TableSnapshotToWrite& item : snapshots) {
+      const std::string relative =
+          (std::filesystem::path(shard_dir).filename() /
+           checkpoint::TableFileName(item.table))
+              .string();
+      absl::StatusOr<checkpoint::TableFileSummary> summary =
+          checkpoint::WriteTableFile(
+              *item.snapshot,
+              (std::filesystem::path(shard_dir).parent_path() / relative)
+                  .string());
+      if (!summary.ok()) {
+        status = summary.status();
+        break;
+      }
+      auto* file = response.add_file();
+      file->set_table(item.table);
+      proto::CheckpointShardFile* shard_file = file->mutable_file();
+      shard_file->set_shard(shard_index_);
+      shard_file->set_path(relative);
+      shard_file->set_bytes(summary->bytes);
+      shard_file->set_xxh3(summary->xxh3);
+      shard_file->set_rows(summary->rows);
+      shard_file->set_removed(summary->removed);
+      shard_file->set_incremental(item.snapshot->incremental());
+    }
+    // The copies of resident rows and the writers' buffers: back to the
+    // kernel, not kept to the next checkpoint (malloc_options.h).
+    snapshots.clear();
+    ReturnFreedMemory();
+    if (status.ok()) status = SyncPath(shard_dir);
+    response.set_write_seconds(absl::ToDoubleSeconds(absl::Now() - begin));
+    if (status.ok() && keep_checkpoints_ > 0 && shard_index_ == 0) {
+      // The root the checkpoint goes into: the parent of its directory.
+      const std::string root =
+          std::filesystem::path(shard_dir).parent_path().parent_path().string();
+      absl::StatusOr<checkpoint::PruneResult> pruned =
+          checkpoint::PruneCheckpoints(root, keep_checkpoints_);
+      if (!pruned.ok()) {
+        Logger("checkpoint")
+            ->warn("pruning '{}' (--keep_checkpoints={}) failed: {}", root,
+                   keep_checkpoints_, pruned.status().ToString());
+      } else if (!pruned->deleted.empty()) {
+        Logger("checkpoint")
+            ->info("pruned '{}': deleted {}, kept {}", root,
+                   absl::StrJoin(pruned->deleted, ", "),
+                   absl::StrJoin(pruned->kept, ", "));
+      }
+    }
+    MutexLock lock(&mu_);
+    save_status_ = status;
+    save_response_ = std::move(response);
+    writing_ = false;
+    written_.SignalAll();
+  });
   return absl::ToDoubleSeconds(pause);
 }
 

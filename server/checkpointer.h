@@ -41,9 +41,14 @@ class ShardCheckpointer {
   // the service refuses Save and Load requests (AcceptsRequests).
   // `memory` (null: no limit; must outlive this): the process's limit,
   // which a restore is admitted against (ps_server --memory_limit_mb).
+  // `keep_checkpoints` > 0, on shard 0: after each of its Save's files are
+  // written, the root the checkpoint is written into keeps the
+  // `keep_checkpoints` newest complete checkpoints and what their chains
+  // need (checkpoint/retention.h); the others are deleted. A failed prune
+  // is logged, the Save stays successful.
   ShardCheckpointer(int32_t shard_index, int32_t num_shards,
                     TableRegistry* registry, std::string checkpoint_root = "",
-                    MemoryGuard* memory = nullptr);
+                    MemoryGuard* memory = nullptr, int keep_checkpoints = 0);
   // Waits for a write in progress.
   ~ShardCheckpointer();
   ShardCheckpointer(const ShardCheckpointer&) = delete;
@@ -121,6 +126,7 @@ class ShardCheckpointer {
   TableRegistry* const registry_;
   const std::string checkpoint_root_;
   MemoryGuard* const memory_;
+  const int keep_checkpoints_;
 
   Mutex mu_;
   CondVar written_;

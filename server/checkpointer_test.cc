@@ -3,6 +3,7 @@
 // digest). The multi-process behaviour is in tests/checkpoint_test.
 #include "server/checkpointer.h"
 
+#include <algorithm>
 #include <atomic>
 #include <filesystem>
 #include <fstream>
@@ -22,6 +23,7 @@ namespace embedps::server {
 namespace {
 
 using ::embedps::testing::StatusIs;
+using ::testing::ElementsAre;
 
 // DigestTable of the checked-in format-2 checkpoint's table.
 constexpr uint64_t kFormat2Digest = 12638877911735199868u;
@@ -107,23 +109,25 @@ TEST(ShardCheckpointerTest, SavesWhilePushingAndRestoresExactly) {
               StatusIs(absl::StatusCode::kFailedPrecondition));
 }
 
-// Writes a one-shard checkpoint of `registry` under `root`.
-void WriteCheckpoint(TableRegistry& registry, const std::string& root) {
-  std::filesystem::remove_all(root);
-  const std::string dir = root + "/ckpt-000000000001.tmp";
+// Writes a one-shard checkpoint of step `step` through `checkpointer` under
+// `root`, as a client does: Save, AwaitSave, the MANIFEST, the rename.
+void WriteCheckpointThrough(ShardCheckpointer& checkpointer,
+                            TableRegistry& registry, const std::string& root,
+                            uint64_t step) {
+  const std::string name = checkpoint::CheckpointName(step);
+  const std::string dir = root + "/" + name + ".tmp";
   std::filesystem::create_directories(dir);
-  ShardCheckpointer checkpointer(0, 1, &registry);
   proto::SaveRequest request;
   request.set_directory(dir);
-  request.set_name("ckpt-000000000001");
-  request.set_step(1);
+  request.set_name(name);
+  request.set_step(step);
   ASSERT_OK(checkpointer.Save(request).status());
   ASSERT_OK_AND_ASSIGN(const proto::AwaitSaveResponse saved,
-                       checkpointer.AwaitSave("ckpt-000000000001"));
+                       checkpointer.AwaitSave(name));
   proto::CheckpointManifest manifest;
   manifest.set_format_version(checkpoint::kFormatVersion);
-  manifest.set_step(1);
-  manifest.set_name("ckpt-000000000001");
+  manifest.set_step(step);
+  manifest.set_name(name);
   manifest.set_num_shards(1);
   for (const TableRegistry::Entry& entry : registry.List()) {
     proto::CheckpointTable* table = manifest.add_table();
@@ -135,7 +139,50 @@ void WriteCheckpoint(TableRegistry& registry, const std::string& root) {
     }
   }
   ASSERT_OK(checkpoint::WriteManifest(dir, manifest));
-  std::filesystem::rename(dir, root + "/ckpt-000000000001");
+  std::filesystem::rename(dir, root + "/" + name);
+}
+
+// Writes a one-shard checkpoint of `registry` under `root` (emptied).
+void WriteCheckpoint(TableRegistry& registry, const std::string& root) {
+  std::filesystem::remove_all(root);
+  ShardCheckpointer checkpointer(0, 1, &registry);
+  WriteCheckpointThrough(checkpointer, registry, root, 1);
+}
+
+// ps_server --keep_checkpoints: shard 0 prunes the root after writing its
+// files of each checkpoint, so the root holds the kept ones and the one
+// just written; another shard never prunes.
+TEST(ShardCheckpointerTest, ShardZeroKeepsTheNewestCheckpoints) {
+  const std::string root = ::testing::TempDir() + "/checkpointer_keep";
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root);
+  TableRegistry registry;
+  ASSERT_OK(registry.Create(Config()).status());
+  ShardCheckpointer checkpointer(0, 1, &registry, "", nullptr,
+                                 /*keep_checkpoints=*/2);
+  for (uint64_t step = 1; step <= 5; ++step) {
+    WriteCheckpointThrough(checkpointer, registry, root, step);
+  }
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(root)) {
+    names.push_back(entry.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  EXPECT_THAT(names, ElementsAre(checkpoint::CheckpointName(3),
+                                 checkpoint::CheckpointName(4),
+                                 checkpoint::CheckpointName(5)));
+
+  ShardCheckpointer other_shard(1, 2, &registry, "", nullptr, 1);
+  proto::SaveRequest request;
+  const std::string dir = root + "/" + checkpoint::CheckpointName(6) + ".tmp";
+  std::filesystem::create_directories(dir);
+  request.set_directory(dir);
+  request.set_name(checkpoint::CheckpointName(6));
+  request.set_step(6);
+  ASSERT_OK(other_shard.Save(request).status());
+  ASSERT_OK(other_shard.AwaitSave(checkpoint::CheckpointName(6)).status());
+  EXPECT_TRUE(
+      std::filesystem::exists(root + "/" + checkpoint::CheckpointName(3)));
 }
 
 // A checkpoint whose rows do not fit the memory limit is refused before

@@ -77,6 +77,12 @@ ABSL_FLAG(std::string, checkpoint_root, "",
           "and Load requests, --restore, --follow_checkpoints and the files "
           "their manifests name must resolve inside it (PERMISSION_DENIED "
           "otherwise); empty: Save and Load requests are refused");
+ABSL_FLAG(int, keep_checkpoints, 0,
+          "shard 0 only: after writing its files of a checkpoint, delete all "
+          "but this many newest complete checkpoints of that root (never a "
+          "file a kept one's chain needs); 0: keep all. For clients that do "
+          "not prune themselves (ps_worker prunes with its config's "
+          "keep_checkpoints): set one or the other");
 ABSL_FLAG(uint64_t, max_keys_per_request, uint64_t{4} << 20,
           "most keys one Pull or Push may carry (RESOURCE_EXHAUSTED above)");
 ABSL_FLAG(uint64_t, max_sketch_counters, uint64_t{1} << 28,
@@ -197,6 +203,7 @@ absl::StatusOr<ShardOptions> OptionsFromFlags() {
   }
   options.restore = absl::GetFlag(FLAGS_restore);
   options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
+  options.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
   if (!options.checkpoint_root.empty()) {
     std::error_code error;
     if (!std::filesystem::is_directory(options.checkpoint_root, error)) {

@@ -28,7 +28,7 @@ struct TrainingParts {
       : registry(RegistryOptionsFor(o)),
         memory(memory),
         checkpointer(o.service.shard_index, o.service.num_shards, &registry,
-                     o.checkpoint_root, memory),
+                     o.checkpoint_root, memory, o.keep_checkpoints),
         publisher(PublisherFor(o), &registry),
         coordination(metrics, o.coordination),
         sweeper(&registry, o.ttl_sweep_interval) {}

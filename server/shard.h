@@ -84,6 +84,13 @@ struct ShardOptions {
   // PERMISSION_DENIED. Empty: Save and Load requests are refused
   // (FAILED_PRECONDITION); `restore` may name any path. Default: empty.
   std::string checkpoint_root;
+  // Shard 0 of a training job: after writing its files of each checkpoint,
+  // deletes all but the `keep_checkpoints` newest complete checkpoints of
+  // that checkpoint's root (and what their chains need;
+  // checkpoint/retention.h). 0: keep all. For clients that do not prune
+  // themselves (WorkerConfig.keep_checkpoints, CheckpointOptions.keep):
+  // set one or the other. Default: 0.
+  int keep_checkpoints = 0;
   // Largest gRPC message accepted or sent. Default: 1 GiB.
   int max_message_bytes = 1 << 30;
   // Port of the Prometheus page: 0 picks one, -1 none. Default: -1.
