@@ -256,7 +256,7 @@ namespace {
 // `table`.
 absl::StatusOr<TableFileRestore> ReadAndApply(
     const std::string& path, Table& table,
-    const std::function<bool(uint64_t)>& keep,
+    const std::function<bool(uint64_t)>& keep, bool values_only,
     absl::FunctionRef<void(PageCache)> start_checksum,
     absl::FunctionRef<absl::Status()> verify) {
   const rocksdb::Options options = FileOptions();
@@ -302,7 +302,11 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
       if (kv.first == "stripes") stripes = value;
     }
   }
-  if (file_record_bytes != record_bytes) {
+  // Values only: the table keeps no optimizer state, the file's records
+  // are cut after the embedding (a record is metadata, embedding, state).
+  const bool cut = values_only && file_record_bytes > record_bytes &&
+                   record_bytes == RowRecordBytes(table.spec().dim, 0);
+  if (file_record_bytes != record_bytes && !cut) {
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint file '", path, "' holds rows of ",
                      file_record_bytes, " bytes; table '", table.spec().name,
@@ -335,7 +339,7 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
   RETURN_IF_ERROR(FromRocks(it->status(), "read", path));
 
   const bool adopt_whole_file =
-      !result.incremental && !keep && table.spills() &&
+      !result.incremental && !keep && !cut && table.spills() &&
       stripe_rows.size() == static_cast<size_t>(table.spec().num_stripes);
   // A file adopted whole is read here only in part: its checksum reads it
   // around the page cache (at the disk's rate, without a copy). Otherwise
@@ -402,13 +406,13 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
     if (value.empty()) {
       removed.push_back(row_key);
       ++result.removed;
-    } else if (value.size() != record_bytes) {
+    } else if (value.size() != file_record_bytes) {
       return absl::DataLossError(absl::StrCat(
           "checkpoint file '", path, "': row of key ", row_key, " has ",
-          value.size(), " bytes, expected ", record_bytes));
+          value.size(), " bytes, expected ", file_record_bytes));
     } else {
       keys.push_back(row_key);
-      records.insert(records.end(), value.data(), value.data() + value.size());
+      records.insert(records.end(), value.data(), value.data() + record_bytes);
       ++result.rows;
     }
     if (keys.size() + removed.size() >= batch_rows) RETURN_IF_ERROR(flush());
@@ -422,7 +426,7 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
 
 absl::StatusOr<TableFileRestore> RestoreTableFile(
     const std::string& path, uint64_t expected_xxh3, Table& table,
-    const std::function<bool(uint64_t)>& keep) {
+    const std::function<bool(uint64_t)>& keep, bool values_only) {
   // The whole-file XXH3 is computed on a second thread while the file
   // is read; nothing is applied before it matched.
   std::future<absl::StatusOr<uint64_t>> checksum;
@@ -448,7 +452,7 @@ absl::StatusOr<TableFileRestore> RestoreTableFile(
     return *verdict;
   };
   absl::StatusOr<TableFileRestore> result =
-      ReadAndApply(path, table, keep, start_checksum, verify);
+      ReadAndApply(path, table, keep, values_only, start_checksum, verify);
   // A file that fails to read is reported by its checksum first: that
   // names the more basic fault (a missing file, or cut short).
   if (!result.ok()) RETURN_IF_ERROR(verify());

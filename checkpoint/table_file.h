@@ -62,11 +62,16 @@ struct TableFileRestore {
 // REQUIRES for a full (not incremental) file: `table` holds none of its
 // keys (restore starts from empty tables; files of different old shards
 // hold disjoint keys).
+// `values_only` (a serving replica's restore): `table` keeps no optimizer
+// state (its optimizer has none, e.g. SGD) and each record is cut after
+// its embedding; such a file is never adopted whole.
 // DATA_LOSS naming the file if it is truncated or corrupt;
-// FAILED_PRECONDITION naming it if its record size is not the table's.
+// FAILED_PRECONDITION naming it if its record size is not the table's (nor,
+// with `values_only`, larger).
 absl::StatusOr<TableFileRestore> RestoreTableFile(
     const std::string& path, uint64_t expected_xxh3, embedding::Table& table,
-    const std::function<bool(uint64_t)>& keep = nullptr);
+    const std::function<bool(uint64_t)>& keep = nullptr,
+    bool values_only = false);
 
 // XXH3-64 of a whole file, as TableFileSummary::xxh3, read through or
 // around the page cache (common/file_io.h). NOT_FOUND / UNAVAILABLE naming

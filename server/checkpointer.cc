@@ -342,7 +342,8 @@ ShardCheckpointer::RestoreAside(const std::string& path) {
   for (const proto::CheckpointTable& saved : latest.table()) {
     const std::string& name = saved.config().name();
     absl::StatusOr<std::unique_ptr<TableRegistry::PreparedTable>> built =
-        registry_->Prepare(saved.config());
+        registry_->Prepare(values_only_ ? ValuesOnlyConfig(saved.config())
+                                        : saved.config());
     if (!built.ok()) {
       return absl::Status(built.status().code(),
                           absl::StrCat("restoring table '", name, "' from '",
@@ -377,10 +378,10 @@ ShardCheckpointer::RestoreAside(const std::string& path) {
       for (auto it = files.rbegin(); it != files.rend(); ++it) {
         const std::string file_path =
             (std::filesystem::path(it->first) / it->second.path()).string();
-        ASSIGN_OR_RETURN(
-            const checkpoint::TableFileRestore restored,
-            checkpoint::RestoreTableFile(file_path, it->second.xxh3(), table,
-                                         same_sharding ? nullptr : keep));
+        ASSIGN_OR_RETURN(const checkpoint::TableFileRestore restored,
+                         checkpoint::RestoreTableFile(
+                             file_path, it->second.xxh3(), table,
+                             same_sharding ? nullptr : keep, values_only_));
         if (it + 1 == files.rend()) {
           // The newest file holds the admission state as of the checkpoint.
           RETURN_IF_ERROR(

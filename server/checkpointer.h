@@ -54,6 +54,11 @@ class ShardCheckpointer {
   ShardCheckpointer(const ShardCheckpointer&) = delete;
   ShardCheckpointer& operator=(const ShardCheckpointer&) = delete;
 
+  // Restores from here on keep values only (a serving replica's): tables
+  // are made with ValuesOnlyConfig and each record is cut after its
+  // embedding (checkpoint::RestoreTableFile's values_only).
+  void RestoreValuesOnly() { values_only_ = true; }
+
   // OK if Save and Load requests from the network are served: only with a
   // checkpoint root; FAILED_PRECONDITION saying so otherwise (a server
   // without one never writes or reads a path a request names).
@@ -127,6 +132,7 @@ class ShardCheckpointer {
   const std::string checkpoint_root_;
   MemoryGuard* const memory_;
   const int keep_checkpoints_;
+  bool values_only_ = false;
 
   Mutex mu_;
   CondVar written_;

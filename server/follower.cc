@@ -27,6 +27,7 @@
 #include "proto/tables.pb.h"
 #include "proto/training.grpc.pb.h"
 #include "server/checkpointer.h"
+#include "server/table_config.h"
 
 namespace embedps::server {
 struct Follower::Source {
@@ -188,6 +189,7 @@ absl::StatusOr<std::shared_ptr<const ServingVersion>> Follower::LoadCheckpoint(
   {
     ShardCheckpointer checkpointer(options_.shard_index, options_.num_shards,
                                    registry.get());
+    checkpointer.RestoreValuesOnly();
     RETURN_IF_ERROR(checkpointer.Restore(path).status());
   }
   ASSIGN_OR_RETURN(std::shared_ptr<const std::string> dense,
@@ -561,7 +563,7 @@ absl::Status Follower::Apply(const std::vector<proto::Publication>& parts,
     }
     // A table training created after the base's checkpoint.
     ASSIGN_OR_RETURN(TableRegistry::CreateResult created,
-                     next->registry->Create(rows.config));
+                     next->registry->Create(ValuesOnlyConfig(rows.config)));
     ASSIGN_OR_RETURN(TableRegistry::Entry entry,
                      next->registry->Find(created.table_id));
     next->tables[name] = std::make_shared<const ServingTable>(

@@ -523,6 +523,52 @@ TEST_F(ServingTest, AReplicaStartedOnBadCheckpointsServesTheNewestGoodOne) {
               StatusIs(absl::StatusCode::kNotFound, HasSubstr(damaged)));
 }
 
+// A replica keeps values only: an Adagrad table's rows cost it dim floats
+// each where training holds twice that (the accumulators), with the same
+// values; so do rows of a table it first meets in a publication.
+TEST_F(ServingTest, AReplicaHoldsValuesWithoutOptimizerState) {
+  proto::TableConfig config = Table("ada");
+  config.mutable_optimizer()->set_kind(proto::OptimizerConfig::ADAGRAD);
+  ASSERT_OK_AND_ASSIGN(const client::TableHandle ada,
+                       client_->CreateTable(config));
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 1; k <= 100; ++k) keys.push_back(k);
+  std::vector<float> grads(keys.size() * kDim, 0.5f);
+  ASSERT_OK(client_->Push(ada, keys, grads));
+  Checkpoint(3);
+  ASSERT_OK_AND_ASSIGN(auto replica, StartReplica());
+  std::vector<float> trained(keys.size() * kDim);
+  ASSERT_OK(client_->Lookup(ada, keys, absl::MakeSpan(trained)));
+  EXPECT_EQ(Rows(*replica, keys, "ada"), trained);
+
+  config.set_name("ada_later");
+  ASSERT_OK_AND_ASSIGN(const client::TableHandle later,
+                       client_->CreateTable(config));
+  ASSERT_OK(client_->Push(later, keys, grads));
+  ASSERT_OK(client_->Publish(4, "").status());
+  AwaitStep(*replica, 4);
+
+  const auto payload = [](const std::string& address, const std::string& name) {
+    proto::StatsResponse stats;
+    grpc::ClientContext context;
+    EXPECT_TRUE(
+        proto::StatsService::NewStub(
+            grpc::CreateChannel(address, grpc::InsecureChannelCredentials()))
+            ->Stats(&context, proto::StatsRequest(), &stats)
+            .ok());
+    for (const auto& table : stats.table()) {
+      if (table.name() == name) return table.payload_bytes();
+    }
+    return uint64_t{0};
+  };
+  const uint64_t values = keys.size() * kDim * sizeof(float);
+  EXPECT_EQ(payload(training_->address(), "ada"), 2 * values);
+  EXPECT_EQ(payload(replica->address(), "ada"), values);
+  std::vector<float> trained_later(keys.size() * kDim);
+  ASSERT_OK(client_->Lookup(later, keys, absl::MakeSpan(trained_later)));
+  EXPECT_EQ(Rows(*replica, keys, "ada_later"), trained_later);
+}
+
 TEST_F(ServingTest, NoCheckpointMeansNoReplica) {
   EXPECT_THAT(StartReplica().status(), StatusIs(absl::StatusCode::kNotFound));
 }

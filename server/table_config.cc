@@ -204,4 +204,9 @@ proto::TableConfig ConfigFromSpec(const TableSpec& spec) {
   return config;
 }
 
+proto::TableConfig ValuesOnlyConfig(proto::TableConfig config) {
+  config.mutable_optimizer()->set_kind(proto::OptimizerConfig::SGD);
+  return config;
+}
+
 }  // namespace embedps::server

@@ -20,6 +20,11 @@ absl::StatusOr<embedding::TableSpec> SpecFromConfig(
 // set explicitly.
 proto::TableConfig ConfigFromSpec(const embedding::TableSpec& spec);
 
+// The table a serving replica keeps for `config`: the same rows' values
+// and no optimizer state (the optimizer made SGD, whose rows carry none;
+// a replica never updates them).
+proto::TableConfig ValuesOnlyConfig(proto::TableConfig config);
+
 }  // namespace embedps::server
 
 #endif  // EMBEDPS_SERVER_TABLE_CONFIG_H_
