@@ -130,6 +130,9 @@ absl::StatusOr<std::unique_ptr<Follower>> Follower::Start(
     follower->base_name_ = name;
     follower->Install(std::move(base));
   }
+  // What the load allocated on the way (read batches, the files' blocks):
+  // back to the kernel (malloc_options.h).
+  ReturnFreedMemory();
   if (!reports.empty()) {
     follower->SetError(
         absl::StrCat("serving checkpoint ", name,
