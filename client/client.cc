@@ -1,9 +1,7 @@
 #include "client/client.h"
 
 #include <algorithm>
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <future>
 #include <optional>
 #include <random>
@@ -14,10 +12,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "checkpoint/manifest.h"
-#include "checkpoint/retention.h"
 #include "client/bulk_fan_out.h"
-#include "common/file_io.h"
+#include "client/client_impl.h"
 #include "common/key_hash.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
@@ -27,7 +23,56 @@
 #include "wire/server_identity.h"
 
 namespace embedps::client {
+
+namespace client_internal {
+
+std::vector<Part> SplitByShard(absl::Span<const uint64_t> keys, int32_t shards,
+                               size_t max_keys) {
+  std::vector<std::vector<uint32_t>> by_shard(shards);
+  for (uint32_t i = 0; i < keys.size(); ++i) {
+    by_shard[ShardOfKey(keys[i], shards)].push_back(i);
+  }
+  std::vector<Part> parts;
+  for (int32_t s = 0; s < shards; ++s) {
+    for (size_t begin = 0; begin < by_shard[s].size(); begin += max_keys) {
+      const size_t end = std::min(by_shard[s].size(), begin + max_keys);
+      parts.push_back({s,
+                       std::vector<uint32_t>(by_shard[s].begin() + begin,
+                                             by_shard[s].begin() + end),
+                       0});
+    }
+  }
+  return parts;
+}
+
+// "/embedps.proto.TrainingService/<method>"
+std::string MethodPath(absl::string_view method) {
+  return absl::StrCat("/", proto::TrainingService::service_full_name(), "/",
+                      method);
+}
+
+// Runs every part's work in parallel (the last on this thread) and returns
+// the first error.
+absl::Status RunParts(size_t count,
+                      const std::function<absl::Status(size_t)>& work) {
+  if (count == 0) return absl::OkStatus();
+  std::vector<std::future<absl::Status>> pending;
+  for (size_t p = 0; p + 1 < count; ++p) {
+    pending.push_back(std::async(std::launch::async, work, p));
+  }
+  absl::Status status = work(count - 1);
+  for (auto& f : pending) status.Update(f.get());
+  return status;
+}
+
+}  // namespace client_internal
+
 namespace {
+
+using client_internal::MethodPath;
+using client_internal::Part;
+using client_internal::RunParts;
+using client_internal::SplitByShard;
 
 // A batch's distinct keys, and where each caller position finds its row.
 struct Dedup {
@@ -72,13 +117,6 @@ Dedup Deduplicate(absl::Span<const uint64_t> keys, Client::Keys keys_are) {
 }
 
 // One RPC's share of a batch: indices into the distinct keys.
-struct Part {
-  int32_t shard;
-  std::vector<uint32_t> rows;
-  // Push to SYNC/SSP tables: nonzero on the shard's last part.
-  uint32_t parts_in_step = 0;
-};
-
 // Marks the last part of each shard with the shard's part count, adding an
 // empty closing part for shards that have no keys in this step.
 void CloseStepOnEveryShard(int32_t shards, std::vector<Part>& parts) {
@@ -100,186 +138,7 @@ void CloseStepOnEveryShard(int32_t shards, std::vector<Part>& parts) {
   }
 }
 
-std::vector<Part> SplitByShard(absl::Span<const uint64_t> keys, int32_t shards,
-                               size_t max_keys) {
-  std::vector<std::vector<uint32_t>> by_shard(shards);
-  for (uint32_t i = 0; i < keys.size(); ++i) {
-    by_shard[ShardOfKey(keys[i], shards)].push_back(i);
-  }
-  std::vector<Part> parts;
-  for (int32_t s = 0; s < shards; ++s) {
-    for (size_t begin = 0; begin < by_shard[s].size(); begin += max_keys) {
-      const size_t end = std::min(by_shard[s].size(), begin + max_keys);
-      parts.push_back({s,
-                       std::vector<uint32_t>(by_shard[s].begin() + begin,
-                                             by_shard[s].begin() + end),
-                       0});
-    }
-  }
-  return parts;
-}
-
-// "/embedps.proto.TrainingService/<method>"
-std::string MethodPath(absl::string_view method) {
-  return absl::StrCat("/", proto::TrainingService::service_full_name(), "/",
-                      method);
-}
-
-// Runs every part's work in parallel (the last on this thread) and returns
-// the first error.
-absl::Status RunParts(size_t count,
-                      const std::function<absl::Status(size_t)>& work) {
-  if (count == 0) return absl::OkStatus();
-  std::vector<std::future<absl::Status>> pending;
-  for (size_t p = 0; p + 1 < count; ++p) {
-    pending.push_back(std::async(std::launch::async, work, p));
-  }
-  absl::Status status = work(count - 1);
-  for (auto& f : pending) status.Update(f.get());
-  return status;
-}
-
 }  // namespace
-
-struct Client::Impl {
-  ClientOptions options;
-  // One channel's stubs: the generated ones, and a generic one for the
-  // bulk methods (Pull, Push), whose messages are built and read without
-  // copies (wire/bulk_message.h).
-  struct Stubs {
-    std::unique_ptr<proto::TrainingService::Stub> training;
-    std::unique_ptr<proto::StatsService::Stub> stats;
-    std::unique_ptr<grpc::GenericStub> bulk;
-  };
-  // A shard's replicas (one unless replicated: "a|b" in
-  // ClientOptions.servers), each with its channels; calls go to `current`,
-  // and an UNAVAILABLE answer moves on to the next replica (the primary may
-  // have changed).
-  struct Route {
-    std::vector<std::vector<Stubs>> replicas;  // [replica][channel]
-    std::atomic<size_t> current{0};
-  };
-  std::vector<std::unique_ptr<Route>> routes;
-  const std::string pull_path = MethodPath("Pull");
-  const std::string push_path = MethodPath("Push");
-  std::atomic<uint64_t> next_channel{0};
-
-  // The shard's next channel, in turn, at its current replica.
-  Stubs& Channel(size_t shard) {
-    Route& route = *routes[shard];
-    auto& channels =
-        route.replicas[route.current.load(std::memory_order_relaxed) %
-                       route.replicas.size()];
-    if (channels.size() == 1) return channels[0];
-    return channels[next_channel.fetch_add(1, std::memory_order_relaxed) %
-                    channels.size()];
-  }
-  // For a fan-out's retries.
-  BulkFanOut::Reroute Reroute() {
-    return [this](int32_t shard, grpc::GenericStub* stub) {
-      const bool other_replica = Unavailable(shard, stub);
-      return BulkFanOut::NextStub{Channel(shard).bulk.get(), other_replica};
-    };
-  }
-  // `stub` answered UNAVAILABLE (or not within the attempt's deadline): if
-  // it is the shard's current replica, the next one is tried from now on.
-  // True if the shard has several replicas (the next attempt goes to
-  // another one than `stub`'s).
-  template <typename StubType>
-  bool Unavailable(size_t shard, const StubType* stub) {
-    Route& route = *routes[shard];
-    if (route.replicas.size() < 2) return false;
-    size_t current = route.current.load();
-    for (const Stubs& s : route.replicas[current % route.replicas.size()]) {
-      if (static_cast<const void*>(&s) == stub ||
-          static_cast<const void*>(s.bulk.get()) == stub) {
-        route.current.compare_exchange_strong(current, current + 1);
-        return true;
-      }
-    }
-    return true;  // another call moved the shard on already
-  }
-  uint64_t client_id = 0;
-  std::atomic<uint64_t> next_sequence{1};
-  // Per shard: the incarnation of the server process that answered first
-  // (0: none yet).
-  std::unique_ptr<std::atomic<uint64_t>[]> incarnations;
-
-  // OK if the server that answered `context` is the process this client
-  // has been talking to (or the first); ABORTED naming it otherwise.
-  absl::Status CheckIncarnation(int32_t shard,
-                                const grpc::ClientContext& context) {
-    // The trailing metadata: every answer has it, also an error sent as
-    // trailers only (initial metadata may not have been received then).
-    std::string value, restored;
-    const auto& metadata = context.GetServerTrailingMetadata();
-    if (auto it = metadata.find(wire::kIncarnationMetadata);
-        it != metadata.end()) {
-      value.assign(it->second.data(), it->second.size());
-    }
-    if (auto it = metadata.find(wire::kRestoredStepMetadata);
-        it != metadata.end()) {
-      restored.assign(it->second.data(), it->second.size());
-    }
-    uint64_t incarnation = 0;
-    if (value.empty() || !absl::SimpleHexAtoi(value, &incarnation) ||
-        incarnation == 0) {
-      return absl::OkStatus();  // a server that does not say
-    }
-    uint64_t known = 0;
-    std::atomic<uint64_t>& slot = incarnations[shard];
-    if (slot.compare_exchange_strong(known, incarnation) ||
-        known == incarnation) {
-      return absl::OkStatus();
-    }
-    if (options.accept_restarted_shards) {
-      slot.store(incarnation);
-      return absl::OkStatus();
-    }
-    return absl::AbortedError(absl::StrCat(
-        "shard ", shard, " (", options.servers[shard],
-        ") is a new server process since this client's first call to it: "
-        "it was restarted",
-        restored.empty()
-            ? " empty"
-            : absl::StrCat(" from a checkpoint of step ", restored),
-        ", so the updates it had applied since are gone and training on it "
-        "would silently mix steps. Stop the job and restart it, with every "
-        "shard, from its last complete checkpoint (ps_worker --restore=ROOT; "
-        "docs/operations.md)"));
-  }
-
-  // Calls `rpc(stubs, context)` (the shard's stubs for the attempt) until
-  // it succeeds, fails with a non-retryable code, or the retry deadline
-  // passes.
-  // `extra_time`: how long the server may legitimately hold the call
-  // (a SYNC Pull waiting for other workers).
-  template <typename Rpc>
-  absl::Status Call(int32_t shard, absl::string_view method, Rpc&& rpc,
-                    absl::Duration extra_time = absl::ZeroDuration()) {
-    RetrySchedule schedule(options.retry, extra_time);
-    while (true) {
-      grpc::ClientContext context;
-      context.set_deadline(absl::ToChronoTime(schedule.StartAttempt()));
-      // The attempt's stub: the one the call goes to is the one a failure
-      // is reported against.
-      Stubs* const stub = &Channel(shard);
-      const grpc::Status status = rpc(*stub, &context);
-      if (status.ok()) return absl::OkStatus();
-      const bool other_replica =
-          (status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-           status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) &&
-          Unavailable(shard, stub);
-      const std::optional<absl::Duration> backoff =
-          schedule.BackoffAfter(status, absl::Now(), other_replica);
-      if (!backoff.has_value()) {
-        return CallFailed(method, shard, options.servers[shard],
-                          schedule.attempts(), status);
-      }
-      absl::SleepFor(*backoff);
-    }
-  }
-};
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Client::~Client() = default;
@@ -638,272 +497,6 @@ std::future<absl::Status> Client::StartPush(const TableHandle& table,
   calls->Seal(
       [done](absl::Status status) { done->set_value(std::move(status)); });
   return result;
-}
-
-absl::StatusOr<std::unique_ptr<Client::PendingCheckpoint>>
-Client::StartCheckpoint(const CheckpointOptions& options) {
-  if (options.root.empty()) {
-    return absl::InvalidArgumentError("a checkpoint needs a root directory");
-  }
-  auto pending = std::unique_ptr<PendingCheckpoint>(new PendingCheckpoint());
-  pending->client_ = this;
-  pending->root_ = options.root;
-  pending->step_ = options.step;
-  pending->keep_ = options.keep;
-  pending->name_ = checkpoint::CheckpointName(options.step);
-  const std::filesystem::path final_dir =
-      std::filesystem::path(options.root) / pending->name_;
-  pending->directory_ = final_dir.string() + checkpoint::kTemporarySuffix;
-  std::error_code error;
-  if (std::filesystem::exists(final_dir, error)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("checkpoint '", final_dir.string(), "' exists already"));
-  }
-  if (options.incremental) {
-    absl::StatusOr<std::string> latest =
-        checkpoint::ResolveCheckpoint(options.root);
-    if (latest.ok()) {
-      pending->parent_ = std::filesystem::path(*latest).filename().string();
-    }
-  }
-  // Leftovers of an attempt that never finished are not a checkpoint.
-  std::filesystem::remove_all(pending->directory_, error);
-  std::filesystem::create_directories(pending->directory_, error);
-  if (error) {
-    return ErrnoStatus(
-        error.value(),
-        absl::StrCat("cannot create checkpoint directory '",
-                     pending->directory_, "': ", error.message()));
-  }
-  // A refused checkpoint leaves nothing behind: the shards that took the
-  // Save finish writing first, then the directory goes.
-  std::vector<char> saving(num_shards(), 0);
-  const auto abandon = [&](absl::Status status) {
-    RunParts(num_shards(), [&](size_t shard) {
-      if (!saving[shard]) return absl::OkStatus();
-      proto::AwaitSaveRequest request;
-      request.set_name(pending->name_);
-      proto::AwaitSaveResponse ignored;
-      return impl_->Call(
-          static_cast<int32_t>(shard), "AwaitSave",
-          [&](Impl::Stubs& stub, grpc::ClientContext* c) {
-            return stub.training->AwaitSave(c, request, &ignored);
-          },
-          absl::Hours(1));
-    }).IgnoreError();
-    std::error_code ignored;
-    std::filesystem::remove_all(pending->directory_, ignored);
-    return status;
-  };
-  // The tables' specs, for the manifest (every shard has every table).
-  proto::ListTablesResponse tables;
-  if (absl::Status listed =
-          impl_->Call(0, "ListTables",
-                      [&](Impl::Stubs& stub, grpc::ClientContext* c) {
-                        return stub.training->ListTables(
-                            c, proto::ListTablesRequest(), &tables);
-                      });
-      !listed.ok()) {
-    return abandon(listed);
-  }
-  for (const auto& entry : tables.table()) {
-    pending->tables_.push_back(entry.config());
-  }
-  std::vector<double> pauses(num_shards(), 0.0);
-  const absl::Status saved = RunParts(num_shards(), [&](size_t shard) {
-    proto::SaveRequest request;
-    request.set_directory(pending->directory_);
-    request.set_name(pending->name_);
-    request.set_parent(pending->parent_);
-    request.set_step(options.step);
-    request.set_incremental(options.incremental);
-    proto::SaveResponse response;
-    RETURN_IF_ERROR(impl_->Call(static_cast<int32_t>(shard), "Save",
-                                [&](Impl::Stubs& stub, grpc::ClientContext* c) {
-                                  return stub.training->Save(c, request,
-                                                             &response);
-                                }));
-    pauses[shard] = response.pause_seconds();
-    saving[shard] = 1;
-    return absl::OkStatus();
-  });
-  if (!saved.ok()) return abandon(saved);
-  pending->pause_seconds_ = *std::max_element(pauses.begin(), pauses.end());
-  return pending;
-}
-
-absl::StatusOr<proto::CheckpointManifest> Client::PendingCheckpoint::Finish(
-    const std::vector<std::string>& extra_files) {
-  Impl& impl = *client_->impl_;
-  const int32_t shards = client_->num_shards();
-  std::vector<proto::AwaitSaveResponse> saved(shards);
-  // A checkpoint that cannot be finished leaves nothing behind.
-  const auto abandon = [&](absl::Status status) {
-    std::error_code ignored;
-    std::filesystem::remove_all(directory_, ignored);
-    return status;
-  };
-  const absl::Status written = RunParts(shards, [&](size_t shard) {
-    proto::AwaitSaveRequest request;
-    request.set_name(name_);
-    // The shard holds the call until its files are written.
-    return impl.Call(
-        static_cast<int32_t>(shard), "AwaitSave",
-        [&](Impl::Stubs& stub, grpc::ClientContext* c) {
-          return stub.training->AwaitSave(c, request, &saved[shard]);
-        },
-        absl::Hours(1));
-  });
-  if (!written.ok()) return abandon(written);
-  absl::StatusOr<proto::CheckpointManifest> manifest =
-      checkpoint::AssembleManifest(directory_, name_, step_, parent_, tables_,
-                                   saved, extra_files);
-  if (!manifest.ok()) return abandon(manifest.status());
-  if (absl::Status wrote = checkpoint::WriteManifest(directory_, *manifest);
-      !wrote.ok()) {
-    return abandon(wrote);
-  }
-  const std::string final_dir = (std::filesystem::path(root_) / name_).string();
-  if (std::rename(directory_.c_str(), final_dir.c_str()) != 0) {
-    const int error = errno;
-    return ErrnoStatus(
-        error, absl::StrCat("cannot rename '", directory_, "' to '", final_dir,
-                            "': ", std::strerror(error)));
-  }
-  RETURN_IF_ERROR(SyncPath(root_));
-  directory_ = final_dir;
-  if (keep_ > 0) {
-    absl::StatusOr<checkpoint::PruneResult> pruned =
-        checkpoint::PruneCheckpoints(root_, keep_);
-    if (pruned.ok()) {
-      pruned_ = pruned->deleted;
-    } else {
-      prune_status_ = pruned.status();
-    }
-  }
-  return manifest;
-}
-
-absl::StatusOr<proto::CheckpointManifest> Client::Checkpoint(
-    const CheckpointOptions& options) {
-  ASSIGN_OR_RETURN(auto pending, StartCheckpoint(options));
-  return pending->Finish();
-}
-
-absl::StatusOr<proto::LoadResponse> Client::Load(const std::string& path) {
-  // All or nothing across shards: every shard restores aside (PREPARE);
-  // only when all did do they make it visible (COMMIT); else each drops
-  // what it prepared (ABORT).
-  const std::string transaction = absl::StrCat(
-      absl::Hex(impl_->client_id), "-", impl_->next_sequence.fetch_add(1));
-  const auto each_shard = [&](proto::LoadRequest::Phase phase,
-                              std::vector<proto::LoadResponse>* responses) {
-    return RunParts(num_shards(), [&](size_t shard) {
-      proto::LoadRequest request;
-      request.set_path(path);
-      request.set_phase(phase);
-      request.set_transaction(transaction);
-      proto::LoadResponse ignored;
-      return impl_->Call(
-          static_cast<int32_t>(shard), "Load",
-          [&](Impl::Stubs& stub, grpc::ClientContext* c) {
-            return stub.training->Load(
-                c, request,
-                responses != nullptr ? &(*responses)[shard] : &ignored);
-          },
-          absl::Hours(1));
-    });
-  };
-  std::vector<proto::LoadResponse> responses(num_shards());
-  if (absl::Status prepared =
-          each_shard(proto::LoadRequest::PREPARE, &responses);
-      !prepared.ok()) {
-    each_shard(proto::LoadRequest::ABORT, nullptr).IgnoreError();
-    return prepared;
-  }
-  if (absl::Status committed = each_shard(proto::LoadRequest::COMMIT, nullptr);
-      !committed.ok()) {
-    return absl::Status(
-        committed.code(),
-        absl::StrCat(committed.message(),
-                     " (the Load was prepared on every shard but not "
-                     "committed on every one: Load again into empty servers)"));
-  }
-  uint64_t rows = 0;
-  for (const proto::LoadResponse& r : responses) rows += r.rows();
-  proto::LoadResponse total = responses[0];
-  total.set_rows(rows);
-  return total;
-}
-
-absl::StatusOr<uint64_t> Client::Publish(uint64_t step,
-                                         const std::string& dense_parameters) {
-  std::vector<uint64_t> rows(num_shards(), 0);
-  RETURN_IF_ERROR(RunParts(num_shards(), [&](size_t shard) {
-    proto::PublishRequest request;
-    request.set_step(step);
-    if (shard == 0) request.set_dense_parameters(dense_parameters);
-    proto::PublishResponse response;
-    // A SYNC shard holds the call until the step is applied.
-    RETURN_IF_ERROR(impl_->Call(
-        static_cast<int32_t>(shard), "Publish",
-        [&](Impl::Stubs& stub, grpc::ClientContext* c) {
-          return stub.training->Publish(c, request, &response);
-        },
-        absl::Minutes(5)));
-    rows[shard] = response.rows();
-    return absl::OkStatus();
-  }));
-  uint64_t total = 0;
-  for (uint64_t r : rows) total += r;
-  return total;
-}
-
-absl::StatusOr<std::vector<uint64_t>> Client::Erase(
-    const TableHandle& table, absl::Span<const uint64_t> keys) {
-  std::vector<uint64_t> unique(keys.begin(), keys.end());
-  std::sort(unique.begin(), unique.end());
-  unique.erase(std::unique(unique.begin(), unique.end()), unique.end());
-  std::vector<std::vector<uint64_t>> by_shard(num_shards());
-  for (uint64_t key : unique) {
-    by_shard[ShardOfKey(key, num_shards())].push_back(key);
-  }
-  std::vector<uint64_t> erased(num_shards(), 0);
-  RETURN_IF_ERROR(RunParts(num_shards(), [&](size_t shard) {
-    const std::vector<uint64_t>& mine = by_shard[shard];
-    for (size_t begin = 0; begin < mine.size();
-         begin += impl_->options.max_keys_per_request) {
-      const size_t count =
-          std::min(mine.size() - begin, impl_->options.max_keys_per_request);
-      proto::EraseRequest request;
-      request.set_table_id(table.shard_table_ids[shard]);
-      request.set_keys(reinterpret_cast<const char*>(mine.data() + begin),
-                       count * sizeof(uint64_t));
-      proto::EraseResponse response;
-      RETURN_IF_ERROR(
-          impl_->Call(static_cast<int32_t>(shard), "Erase",
-                      [&](Impl::Stubs& stub, grpc::ClientContext* c) {
-                        return stub.training->Erase(c, request, &response);
-                      }));
-      erased[shard] += response.erased();
-    }
-    return absl::OkStatus();
-  }));
-  return erased;
-}
-
-absl::StatusOr<std::vector<proto::StatsResponse>> Client::Stats() {
-  std::vector<proto::StatsResponse> responses(num_shards());
-  const absl::Status status = RunParts(num_shards(), [&](size_t shard) {
-    proto::StatsRequest request;
-    return impl_->Call(static_cast<int32_t>(shard), "Stats",
-                       [&](Impl::Stubs& stub, grpc::ClientContext* context) {
-                         return stub.stats->Stats(context, request,
-                                                  &responses[shard]);
-                       });
-  });
-  if (!status.ok()) return status;
-  return responses;
 }
 
 }  // namespace embedps::client
