@@ -9,9 +9,15 @@
 //
 // Prints one JSON object: per-shard and total memory and checkpoint bytes,
 // the bytes per row they come from, and with --replicas the serving
-// replicas' memory (a replica holds its serving shard's rows). A table
-// with a memory budget keeps at most the budget in memory per shard; the
-// rest goes to its spill tier on disk (about a checkpoint row's size each).
+// replicas' memory (a replica holds its serving shard's rows, values only:
+// measured on a table made as a replica makes it). A table with a memory
+// budget keeps at most the budget in memory per shard; the rest goes to
+// its spill tier on disk (about a checkpoint row's size each).
+// Peaks, on top of the steady figures: a training shard writing a full
+// checkpoint holds a copy of its resident rows (a checkpoint record each)
+// until the file is written; a shard that publishes keeps up to
+// --publish_history_mb of publications; a serving replica loading a newer
+// checkpoint holds it beside the one it serves (two copies).
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -38,6 +44,10 @@ ABSL_FLAG(int32_t, shards, 1, "training shards (keys spread evenly)");
 ABSL_FLAG(int32_t, replicas, 0,
           "serving replicas of each shard's rows (0: no serving)");
 ABSL_FLAG(uint64_t, sample, 200000, "keys filled to measure");
+ABSL_FLAG(uint64_t, publish_history_mb, 0,
+          "ps_server --publish_history_mb of a job that publishes to serving "
+          "replicas (the server's default is 512); 0: the job does not "
+          "publish");
 
 namespace embedps::tools {
 namespace {
@@ -61,6 +71,8 @@ absl::StatusOr<proto::TableConfig> ReadConfig() {
 struct Measured {
   double memory_bytes_per_row = 0;
   double checkpoint_bytes_per_row = 0;
+  // A checkpoint snapshot's copy of a resident row (its record).
+  double snapshot_bytes_per_row = 0;
   uint64_t fixed_bytes = 0;  // the admission sketch
 };
 
@@ -100,6 +112,7 @@ absl::StatusOr<Measured> Measure(embedding::TableSpec spec, uint64_t sample) {
   if (!written.ok()) return written.status();
   m.checkpoint_bytes_per_row =
       static_cast<double>(written->bytes) / static_cast<double>(written->rows);
+  m.snapshot_bytes_per_row = static_cast<double>(snapshot->record_bytes());
   return m;
 }
 
@@ -121,9 +134,17 @@ int Run() {
     return 2;
   }
   absl::StatusOr<Measured> m = Measure(*spec, absl::GetFlag(FLAGS_sample));
-  if (!m.ok()) {
-    std::fprintf(stderr, "%s\n", m.status().ToString().c_str());
-    return 1;
+  // A serving replica's table: values only, all in memory.
+  absl::StatusOr<embedding::TableSpec> serving_spec =
+      server::SpecFromConfig(server::ValuesOnlyConfig(*config));
+  absl::StatusOr<Measured> serving =
+      serving_spec.ok() ? Measure(*serving_spec, absl::GetFlag(FLAGS_sample))
+                        : absl::StatusOr<Measured>(serving_spec.status());
+  for (const auto* measured : {&m, &serving}) {
+    if (!measured->ok()) {
+      std::fprintf(stderr, "%s\n", measured->status().ToString().c_str());
+      return 1;
+    }
   }
   const uint64_t per_shard = (keys + shards - 1) / shards;
   const double rows_bytes = m->memory_bytes_per_row * per_shard;
@@ -134,6 +155,13 @@ int Run() {
                                   ? per_shard * (1.0 - budget / rows_bytes)
                                   : 0.0;
   const double checkpoint = m->checkpoint_bytes_per_row * per_shard;
+  const double resident_rows =
+      budget > 0 && rows_bytes > budget ? per_shard - spilled_rows : per_shard;
+  const double snapshot = m->snapshot_bytes_per_row * resident_rows;
+  const double history =
+      static_cast<double>(absl::GetFlag(FLAGS_publish_history_mb)) * (1 << 20);
+  const double serving_rows_bytes =
+      serving->memory_bytes_per_row * static_cast<double>(per_shard);
   nlohmann::json out = {
       {"table", spec->name},
       {"dim", spec->dim},
@@ -149,11 +177,17 @@ int Run() {
       {"checkpoint_bytes_per_shard", std::llround(checkpoint)},
       {"memory_bytes_total", std::llround(memory * shards)},
       {"checkpoint_bytes_total", std::llround(checkpoint * shards)},
+      {"checkpoint_snapshot_bytes_per_shard", std::llround(snapshot)},
+      {"publication_history_bytes_per_shard", std::llround(history)},
+      {"peak_memory_bytes_per_shard",
+       std::llround(memory + snapshot + history)},
       {"serving_replicas", replicas},
-      // A serving replica holds rows without optimizer state only when the
-      // checkpoint says so; count them as training holds them.
+      {"serving_memory_bytes_per_row", serving->memory_bytes_per_row},
+      {"serving_memory_bytes_per_replica", std::llround(serving_rows_bytes)},
+      {"serving_peak_memory_bytes_per_replica",
+       std::llround(2 * serving_rows_bytes)},
       {"serving_memory_bytes_total",
-       std::llround(rows_bytes * shards * replicas)},
+       std::llround(serving_rows_bytes * shards * replicas)},
   };
   std::printf("%s\n", out.dump(2).c_str());
   return 0;

@@ -136,14 +136,16 @@ def test_the_memory_limit_refuses_before_the_process_grows_past_it(start_servers
 
 def test_the_capacity_planner_agrees_with_a_real_table(start_servers, tmp_path):
     """tools/capacity's memory and checkpoint bytes per shard against the
-    Stats and the checkpoint files of real shards holding the same keys."""
+    Stats and the checkpoint files of real shards holding the same keys, and
+    its serving replica's (values only) against a real replica's."""
     import json
     import subprocess
     from conftest import binary
     config = 'name: "emb" dim: 32 optimizer { kind: ADAGRAD learning_rate: 0.1 }'
     keys = 400000
     plan = json.loads(subprocess.run(
-        [binary("tools/capacity"), f"--table={config}", f"--keys={keys}", "--shards=2"],
+        [binary("tools/capacity"), f"--table={config}", f"--keys={keys}", "--shards=2",
+         "--replicas=1"],
         check=True, capture_output=True, text=True, timeout=120).stdout)
     servers = start_servers(2)
     client = embedps.Client([s.address for s in servers])
@@ -159,6 +161,14 @@ def test_the_capacity_planner_agrees_with_a_real_table(start_servers, tmp_path):
     assert len(files) == 2
     for f in files:
         assert int(f["bytes"]) == pytest.approx(plan["checkpoint_bytes_per_shard"], rel=0.1)
+    # One serving shard: a replica holds both training shards' rows.
+    replica = start_servers(1, "--role=serving", f"--follow_checkpoints={tmp_path / 'ckpt'}")[0]
+    served = embedps.Client([replica.address]).stats()[0]["table"][0]
+    assert int(served["rows"]) == keys
+    assert int(served["resident_bytes"]) == pytest.approx(
+        2 * plan["serving_memory_bytes_per_replica"], rel=0.15)
+    assert plan["serving_memory_bytes_per_row"] < 0.6 * plan["memory_bytes_per_row"]
+    assert plan["checkpoint_snapshot_bytes_per_shard"] > 0
 
 
 def test_the_capacity_planner_refuses_what_it_cannot_plan():
