@@ -22,11 +22,13 @@
 //   the same shard's file in the manifest's `parent`; a chain of them ends
 //   at a checkpoint whose files are all full (manifest.h ReadChain).
 // - Versions: the manifest's format_version says the format of the whole
-//   checkpoint. A build writes kFormatVersion and reads exactly that
-//   version; another is refused with FAILED_PRECONDITION naming both
-//   (version 1 kept a zlib CRC-32 of each table file where version 2 keeps
-//   its XXH3-64). checkpoint/testdata holds a version-2 checkpoint that
-//   every later build must restore to the same rows (a test reads it).
+//   checkpoint. A build writes kFormatVersion and reads it and the one
+//   before, back to kOldestReadFormatVersion; another is refused with
+//   FAILED_PRECONDITION naming both. Version 1 differs from 2 only in the
+//   table files' checksum in the manifest: a zlib CRC-32 (field crc32)
+//   where version 2 keeps an XXH3-64 (xxh3); the files are the same.
+//   checkpoint/testdata holds a checkpoint of each version that every
+//   later build must restore to the same rows (tests read them).
 //
 // A table file is a RocksDB SST file (sorted, block-checksummed):
 //   row key (8 bytes, big-endian) -> the row's record
@@ -53,9 +55,18 @@
 
 namespace embedps::checkpoint {
 
-// The version this build writes and reads (CheckpointManifest
-// .format_version).
+// The version this build writes (CheckpointManifest.format_version), and
+// the oldest it reads.
 inline constexpr uint32_t kFormatVersion = 2;
+inline constexpr uint32_t kOldestReadFormatVersion = 1;
+
+// How a whole table file is checked: its XXH3-64 (format version 2) or its
+// zlib CRC-32 (format version 1; manifest.h ExpectedChecksum).
+struct FileChecksum {
+  enum class Kind { kXxh3, kCrc32 };
+  Kind kind = Kind::kXxh3;
+  uint64_t value = 0;
+};
 
 inline constexpr char kManifestFileName[] = "MANIFEST";
 inline constexpr char kTemporarySuffix[] = ".tmp";

@@ -91,10 +91,12 @@ absl::StatusOr<proto::CheckpointManifest> ReadManifest(const std::string& dir) {
     return absl::DataLossError(
         absl::StrCat("checkpoint manifest '", path, "' does not parse"));
   }
-  if (manifest.format_version() != kFormatVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint manifest '", path, "' has format version ",
-        manifest.format_version(), "; this build reads ", kFormatVersion));
+  if (manifest.format_version() < kOldestReadFormatVersion ||
+      manifest.format_version() > kFormatVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint manifest '", path, "' has format version ",
+                     manifest.format_version(), "; this build reads versions ",
+                     kOldestReadFormatVersion, " to ", kFormatVersion));
   }
   return manifest;
 }
@@ -150,6 +152,14 @@ absl::StatusOr<std::string> ResolveCheckpoint(
             : absl::StrCat("; left out: ", absl::StrJoin(left_out, "; "))));
   }
   return found.front().dir;
+}
+
+FileChecksum ExpectedChecksum(const proto::CheckpointManifest& manifest,
+                              const proto::CheckpointShardFile& file) {
+  if (manifest.format_version() == 1) {
+    return FileChecksum{FileChecksum::Kind::kCrc32, file.crc32()};
+  }
+  return FileChecksum{FileChecksum::Kind::kXxh3, file.xxh3()};
 }
 
 absl::StatusOr<std::vector<ChainLink>> ReadChain(const std::string& dir) {

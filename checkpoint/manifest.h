@@ -64,6 +64,11 @@ absl::StatusOr<std::vector<CompleteCheckpoint>> ListCheckpoints(
 absl::StatusOr<std::string> ResolveCheckpoint(
     const std::string& path, std::vector<std::string>* skipped = nullptr);
 
+// The checksum `manifest` records for one of its table files: XXH3-64 from
+// format version 2 on, zlib CRC-32 in version 1.
+FileChecksum ExpectedChecksum(const proto::CheckpointManifest& manifest,
+                              const proto::CheckpointShardFile& file);
+
 struct ChainLink {
   std::string dir;
   proto::CheckpointManifest manifest;

@@ -427,27 +427,41 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
 absl::StatusOr<TableFileRestore> RestoreTableFile(
     const std::string& path, uint64_t expected_xxh3, Table& table,
     const std::function<bool(uint64_t)>& keep, bool values_only) {
-  // The whole-file XXH3 is computed on a second thread while the file
+  return RestoreTableFile(
+      path, FileChecksum{FileChecksum::Kind::kXxh3, expected_xxh3}, table, keep,
+      values_only);
+}
+
+absl::StatusOr<TableFileRestore> RestoreTableFile(
+    const std::string& path, const FileChecksum& expected, Table& table,
+    const std::function<bool(uint64_t)>& keep, bool values_only) {
+  // The whole-file checksum is computed on a second thread while the file
   // is read; nothing is applied before it matched.
+  const bool xxh3 = expected.kind == FileChecksum::Kind::kXxh3;
   std::future<absl::StatusOr<uint64_t>> checksum;
   const auto start_checksum = [&](PageCache page_cache) {
     if (checksum.valid()) return;
-    checksum = std::async(std::launch::async, [path, page_cache] {
-      return TableFileXxh3(path, page_cache);
-    });
+    checksum =
+        std::async(std::launch::async,
+                   [path, page_cache, xxh3]() -> absl::StatusOr<uint64_t> {
+                     if (xxh3) return TableFileXxh3(path, page_cache);
+                     ASSIGN_OR_RETURN(const uint32_t crc, FileCrc32(path));
+                     return crc;
+                   });
   };
   std::optional<absl::Status> verdict;
   const auto verify = [&]() -> absl::Status {
     if (!verdict.has_value()) {
       start_checksum(PageCache::kUse);
       const absl::StatusOr<uint64_t> computed = checksum.get();
-      verdict = !computed.ok() ? computed.status()
-                : *computed == expected_xxh3
-                    ? absl::OkStatus()
-                    : absl::DataLossError(absl::StrCat(
-                          "checkpoint file '", path,
-                          "' is corrupt or truncated: XXH3 ", *computed,
-                          ", the manifest says ", expected_xxh3));
+      verdict =
+          !computed.ok() ? computed.status()
+          : *computed == expected.value
+              ? absl::OkStatus()
+              : absl::DataLossError(absl::StrCat(
+                    "checkpoint file '", path,
+                    "' is corrupt or truncated: ", xxh3 ? "XXH3 " : "CRC-32 ",
+                    *computed, ", the manifest says ", expected.value));
     }
     return *verdict;
   };

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "checkpoint/format.h"
 #include "common/file_io.h"
 #include "embedding/table.h"
 
@@ -70,6 +71,13 @@ struct TableFileRestore {
 // with `values_only`, larger).
 absl::StatusOr<TableFileRestore> RestoreTableFile(
     const std::string& path, uint64_t expected_xxh3, embedding::Table& table,
+    const std::function<bool(uint64_t)>& keep = nullptr,
+    bool values_only = false);
+
+// As above, against `expected` (format.h FileChecksum).
+absl::StatusOr<TableFileRestore> RestoreTableFile(
+    const std::string& path, const FileChecksum& expected,
+    embedding::Table& table,
     const std::function<bool(uint64_t)>& keep = nullptr,
     bool values_only = false);
 

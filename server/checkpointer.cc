@@ -354,7 +354,12 @@ ShardCheckpointer::RestoreAside(const std::string& path) {
     for (int32_t old = 0; old < old_shards; ++old) {
       if (same_sharding && old != shard_index_) continue;
       // This old shard's files, newest first, down to a full one.
-      std::vector<std::pair<std::string, proto::CheckpointShardFile>> files;
+      struct LinkFile {
+        std::string dir;
+        proto::CheckpointShardFile file;
+        checkpoint::FileChecksum checksum;
+      };
+      std::vector<LinkFile> files;
       bool reached_full = false;
       for (const checkpoint::ChainLink& link : chain) {
         const proto::CheckpointShardFile* found =
@@ -364,7 +369,8 @@ ShardCheckpointer::RestoreAside(const std::string& path) {
                                                   "' has no file for table '",
                                                   name, "' of shard ", old));
         }
-        files.emplace_back(link.dir, *found);
+        files.push_back({link.dir, *found,
+                         checkpoint::ExpectedChecksum(link.manifest, *found)});
         if (!found->incremental()) {
           reached_full = true;
           break;
@@ -377,10 +383,10 @@ ShardCheckpointer::RestoreAside(const std::string& path) {
       }
       for (auto it = files.rbegin(); it != files.rend(); ++it) {
         const std::string file_path =
-            (std::filesystem::path(it->first) / it->second.path()).string();
+            (std::filesystem::path(it->dir) / it->file.path()).string();
         ASSIGN_OR_RETURN(const checkpoint::TableFileRestore restored,
                          checkpoint::RestoreTableFile(
-                             file_path, it->second.xxh3(), table,
+                             file_path, it->checksum, table,
                              same_sharding ? nullptr : keep, values_only_));
         if (it + 1 == files.rend()) {
           // The newest file holds the admission state as of the checkpoint.

@@ -279,8 +279,21 @@ TEST(ShardCheckpointerTest, AFailedRestoreLeavesTheShardAsItWas) {
 // The checked-in checkpoint of format version 2 (checkpoint/testdata):
 // every later build must restore it, into any shard count, to the same
 // rows.
-TEST(ShardCheckpointerTest, ReadsTheCheckedInFormat2Checkpoint) {
-  const std::string fixture = "checkpoint/testdata/ckpt-000000000007";
+class CheckedInCheckpointTest : public ::testing::TestWithParam<std::string> {};
+
+INSTANTIATE_TEST_SUITE_P(
+    Formats, CheckedInCheckpointTest,
+    ::testing::Values("checkpoint/testdata/ckpt-000000000007",
+                      "checkpoint/testdata/format1/ckpt-000000000007"),
+    [](const ::testing::TestParamInfo<std::string>& info) {
+      return info.param.find("format1") != std::string::npos ? "Version1"
+                                                             : "Version2";
+    });
+
+// Every format version this build reads restores the checked-in checkpoint
+// into 1 and 3 shards to the same rows.
+TEST_P(CheckedInCheckpointTest, RestoresToTheSameRows) {
+  const std::string fixture = GetParam();
   uint64_t rows = 0, digest = 0;
   for (int32_t shard = 0; shard < 3; ++shard) {
     TableRegistry registry;
@@ -303,6 +316,34 @@ TEST(ShardCheckpointerTest, ReadsTheCheckedInFormat2Checkpoint) {
   EXPECT_EQ(rows, d.rows) << "three shards hold every row once";
   EXPECT_EQ(digest, d.digest);
   EXPECT_EQ(d.digest, kFormat2Digest) << "digest " << d.digest;
+}
+
+// A version-1 table file is checked against its CRC-32: one byte changed
+// is DATA_LOSS naming the file, and nothing is restored.
+TEST(ShardCheckpointerTest, AVersion1FileIsCheckedAgainstItsCrc32) {
+  const std::string copy = ::testing::TempDir() + "/format1_copy";
+  std::filesystem::remove_all(copy);
+  std::filesystem::copy("checkpoint/testdata/format1/ckpt-000000000007", copy,
+                        std::filesystem::copy_options::recursive);
+  const std::string file = copy + "/shard-00000-of-00001/t-users.emb.sst";
+  std::filesystem::permissions(file, std::filesystem::perms::owner_write,
+                               std::filesystem::perm_options::add);
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(200);
+    char byte = 0;
+    f.read(&byte, 1);
+    byte = static_cast<char>(byte ^ 0x01);
+    f.seekp(200);
+    f.write(&byte, 1);
+  }
+  TableRegistry registry;
+  ShardCheckpointer checkpointer(0, 1, &registry);
+  EXPECT_THAT(checkpointer.Restore(copy).status(),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       ::testing::AllOf(::testing::HasSubstr("CRC-32"),
+                                        ::testing::HasSubstr("t-users.emb"))));
+  EXPECT_TRUE(registry.List().empty());
 }
 
 }  // namespace
