@@ -257,7 +257,7 @@ namespace {
 absl::StatusOr<TableFileRestore> ReadAndApply(
     const std::string& path, Table& table,
     const std::function<bool(uint64_t)>& keep, bool values_only,
-    absl::FunctionRef<void(PageCache)> start_checksum,
+    bool list_removed, absl::FunctionRef<void(PageCache)> start_checksum,
     absl::FunctionRef<absl::Status()> verify) {
   const rocksdb::Options options = FileOptions();
   rocksdb::SstFileReader reader(options);
@@ -405,6 +405,7 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
     }
     if (value.empty()) {
       removed.push_back(row_key);
+      if (list_removed) result.removed_keys.push_back(row_key);
       ++result.removed;
     } else if (value.size() != file_record_bytes) {
       return absl::DataLossError(absl::StrCat(
@@ -434,7 +435,8 @@ absl::StatusOr<TableFileRestore> RestoreTableFile(
 
 absl::StatusOr<TableFileRestore> RestoreTableFile(
     const std::string& path, const FileChecksum& expected, Table& table,
-    const std::function<bool(uint64_t)>& keep, bool values_only) {
+    const std::function<bool(uint64_t)>& keep, bool values_only,
+    bool list_removed) {
   // The whole-file checksum is computed on a second thread while the file
   // is read; nothing is applied before it matched.
   const bool xxh3 = expected.kind == FileChecksum::Kind::kXxh3;
@@ -465,8 +467,8 @@ absl::StatusOr<TableFileRestore> RestoreTableFile(
     }
     return *verdict;
   };
-  absl::StatusOr<TableFileRestore> result =
-      ReadAndApply(path, table, keep, values_only, start_checksum, verify);
+  absl::StatusOr<TableFileRestore> result = ReadAndApply(
+      path, table, keep, values_only, list_removed, start_checksum, verify);
   // A file that fails to read is reported by its checksum first: that
   // names the more basic fault (a missing file, or cut short).
   if (!result.ok()) RETURN_IF_ERROR(verify());

@@ -52,6 +52,8 @@ struct TableFileRestore {
   uint64_t skipped = 0;
   bool incremental = false;
   std::vector<std::string> admission_states;
+  // The keys the file removed (and `keep` accepted), when asked for.
+  std::vector<uint64_t> removed_keys;
 };
 
 // Applies a table file to `table`: rows of keys `keep` accepts (every key
@@ -74,12 +76,13 @@ absl::StatusOr<TableFileRestore> RestoreTableFile(
     const std::function<bool(uint64_t)>& keep = nullptr,
     bool values_only = false);
 
-// As above, against `expected` (format.h FileChecksum).
+// As above, against `expected` (format.h FileChecksum); with
+// `list_removed`, the removed keys are also listed in the result.
 absl::StatusOr<TableFileRestore> RestoreTableFile(
     const std::string& path, const FileChecksum& expected,
     embedding::Table& table,
     const std::function<bool(uint64_t)>& keep = nullptr,
-    bool values_only = false);
+    bool values_only = false, bool list_removed = false);
 
 // XXH3-64 of a whole file, as TableFileSummary::xxh3, read through or
 // around the page cache (common/file_io.h). NOT_FOUND / UNAVAILABLE naming

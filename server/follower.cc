@@ -12,15 +12,18 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "checkpoint/format.h"
 #include "checkpoint/manifest.h"
+#include "checkpoint/table_file.h"
 #include "common/file_io.h"
 #include "common/key_hash.h"
 #include "common/logging.h"
 #include "common/malloc_options.h"
 #include "common/status_macros.h"
+#include "embedding/table.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/serving.pb.h"
@@ -375,6 +378,7 @@ proto::ServingVersionResponse Follower::Describe() const {
   out.set_base_step(base_step_);
   out.set_publications_applied(publications_applied_);
   out.set_checkpoints_loaded(loads_.load());
+  out.set_increments_applied(increments_applied_.load());
   out.set_pinned(options_.pinned_step > 0);
   return out;
 }
@@ -389,6 +393,15 @@ void Follower::PollCheckpoints() {
     if (stopping_) break;
     // Only a checkpoint newer than everything served replaces the base:
     // with a healthy stream the replica is ahead of every checkpoint.
+    absl::StatusOr<bool> applied = ApplyNewestIncrement(Current()->step);
+    if (applied.ok() && *applied) continue;
+    if (!applied.ok()) {
+      Logger("follower")
+          ->warn(
+              "an incremental checkpoint could not be applied in place "
+              "({}); loading the newest whole",
+              applied.status().ToString());
+    }
     std::string name;
     absl::StatusOr<std::shared_ptr<const ServingVersion>> loaded =
         LoadNewest(Current()->step, &name);
@@ -407,6 +420,132 @@ void Follower::PollCheckpoints() {
     // load allocated on the way: back to the kernel (malloc_options.h).
     ReturnFreedMemory();
   }
+}
+
+absl::StatusOr<bool> Follower::ApplyNewestIncrement(uint64_t after) {
+  const std::string& root = options_.checkpoint_root;
+  if (std::filesystem::exists(std::filesystem::path(root) /
+                              checkpoint::kManifestFileName)) {
+    return false;  // the root is one checkpoint: nothing newer comes
+  }
+  ASSIGN_OR_RETURN(const std::vector<checkpoint::CompleteCheckpoint> found,
+                   checkpoint::ListCheckpoints(root));
+  if (found.empty() || found.front().step <= after ||
+      failed_dirs_.contains(found.front().dir)) {
+    return false;
+  }
+  const std::string& dir = found.front().dir;
+  absl::StatusOr<std::vector<checkpoint::ChainLink>> chain =
+      checkpoint::ReadChain(dir);
+  if (!chain.ok()) return false;  // a whole load reports it
+  std::string base_name;
+  {
+    MutexLock lock(&apply_mu_);
+    base_name = base_name_;
+  }
+  size_t base = 0;
+  while (base < chain->size() && (*chain)[base].manifest.name() != base_name) {
+    ++base;
+  }
+  if (base == 0 || base == chain->size()) return false;
+  const std::shared_ptr<const ServingVersion> current = Current();
+  for (size_t i = 0; i < base; ++i) {
+    for (const proto::CheckpointTable& table : (*chain)[i].manifest.table()) {
+      if (!current->tables.contains(table.config().name())) return false;
+      for (const proto::CheckpointShardFile& file : table.file()) {
+        if (!file.incremental()) return false;
+      }
+    }
+  }
+  // The links newer than the base, oldest first, into one values-only
+  // table per table: later rows replace earlier ones, removals erase them.
+  const std::function<bool(uint64_t)> keep =
+      options_.num_shards == 1
+          ? std::function<bool(uint64_t)>()
+          : [this](uint64_t key) {
+              return ShardOfKey(key, options_.num_shards) ==
+                     options_.shard_index;
+            };
+  absl::flat_hash_map<std::string, std::unique_ptr<embedding::Table>> changed;
+  absl::flat_hash_map<std::string, absl::flat_hash_set<uint64_t>> removed;
+  for (size_t i = base; i-- > 0;) {
+    const checkpoint::ChainLink& link = (*chain)[i];
+    for (const proto::CheckpointTable& table : link.manifest.table()) {
+      const std::string& name = table.config().name();
+      std::unique_ptr<embedding::Table>& into = changed[name];
+      if (into == nullptr) {
+        ASSIGN_OR_RETURN(embedding::TableSpec spec,
+                         SpecFromConfig(ValuesOnlyConfig(table.config())));
+        spec.expected_rows = 0;
+        spec.memory_budget_bytes = 0;
+        ASSIGN_OR_RETURN(into, embedding::Table::Create(spec));
+      }
+      for (const proto::CheckpointShardFile& file : table.file()) {
+        absl::StatusOr<checkpoint::TableFileRestore> restored =
+            checkpoint::RestoreTableFile(
+                (std::filesystem::path(link.dir) / file.path()).string(),
+                checkpoint::ExpectedChecksum(link.manifest, file), *into, keep,
+                /*values_only=*/true, /*list_removed=*/true);
+        if (!restored.ok()) {
+          failed_dirs_.insert(dir);
+          ReportBadCheckpoint(absl::StrCat(
+              "checkpoint ", dir,
+              " cannot be applied: ", restored.status().ToString()));
+          return restored.status();
+        }
+        removed[name].insert(restored->removed_keys.begin(),
+                             restored->removed_keys.end());
+      }
+    }
+  }
+  ASSIGN_OR_RETURN(const proto::CheckpointManifest manifest,
+                   checkpoint::ReadManifest(dir));
+  ASSIGN_OR_RETURN(std::shared_ptr<const std::string> dense,
+                   ReadDense(dir, manifest));
+
+  MutexLock lock(&apply_mu_);
+  const std::shared_ptr<const ServingVersion> now = Current();
+  if (now->step >= manifest.step()) return true;  // the stream overtook
+  if (base_name_ != base_name) return false;      // another base meanwhile
+  auto next = std::make_shared<ServingVersion>(*now);
+  next->sequence = ++sequence_;
+  for (auto& [name, table] : changed) {
+    auto overlay = std::make_shared<Overlay>();
+    overlay->step = manifest.step();
+    overlay->sequence = next->sequence;
+    const size_t dim = static_cast<size_t>(table->spec().dim);
+    RETURN_IF_ERROR(table->Scan([&](const embedding::RowView& row) {
+      overlay->rows[row.key] =
+          static_cast<uint32_t>(overlay->values.size() / dim);
+      overlay->values.insert(overlay->values.end(), row.embedding.begin(),
+                             row.embedding.end());
+    }));
+    for (uint64_t key : removed[name]) {
+      overlay->rows.try_emplace(key, Overlay::kRemoved);
+    }
+    auto it = next->tables.find(name);
+    it->second = it->second->With(std::move(overlay));
+  }
+  next->source_steps.assign(next->source_steps.size(), manifest.step());
+  next->step = manifest.step();
+  next->published_unix_micros = manifest.created_unix_micros();
+  if (dense != nullptr) {
+    next->dense_parameters = std::move(dense);
+    next->dense_step = manifest.step();
+  }
+  base_step_ = manifest.step();
+  base_name_ = manifest.name();
+  if (needs_checkpoint_at_ != 0 && base_step_ >= needs_checkpoint_at_) {
+    needs_checkpoint_at_ = 0;
+  }
+  ++loads_;
+  ++increments_applied_;
+  FoldIntoBase(*next);
+  Install(std::move(next));
+  Logger("follower")
+      ->info("applied incremental checkpoint '{}' (step {}) in place",
+             manifest.name(), base_step_);
+  return true;
 }
 
 void Follower::FollowStream(size_t index) {

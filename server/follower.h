@@ -122,6 +122,13 @@ class Follower {
   // A checkpoint passed over (bad_checkpoints): logged once, kept among
   // the 16 most recent reports, and last_error until the next install.
   void ReportBadCheckpoint(std::string report);
+  // The newest complete checkpoint under the root, if it is newer than
+  // `after` and an increment of the served base (its chain passes through
+  // the base's checkpoint, every newer file incremental): its changed rows
+  // as one overlay per table on the current version, with no second copy
+  // of the tables. False if it is not such a checkpoint (the caller loads
+  // the newest whole); the error of a file that does not read.
+  absl::StatusOr<bool> ApplyNewestIncrement(uint64_t after);
   // The newest complete checkpoint under the root, newer than `after`,
   // that loads; those that do not are reported and never tried again.
   // NOT_FOUND if there is none (naming what was passed over).
@@ -131,6 +138,7 @@ class Follower {
   const FollowerOptions options_;
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> loads_{0};
+  std::atomic<uint64_t> increments_applied_{0};
 
   // Serializes everything that makes a version.
   mutable Mutex apply_mu_;

@@ -99,10 +99,11 @@ class ServingTest : public ::testing::Test {
     return values;
   }
 
-  void Checkpoint(uint64_t step) {
+  void Checkpoint(uint64_t step, bool incremental = false) {
     client::Client::CheckpointOptions options;
     options.root = root_;
     options.step = step;
+    options.incremental = incremental;
     ASSERT_OK(client_->Checkpoint(options).status());
   }
 
@@ -567,6 +568,41 @@ TEST_F(ServingTest, AReplicaHoldsValuesWithoutOptimizerState) {
   std::vector<float> trained_later(keys.size() * kDim);
   ASSERT_OK(client_->Lookup(later, keys, absl::MakeSpan(trained_later)));
   EXPECT_EQ(Rows(*replica, keys, "ada_later"), trained_later);
+}
+
+// An incremental checkpoint whose chain passes through the served base is
+// applied in place (its changed and removed rows as one overlay), link
+// after link; values equal training's, erased keys are gone.
+TEST_F(ServingTest, IncrementalCheckpointsAreAppliedInPlace) {
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 1; k <= 50; ++k) keys.push_back(k);
+  Push(keys, 1.0f);
+  Checkpoint(10);
+  ASSERT_OK_AND_ASSIGN(auto replica, StartReplica());
+  EXPECT_EQ(Version(*replica).base_step(), 10u);
+  // Two increments: the replica may see them one at a time or both.
+  Push({1, 2, 60}, 0.5f);
+  ASSERT_OK(client_->Erase(table_, {3}).status());
+  Checkpoint(20, /*incremental=*/true);
+  Push({2, 61}, 0.25f);
+  Checkpoint(30, /*incremental=*/true);
+  AwaitStep(*replica, 30);
+  const proto::ServingVersionResponse version = Version(*replica);
+  EXPECT_EQ(version.base_step(), 30u);
+  EXPECT_GE(version.increments_applied(), 1u) << version.ShortDebugString();
+  std::vector<uint64_t> all = keys;
+  all.push_back(60);
+  all.push_back(61);
+  // Key 3, erased, reads as training's read-only Lookup answers a key
+  // without a row (its initial vector), not as the row it had.
+  EXPECT_EQ(Rows(*replica, all), Pull(all));
+  // A full checkpoint after them is loaded whole (a new base).
+  Push({4}, 1.0f);
+  Checkpoint(40);
+  AwaitStep(*replica, 40);
+  EXPECT_EQ(Version(*replica).increments_applied(),
+            version.increments_applied());
+  EXPECT_EQ(Rows(*replica, all), Pull(all));
 }
 
 TEST_F(ServingTest, NoCheckpointMeansNoReplica) {
