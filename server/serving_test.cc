@@ -28,6 +28,7 @@
 #include "proto/training.grpc.pb.h"
 #include "server/shard.h"
 #include "server/table_config.h"
+#include "wire/bulk_message.h"
 
 namespace embedps::server {
 namespace {
@@ -402,6 +403,24 @@ TEST_F(ServingTest, AReplicaRefusesWritesAndBadRequests) {
                        HasSubstr("Load refused")));
   EXPECT_THAT(writer->Publish(4, "").status(),
               StatusIs(absl::StatusCode::kFailedPrecondition));
+  // A method path of 4 KB (gRPC takes up to 8 KB of headers): refused,
+  // quoting at most a few hundred bytes of it.
+  {
+    grpc::GenericStub generic(grpc::CreateChannel(
+        replica->address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    grpc::ByteBuffer response;
+    const std::string method =
+        "/embedps.proto.TrainingService/" + std::string(4000, 'x');
+    const grpc::Status status = wire::BulkUnaryCall(
+        generic, method, &context, grpc::ByteBuffer(), &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+        << status.error_message().substr(0, 300);
+    EXPECT_LT(status.error_message().size(), 1000u);
+    EXPECT_THAT(status.error_message(), HasSubstr("serving replica"));
+  }
   // Bad lookups.
   uint64_t mine = 0, other = 0;
   for (uint64_t k = 1; mine == 0 || other == 0; ++k) {

@@ -1,6 +1,7 @@
 // TrainingService and the shard's other faces (health, reflection,
 // /metrics), in this process (server::Shard on 127.0.0.1:0): every kind
 // of bad request is refused with its code and message and changes nothing.
+#include <filesystem>
 #include <limits>
 #include <memory>
 #include <string>
@@ -234,6 +235,75 @@ TEST_F(TrainingServiceTest, BadInputIsRefusedAndChangesNothing) {
     EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
     EXPECT_THAT(status.error_message(), HasSubstr("belongs to shard 1"));
   }
+}
+
+// Load's phases with bad input: an unknown phase, a COMMIT or ABORT of a
+// transaction never prepared, a PREPARE of a path outside the checkpoint
+// root. Each is refused (ABORT of nothing is a no-op) and the tables stay.
+TEST_F(TrainingServiceTest, LoadPhasesRefuseBadInputAndChangeNothing) {
+  server::ShardOptions options;
+  options.checkpoint_root = ::testing::TempDir() + "/load_phases";
+  std::filesystem::create_directories(options.checkpoint_root);
+  StartShards(1, options);
+  auto client = Connect();
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
+                       client->CreateTable(SgdTable("kept")));
+  const std::vector<uint64_t> keys = {1, 2, 3};
+  std::vector<float> ones(keys.size() * kDim, 1.0f);
+  ASSERT_OK(client->Push(table, keys, ones));
+  auto stub = proto::TrainingService::NewStub(
+      grpc::CreateChannel(addresses_[0], grpc::InsecureChannelCredentials()));
+  struct Case {
+    std::string name;
+    proto::LoadRequest request;
+    grpc::StatusCode code;
+    std::string message;
+  };
+  std::vector<Case> cases;
+  {
+    Case c{"unknown phase",
+           {},
+           grpc::StatusCode::INVALID_ARGUMENT,
+           "is none of LOAD, PREPARE, COMMIT, ABORT"};
+    c.request.set_phase(static_cast<proto::LoadRequest::Phase>(9));
+    cases.push_back(c);
+  }
+  {
+    Case c{"commit of nothing prepared",
+           {},
+           grpc::StatusCode::NOT_FOUND,
+           "no Load prepared under that transaction"};
+    c.request.set_phase(proto::LoadRequest::COMMIT);
+    c.request.set_transaction("never-prepared");
+    cases.push_back(c);
+  }
+  {
+    Case c{"abort of nothing prepared", {}, grpc::StatusCode::OK, ""};
+    c.request.set_phase(proto::LoadRequest::ABORT);
+    c.request.set_transaction("never-prepared");
+    cases.push_back(c);
+  }
+  {
+    Case c{"prepare outside the root",
+           {},
+           grpc::StatusCode::PERMISSION_DENIED,
+           ""};
+    c.request.set_phase(proto::LoadRequest::PREPARE);
+    c.request.set_transaction("t");
+    c.request.set_path("/etc");
+    cases.push_back(c);
+  }
+  for (const Case& c : cases) {
+    grpc::ClientContext context;
+    proto::LoadResponse response;
+    const grpc::Status status = stub->Load(&context, c.request, &response);
+    EXPECT_EQ(status.error_code(), c.code)
+        << c.name << ": " << status.error_message();
+    EXPECT_THAT(status.error_message(), HasSubstr(c.message)) << c.name;
+  }
+  std::vector<float> values(keys.size() * kDim);
+  ASSERT_OK(client->Pull(table, keys, absl::MakeSpan(values)));
+  for (float v : values) EXPECT_EQ(v, -1.0f);
 }
 
 TEST_F(TrainingServiceTest, PrometheusMetricsMatchTheStatsRpc) {
