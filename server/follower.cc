@@ -119,7 +119,8 @@ absl::StatusOr<std::unique_ptr<Follower>> Follower::Start(
   if (!path.empty()) {
     ASSIGN_OR_RETURN(base, follower->LoadCheckpoint(path, &name));
   } else {
-    ASSIGN_OR_RETURN(base, follower->LoadNewest(0, &name));
+    ASSIGN_OR_RETURN(const Candidates candidates, follower->ListCandidates());
+    ASSIGN_OR_RETURN(base, follower->LoadNewest(0, candidates, &name));
   }
   std::vector<std::string> reports;
   {
@@ -268,29 +269,36 @@ void Follower::ReportBadCheckpoint(std::string report) {
   last_error_ = std::move(report);
 }
 
-absl::StatusOr<std::shared_ptr<const ServingVersion>> Follower::LoadNewest(
-    uint64_t after, std::string* name) {
+absl::StatusOr<Follower::Candidates> Follower::ListCandidates() {
   const std::string& root = options_.checkpoint_root;
-  std::vector<checkpoint::CompleteCheckpoint> candidates;
-  std::vector<std::string> skipped;
+  Candidates found;
   if (std::filesystem::exists(std::filesystem::path(root) /
                               checkpoint::kManifestFileName)) {
-    // The root is one checkpoint.
+    found.root_is_checkpoint = true;
     absl::StatusOr<proto::CheckpointManifest> manifest =
         checkpoint::ReadManifest(root);
     if (!manifest.ok()) {
-      skipped.push_back(absl::StrCat(root, ": ", manifest.status().message()));
+      found.skipped.push_back(
+          absl::StrCat(root, ": ", manifest.status().message()));
     } else {
-      candidates.push_back({root, manifest->step()});
+      found.checkpoints.push_back({root, manifest->step()});
     }
   } else {
-    ASSIGN_OR_RETURN(candidates, checkpoint::ListCheckpoints(root, &skipped));
+    ASSIGN_OR_RETURN(found.checkpoints,
+                     checkpoint::ListCheckpoints(root, &found.skipped));
   }
-  for (const std::string& why : skipped) {
+  for (const std::string& why : found.skipped) {
     ReportBadCheckpoint(absl::StrCat("checkpoint ", why, " (skipped)"));
   }
+  return found;
+}
+
+absl::StatusOr<std::shared_ptr<const ServingVersion>> Follower::LoadNewest(
+    uint64_t after, const Candidates& candidates, std::string* name) {
+  const std::vector<std::string>& skipped = candidates.skipped;
   std::vector<std::string> failures;
-  for (const checkpoint::CompleteCheckpoint& candidate : candidates) {
+  for (const checkpoint::CompleteCheckpoint& candidate :
+       candidates.checkpoints) {
     if (candidate.step <= after && after > 0) break;
     if (failed_dirs_.contains(candidate.dir)) continue;
     absl::StatusOr<std::shared_ptr<const ServingVersion>> loaded =
@@ -304,7 +312,7 @@ absl::StatusOr<std::shared_ptr<const ServingVersion>> Follower::LoadNewest(
                      " cannot be loaded: ", loaded.status().ToString()));
   }
   return absl::NotFoundError(absl::StrCat(
-      "no complete checkpoint in '", root, "'",
+      "no complete checkpoint in '", options_.checkpoint_root, "'",
       after > 0 ? absl::StrCat(" newer than step ", after) : "", " that loads",
       failures.empty() && skipped.empty()
           ? ""
@@ -393,7 +401,10 @@ void Follower::PollCheckpoints() {
     if (stopping_) break;
     // Only a checkpoint newer than everything served replaces the base:
     // with a healthy stream the replica is ahead of every checkpoint.
-    absl::StatusOr<bool> applied = ApplyNewestIncrement(Current()->step);
+    absl::StatusOr<Candidates> candidates = ListCandidates();
+    if (!candidates.ok()) continue;
+    absl::StatusOr<bool> applied =
+        ApplyNewestIncrement(Current()->step, *candidates);
     if (applied.ok() && *applied) continue;
     if (!applied.ok()) {
       Logger("follower")
@@ -404,7 +415,7 @@ void Follower::PollCheckpoints() {
     }
     std::string name;
     absl::StatusOr<std::shared_ptr<const ServingVersion>> loaded =
-        LoadNewest(Current()->step, &name);
+        LoadNewest(Current()->step, *candidates, &name);
     if (!loaded.ok()) continue;
     MutexLock lock(&apply_mu_);
     if ((*loaded)->step <= Current()->step) continue;  // the stream overtook
@@ -422,14 +433,12 @@ void Follower::PollCheckpoints() {
   }
 }
 
-absl::StatusOr<bool> Follower::ApplyNewestIncrement(uint64_t after) {
-  const std::string& root = options_.checkpoint_root;
-  if (std::filesystem::exists(std::filesystem::path(root) /
-                              checkpoint::kManifestFileName)) {
-    return false;  // the root is one checkpoint: nothing newer comes
-  }
-  ASSIGN_OR_RETURN(const std::vector<checkpoint::CompleteCheckpoint> found,
-                   checkpoint::ListCheckpoints(root));
+absl::StatusOr<bool> Follower::ApplyNewestIncrement(
+    uint64_t after, const Candidates& candidates) {
+  // A root that is one checkpoint has nothing newer to come.
+  if (candidates.root_is_checkpoint) return false;
+  const std::vector<checkpoint::CompleteCheckpoint>& found =
+      candidates.checkpoints;
   if (found.empty() || found.front().step <= after ||
       failed_dirs_.contains(found.front().dir)) {
     return false;
@@ -498,8 +507,7 @@ absl::StatusOr<bool> Follower::ApplyNewestIncrement(uint64_t after) {
       }
     }
   }
-  ASSIGN_OR_RETURN(const proto::CheckpointManifest manifest,
-                   checkpoint::ReadManifest(dir));
+  const proto::CheckpointManifest& manifest = chain->front().manifest;
   ASSIGN_OR_RETURN(std::shared_ptr<const std::string> dense,
                    ReadDense(dir, manifest));
 

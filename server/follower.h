@@ -37,6 +37,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "checkpoint/manifest.h"
 #include "common/mutex.h"
 #include "proto/serving.pb.h"
 #include "proto/training.pb.h"
@@ -122,18 +123,28 @@ class Follower {
   // A checkpoint passed over (bad_checkpoints): logged once, kept among
   // the 16 most recent reports, and last_error until the next install.
   void ReportBadCheckpoint(std::string report);
-  // The newest complete checkpoint under the root, if it is newer than
-  // `after` and an increment of the served base (its chain passes through
-  // the base's checkpoint, every newer file incremental): its changed rows
-  // as one overlay per table on the current version, with no second copy
-  // of the tables. False if it is not such a checkpoint (the caller loads
-  // the newest whole); the error of a file that does not read.
-  absl::StatusOr<bool> ApplyNewestIncrement(uint64_t after);
-  // The newest complete checkpoint under the root, newer than `after`,
-  // that loads; those that do not are reported and never tried again.
-  // NOT_FOUND if there is none (naming what was passed over).
+  // The complete checkpoints under the root, newest first (or the root
+  // itself when it is one), listed once per poll; those whose MANIFEST does
+  // not read are reported (ReportBadCheckpoint).
+  struct Candidates {
+    std::vector<checkpoint::CompleteCheckpoint> checkpoints;
+    std::vector<std::string> skipped;
+    bool root_is_checkpoint = false;
+  };
+  absl::StatusOr<Candidates> ListCandidates();
+  // The newest of `candidates`, if it is newer than `after` and an
+  // increment of the served base (its chain passes through the base's
+  // checkpoint, every newer file incremental): its changed rows as one
+  // overlay per table on the current version, with no second copy of the
+  // tables. False if it is not such a checkpoint (the caller loads the
+  // newest whole); the error of a file that does not read.
+  absl::StatusOr<bool> ApplyNewestIncrement(uint64_t after,
+                                            const Candidates& candidates);
+  // The newest of `candidates` newer than `after` (0: any) that loads;
+  // those that do not are reported and never tried again. NOT_FOUND if
+  // there is none (naming what was passed over).
   absl::StatusOr<std::shared_ptr<const ServingVersion>> LoadNewest(
-      uint64_t after, std::string* name);
+      uint64_t after, const Candidates& candidates, std::string* name);
 
   const FollowerOptions options_;
   std::atomic<bool> stopping_{false};

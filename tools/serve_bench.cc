@@ -39,6 +39,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "bench/exit_on_error.h"
 #include "bench/key_distributions.h"
 #include "checkpoint/manifest.h"
 #include "client/client.h"
@@ -101,18 +102,8 @@ namespace {
 
 using testing::ServerProcess;
 
-void Die(const absl::Status& status, const char* what) {
-  if (status.ok()) return;
-  std::fprintf(stderr, "serve_bench: %s: %s\n", what,
-               status.ToString().c_str());
-  std::exit(1);
-}
-
-template <typename T>
-T Must(absl::StatusOr<T> value, const char* what) {
-  Die(value.status(), what);
-  return *std::move(value);
-}
+using bench::Die;
+using bench::Must;
 
 double Percentile(std::vector<double> v, double q) {
   if (v.empty()) return NAN;

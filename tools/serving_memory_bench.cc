@@ -25,6 +25,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "bench/exit_on_error.h"
 #include "bench/key_distributions.h"
 #include "client/client.h"
 #include "grpcpp/grpcpp.h"
@@ -43,23 +44,8 @@ namespace {
 
 using testing::ServerProcess;
 
-template <typename T>
-T Must(absl::StatusOr<T> value, const char* what) {
-  if (!value.ok()) {
-    std::fprintf(stderr, "serving_memory_bench: %s: %s\n", what,
-                 value.status().ToString().c_str());
-    std::exit(1);
-  }
-  return *std::move(value);
-}
-
-void Die(const absl::Status& status, const char* what) {
-  if (!status.ok()) {
-    std::fprintf(stderr, "serving_memory_bench: %s: %s\n", what,
-                 status.ToString().c_str());
-    std::exit(1);
-  }
-}
+using bench::Die;
+using bench::Must;
 
 proto::StatsResponse Stats(const std::string& address) {
   proto::StatsResponse stats;
@@ -139,18 +125,16 @@ int Run() {
   checkpoint.step = 2;
   Die(client->Checkpoint(checkpoint).status(), "checkpoint");
 
-  auto empty =
-      Must(ServerProcess::Start(binary,
-                                {"--role=serving", "--checkpoint_root=" + work,
-                                 "--follow_checkpoints=" + empty_root},
-                                absl::Minutes(10)),
-           "replica of the empty table");
-  auto full =
-      Must(ServerProcess::Start(binary,
-                                {"--role=serving", "--checkpoint_root=" + work,
-                                 "--follow_checkpoints=" + full_root},
-                                absl::Minutes(10)),
-           "replica of the full table");
+  const auto replica_of = [&](const std::string& root, const char* what) {
+    return Must(
+        ServerProcess::Start(binary,
+                             {"--role=serving", "--checkpoint_root=" + work,
+                              "--follow_checkpoints=" + root},
+                             absl::Minutes(10)),
+        what);
+  };
+  auto empty = replica_of(empty_root, "replica of the empty table");
+  auto full = replica_of(full_root, "replica of the full table");
   absl::SleepFor(absl::Seconds(2));  // allocator settles after the load
   const proto::StatsResponse full_stats = Stats(full->address());
   const proto::StatsResponse empty_stats = Stats(empty->address());
