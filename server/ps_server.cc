@@ -204,6 +204,11 @@ absl::StatusOr<ShardOptions> OptionsFromFlags() {
   options.restore = absl::GetFlag(FLAGS_restore);
   options.checkpoint_root = absl::GetFlag(FLAGS_checkpoint_root);
   options.keep_checkpoints = absl::GetFlag(FLAGS_keep_checkpoints);
+  if (options.keep_checkpoints < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--keep_checkpoints=", options.keep_checkpoints,
+                     " must be >= 0 (0: keep every checkpoint)"));
+  }
   if (!options.checkpoint_root.empty()) {
     std::error_code error;
     if (!std::filesystem::is_directory(options.checkpoint_root, error)) {

@@ -153,6 +153,18 @@ TEST(ServerProcessTest, HelpAndBadFlags) {
   EXPECT_NE(log_text.find("--shard_index=2 must be in [0, --num_shards=2)"),
             std::string::npos)
       << log_text;
+  const std::string keep_log = ::testing::TempDir() + "/server_keep.log";
+  ASSERT_OK_AND_ASSIGN(
+      auto keep, testing::ChildProcess::Spawn(
+                     "server/ps_server", {"--keep_checkpoints=-1", "--port=0"},
+                     "", keep_log));
+  EXPECT_EQ(keep->Wait(), 2);
+  std::ifstream keep_file(keep_log);
+  const std::string keep_text((std::istreambuf_iterator<char>(keep_file)),
+                              std::istreambuf_iterator<char>());
+  EXPECT_NE(keep_text.find("--keep_checkpoints=-1 must be >= 0"),
+            std::string::npos)
+      << keep_text;
 }
 
 // A second server on a port in use exits naming it, instead of starting

@@ -13,4 +13,8 @@ out=$(timeout 20 "$bench" --dims=0 2>&1)
 rc=$?
 [ "$rc" -eq 2 ] || { echo "want exit 2 for --dims=0, got $rc: $out"; exit 1; }
 grep -q "'0' is not a positive integer" <<<"$out" || { echo "message: $out"; exit 1; }
+out=$(timeout 20 "$bench" --sweeps=sometimes 2>&1)
+rc=$?
+[ "$rc" -eq 2 ] || { echo "want exit 2 for --sweeps=sometimes, got $rc: $out"; exit 1; }
+grep -q -- "--sweeps takes off and on, got sometimes" <<<"$out" || { echo "message: $out"; exit 1; }
 echo PASS
