@@ -256,7 +256,7 @@ namespace {
 // `table`.
 absl::StatusOr<TableFileRestore> ReadAndApply(
     const std::string& path, Table& table,
-    const std::function<bool(uint64_t)>& keep, bool values_only,
+    const std::function<bool(uint64_t)>& keep, const ValuesOnly* values_only,
     bool list_removed, absl::FunctionRef<void(PageCache)> start_checksum,
     absl::FunctionRef<absl::Status()> verify) {
   const rocksdb::Options options = FileOptions();
@@ -303,10 +303,16 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
     }
   }
   // Values only: the table keeps no optimizer state, the file's records
-  // are cut after the embedding (a record is metadata, embedding, state).
-  const bool cut = values_only && file_record_bytes > record_bytes &&
-                   record_bytes == RowRecordBytes(table.spec().dim, 0);
-  if (file_record_bytes != record_bytes && !cut) {
+  // are cut after the embedding (a record is metadata, embedding, state),
+  // which may be encoded into the table's row.
+  const bool encode = values_only != nullptr && values_only->encode != nullptr;
+  const bool cut =
+      values_only != nullptr &&
+      record_bytes == RowRecordBytes(table.spec().dim, 0) &&
+      (encode ? file_record_bytes >= RowRecordBytes(values_only->dim, 0)
+              : file_record_bytes > record_bytes &&
+                    values_only->dim == table.spec().dim);
+  if ((file_record_bytes != record_bytes || encode) && !cut) {
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint file '", path, "' holds rows of ",
                      file_record_bytes, " bytes; table '", table.spec().name,
@@ -380,6 +386,7 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
   std::vector<uint64_t> keys;
   std::vector<char> records;
   std::vector<uint64_t> removed;
+  std::vector<float> embedding_floats, row_floats;  // aligned copies
   const auto flush = [&]() -> absl::Status {
     RETURN_IF_ERROR(verify());
     if (!keys.empty()) {
@@ -413,7 +420,22 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
           value.size(), " bytes, expected ", file_record_bytes));
     } else {
       keys.push_back(row_key);
-      records.insert(records.end(), value.data(), value.data() + record_bytes);
+      if (encode) {
+        // Metadata as it is, then the encoded embedding.
+        const size_t at = records.size();
+        records.resize(at + record_bytes);
+        std::memcpy(records.data() + at, value.data(), 8);
+        embedding_floats.resize(values_only->dim);
+        std::memcpy(embedding_floats.data(), value.data() + 8,
+                    embedding_floats.size() * sizeof(float));
+        row_floats.resize(table.spec().dim);
+        values_only->encode(embedding_floats.data(), row_floats.data());
+        std::memcpy(records.data() + at + 8, row_floats.data(),
+                    row_floats.size() * sizeof(float));
+      } else {
+        records.insert(records.end(), value.data(),
+                       value.data() + record_bytes);
+      }
       ++result.rows;
     }
     if (keys.size() + removed.size() >= batch_rows) RETURN_IF_ERROR(flush());
@@ -427,7 +449,7 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
 
 absl::StatusOr<TableFileRestore> RestoreTableFile(
     const std::string& path, uint64_t expected_xxh3, Table& table,
-    const std::function<bool(uint64_t)>& keep, bool values_only) {
+    const std::function<bool(uint64_t)>& keep, const ValuesOnly* values_only) {
   return RestoreTableFile(
       path, FileChecksum{FileChecksum::Kind::kXxh3, expected_xxh3}, table, keep,
       values_only);
@@ -435,7 +457,7 @@ absl::StatusOr<TableFileRestore> RestoreTableFile(
 
 absl::StatusOr<TableFileRestore> RestoreTableFile(
     const std::string& path, const FileChecksum& expected, Table& table,
-    const std::function<bool(uint64_t)>& keep, bool values_only,
+    const std::function<bool(uint64_t)>& keep, const ValuesOnly* values_only,
     bool list_removed) {
   // The whole-file checksum is computed on a second thread while the file
   // is read; nothing is applied before it matched.

@@ -65,16 +65,24 @@ struct TableFileRestore {
 // REQUIRES for a full (not incremental) file: `table` holds none of its
 // keys (restore starts from empty tables; files of different old shards
 // hold disjoint keys).
-// `values_only` (a serving replica's restore): `table` keeps no optimizer
-// state (its optimizer has none, e.g. SGD) and each record is cut after
-// its embedding; such a file is never adopted whole.
+// `values_only` (a serving replica's restore; null: none): `table` keeps
+// no optimizer state (its optimizer has none, e.g. SGD) and each record is
+// cut after its embedding, which `values_only->encode` may turn into the
+// table's row; such a file is never adopted whole.
 // DATA_LOSS naming the file if it is truncated or corrupt;
 // FAILED_PRECONDITION naming it if its record size is not the table's (nor,
-// with `values_only`, larger).
+// with `values_only`, one of values_only->dim floats and some state).
+struct ValuesOnly {
+  // Floats of the file's embeddings.
+  int32_t dim = 0;
+  // Writes the table's row (table.spec().dim floats) for a file's
+  // embedding (`dim` floats). Null: copied (the table's dim is `dim`).
+  std::function<void(const float* embedding, float* row)> encode;
+};
 absl::StatusOr<TableFileRestore> RestoreTableFile(
     const std::string& path, uint64_t expected_xxh3, embedding::Table& table,
     const std::function<bool(uint64_t)>& keep = nullptr,
-    bool values_only = false);
+    const ValuesOnly* values_only = nullptr);
 
 // As above, against `expected` (format.h FileChecksum); with
 // `list_removed`, the removed keys are also listed in the result.
@@ -82,7 +90,7 @@ absl::StatusOr<TableFileRestore> RestoreTableFile(
     const std::string& path, const FileChecksum& expected,
     embedding::Table& table,
     const std::function<bool(uint64_t)>& keep = nullptr,
-    bool values_only = false, bool list_removed = false);
+    const ValuesOnly* values_only = nullptr, bool list_removed = false);
 
 // XXH3-64 of a whole file, as TableFileSummary::xxh3, read through or
 // around the page cache (common/file_io.h). NOT_FOUND / UNAVAILABLE naming

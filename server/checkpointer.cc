@@ -22,6 +22,7 @@
 #include "embedding/table.h"
 #include "embedding/table_spec.h"
 #include "server/path_confinement.h"
+#include "server/serving_storage.h"
 #include "server/table_config.h"
 
 namespace embedps::server {
@@ -342,14 +343,25 @@ ShardCheckpointer::RestoreAside(const std::string& path) {
   for (const proto::CheckpointTable& saved : latest.table()) {
     const std::string& name = saved.config().name();
     absl::StatusOr<std::unique_ptr<TableRegistry::PreparedTable>> built =
-        registry_->Prepare(values_only_ ? ValuesOnlyConfig(saved.config())
-                                        : saved.config());
+        registry_->Prepare(values_only_
+                               ? ValuesOnlyConfig(saved.config(), storage_)
+                               : saved.config());
     if (!built.ok()) {
       return absl::Status(built.status().code(),
                           absl::StrCat("restoring table '", name, "' from '",
                                        dir, "': ", built.status().message()));
     }
     embedding::Table& table = (*built)->table();
+    // A values-only restore encodes each row as the table stores it.
+    checkpoint::ValuesOnly values_only;
+    values_only.dim = saved.config().dim();
+    if (values_only_ && table.spec().dim != values_only.dim) {
+      const RowCodec codec((*built)->config().serving().storage(),
+                           values_only.dim);
+      values_only.encode = [codec](const float* embedding, float* row) {
+        codec.Encode(embedding, row);
+      };
+    }
 
     for (int32_t old = 0; old < old_shards; ++old) {
       if (same_sharding && old != shard_index_) continue;
@@ -384,10 +396,11 @@ ShardCheckpointer::RestoreAside(const std::string& path) {
       for (auto it = files.rbegin(); it != files.rend(); ++it) {
         const std::string file_path =
             (std::filesystem::path(it->dir) / it->file.path()).string();
-        ASSIGN_OR_RETURN(const checkpoint::TableFileRestore restored,
-                         checkpoint::RestoreTableFile(
-                             file_path, it->checksum, table,
-                             same_sharding ? nullptr : keep, values_only_));
+        ASSIGN_OR_RETURN(
+            const checkpoint::TableFileRestore restored,
+            checkpoint::RestoreTableFile(
+                file_path, it->checksum, table, same_sharding ? nullptr : keep,
+                values_only_ ? &values_only : nullptr));
         if (it + 1 == files.rend()) {
           // The newest file holds the admission state as of the checkpoint.
           RETURN_IF_ERROR(

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,9 +56,16 @@ class ShardCheckpointer {
   ShardCheckpointer& operator=(const ShardCheckpointer&) = delete;
 
   // Restores from here on keep values only (a serving replica's): tables
-  // are made with ValuesOnlyConfig and each record is cut after its
-  // embedding (checkpoint::RestoreTableFile's values_only).
-  void RestoreValuesOnly() { values_only_ = true; }
+  // are made with ValuesOnlyConfig (`storage`, when given, replacing each
+  // table's serving.storage) and each record is cut after its embedding
+  // (checkpoint::RestoreTableFile's values_only), then stored as the
+  // table's serving storage says when the registry holds serving rows
+  // (TableRegistry::Options::serving_rows).
+  void RestoreValuesOnly(
+      std::optional<proto::ServingConfig::Storage> storage = std::nullopt) {
+    values_only_ = true;
+    storage_ = storage;
+  }
 
   // OK if Save and Load requests from the network are served: only with a
   // checkpoint root; FAILED_PRECONDITION saying so otherwise (a server
@@ -133,6 +141,7 @@ class ShardCheckpointer {
   MemoryGuard* const memory_;
   const int keep_checkpoints_;
   bool values_only_ = false;
+  std::optional<proto::ServingConfig::Storage> storage_;
 
   Mutex mu_;
   CondVar written_;

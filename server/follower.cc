@@ -85,6 +85,7 @@ TableRegistry::Options FollowerRegistryOptions(const std::string& spill_dir) {
   TableRegistry::Options options;
   options.spill_root = spill_dir;
   options.num_shards = 0;
+  options.serving_rows = true;
   return options;
 }
 
@@ -196,7 +197,7 @@ absl::StatusOr<std::shared_ptr<const ServingVersion>> Follower::LoadCheckpoint(
   {
     ShardCheckpointer checkpointer(options_.shard_index, options_.num_shards,
                                    registry.get());
-    checkpointer.RestoreValuesOnly();
+    checkpointer.RestoreValuesOnly(options_.storage);
     RETURN_IF_ERROR(checkpointer.Restore(path).status());
   }
   ASSIGN_OR_RETURN(std::shared_ptr<const std::string> dense,
@@ -483,18 +484,22 @@ absl::StatusOr<bool> Follower::ApplyNewestIncrement(
       const std::string& name = table.config().name();
       std::unique_ptr<embedding::Table>& into = changed[name];
       if (into == nullptr) {
+        // Float32 rows: the overlay made of them is stored as the base
+        // stores rows when it is written into it.
         ASSIGN_OR_RETURN(embedding::TableSpec spec,
                          SpecFromConfig(ValuesOnlyConfig(table.config())));
         spec.expected_rows = 0;
         spec.memory_budget_bytes = 0;
         ASSIGN_OR_RETURN(into, embedding::Table::Create(spec));
       }
+      checkpoint::ValuesOnly values_only;
+      values_only.dim = table.config().dim();
       for (const proto::CheckpointShardFile& file : table.file()) {
         absl::StatusOr<checkpoint::TableFileRestore> restored =
             checkpoint::RestoreTableFile(
                 (std::filesystem::path(link.dir) / file.path()).string(),
                 checkpoint::ExpectedChecksum(link.manifest, file), *into, keep,
-                /*values_only=*/true, /*list_removed=*/true);
+                &values_only, /*list_removed=*/true);
         if (!restored.ok()) {
           failed_dirs_.insert(dir);
           ReportBadCheckpoint(absl::StrCat(
@@ -713,7 +718,8 @@ absl::Status Follower::Apply(const std::vector<proto::Publication>& parts,
     }
     // A table training created after the base's checkpoint.
     ASSIGN_OR_RETURN(TableRegistry::CreateResult created,
-                     next->registry->Create(ValuesOnlyConfig(rows.config)));
+                     next->registry->Create(
+                         ValuesOnlyConfig(rows.config, options_.storage)));
     ASSIGN_OR_RETURN(TableRegistry::Entry entry,
                      next->registry->Find(created.table_id));
     next->tables[name] = std::make_shared<const ServingTable>(

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -66,6 +67,9 @@ struct FollowerOptions {
   // A local directory for spill tiers of tables with a memory budget;
   // empty: memory only. Default: empty.
   std::string spill_root;
+  // How every table's rows are stored (ps_server --serving_storage); unset:
+  // each table's serving.storage.
+  std::optional<proto::ServingConfig::Storage> storage;
   // Largest gRPC message from a training shard. Default: 1 GiB.
   int max_message_bytes = 1 << 30;
   // How the training shards are reached (TLS, token). Default: plain text.

@@ -29,6 +29,7 @@
 #include "common/text_proto.h"
 #include "security/flags.h"
 #include "server/path_confinement.h"
+#include "server/serving_storage.h"
 #include "server/shard.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1",
@@ -134,6 +135,9 @@ ABSL_FLAG(std::string, follow_checkpoints, "",
 ABSL_FLAG(std::string, training_servers, "",
           "serving: host:port of every training shard, in order; the replica "
           "applies their publications (empty: checkpoints only)");
+ABSL_FLAG(std::string, serving_storage, "",
+          "serving: how every table's rows are stored: float32, float16 or "
+          "int8 (a scale a row); empty: each table's serving.storage");
 ABSL_FLAG(uint64_t, serve_step, 0,
           "serving: serve the checkpoint of exactly this training step and "
           "nothing newer (a rollback); 0: follow training");
@@ -268,6 +272,16 @@ absl::StatusOr<ShardOptions> OptionsFromFlags() {
     options.follow.pinned_step = absl::GetFlag(FLAGS_serve_step);
     options.follow.checkpoint_poll = absl::GetFlag(FLAGS_checkpoint_poll);
     options.follow.spill_root = options.spill_root;
+    if (const std::string storage = absl::GetFlag(FLAGS_serving_storage);
+        !storage.empty()) {
+      absl::StatusOr<proto::ServingConfig::Storage> parsed =
+          ParseServingStorage(storage);
+      if (!parsed.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--serving_storage: ", parsed.status().message()));
+      }
+      options.follow.storage = *parsed;
+    }
     options.follow.max_message_bytes = options.max_message_bytes;
     options.follow.security = security::ChannelSecurityFromFlags();
     if (!options.tables.table().empty() || !options.restore.empty()) {
@@ -293,6 +307,10 @@ absl::StatusOr<ShardOptions> OptionsFromFlags() {
   } else if (role != "training") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--role must be training, serving or coordinator, not '", role, "'"));
+  }
+  if (role != "serving" && !absl::GetFlag(FLAGS_serving_storage).empty()) {
+    return absl::InvalidArgumentError(
+        "--serving_storage applies to --role=serving only");
   }
   if (role == "training" && !absl::GetFlag(FLAGS_replica_directory).empty()) {
     options.replication.directory = absl::GetFlag(FLAGS_replica_directory);

@@ -16,17 +16,24 @@ ServingTable::ServingTable(std::shared_ptr<TableRegistry> registry,
     : registry_(std::move(registry)),
       table_(table),
       config_(std::move(config)),
+      codec_(config_.serving().storage(), config_.dim()),
       overlays_(std::move(overlays)) {}
+
+void ServingTable::Default(uint64_t key, absl::Span<float> out) const {
+  if (config_.serving().unknown_keys() == proto::ServingConfig::ZEROS) {
+    std::fill(out.begin(), out.end(), 0.0f);
+  } else {
+    embedding::InitialRow(table_->spec().initializer, table_->spec().seed, key,
+                          out);
+  }
+}
 
 absl::Status ServingTable::Read(absl::Span<const uint64_t> keys,
                                 absl::Span<float> values) const {
   const size_t dim = config_.dim();
-  const bool zeros =
-      config_.serving().unknown_keys() == proto::ServingConfig::ZEROS;
   // Keys no overlay answers go to the base in one batch.
   std::vector<uint64_t> base_keys;
   std::vector<uint32_t> base_positions;
-  std::vector<uint32_t> removed_positions;
   for (size_t i = 0; i < keys.size(); ++i) {
     float* out = values.data() + i * dim;
     bool answered = false;
@@ -34,7 +41,8 @@ absl::Status ServingTable::Read(absl::Span<const uint64_t> keys,
       auto it = overlay->rows.find(keys[i]);
       if (it == overlay->rows.end()) continue;
       if (it->second == Overlay::kRemoved) {
-        removed_positions.push_back(static_cast<uint32_t>(i));
+        // A row that training removed reads as a key without a row.
+        Default(keys[i], absl::MakeSpan(out, dim));
       } else {
         std::memcpy(out, overlay->values.data() + size_t{it->second} * dim,
                     dim * sizeof(float));
@@ -47,40 +55,30 @@ absl::Status ServingTable::Read(absl::Span<const uint64_t> keys,
       base_positions.push_back(static_cast<uint32_t>(i));
     }
   }
-  const auto missing = zeros ? embedding::Table::MissingRows::kZeros
-                             : embedding::Table::MissingRows::kInitialValues;
-  if (!base_keys.empty()) {
-    std::vector<float> rows(base_keys.size() * dim);
-    std::unique_ptr<bool[]> found(new bool[base_keys.size()]);
-    RETURN_IF_ERROR(table_
-                        ->Lookup(base_keys, absl::MakeSpan(rows),
-                                 absl::MakeSpan(found.get(), base_keys.size()),
-                                 missing)
-                        .status());
-    for (size_t j = 0; j < base_keys.size(); ++j) {
-      std::memcpy(values.data() + size_t{base_positions[j]} * dim,
-                  rows.data() + j * dim, dim * sizeof(float));
-    }
-  }
-  if (!removed_positions.empty()) {
-    // A row that training removed reads as a key without a row.
-    std::vector<uint64_t> removed(removed_positions.size());
-    for (size_t j = 0; j < removed.size(); ++j) {
-      removed[j] = keys[removed_positions[j]];
-    }
-    std::vector<float> rows(removed.size() * dim);
-    if (zeros) {
-      std::fill(rows.begin(), rows.end(), 0.0f);
+  if (base_keys.empty()) return absl::OkStatus();
+  const size_t stored = static_cast<size_t>(codec_.stored_floats());
+  std::vector<float> rows(base_keys.size() * stored);
+  std::unique_ptr<bool[]> found(new bool[base_keys.size()]);
+  // Float32 rows come back with their defaults; stored rows are decoded
+  // and defaults made for the served dim.
+  const auto missing =
+      codec_.identity() && config_.serving().unknown_keys() ==
+                               proto::ServingConfig::INITIAL_VECTOR
+          ? embedding::Table::MissingRows::kInitialValues
+          : embedding::Table::MissingRows::kZeros;
+  RETURN_IF_ERROR(table_
+                      ->Lookup(base_keys, absl::MakeSpan(rows),
+                               absl::MakeSpan(found.get(), base_keys.size()),
+                               missing)
+                      .status());
+  for (size_t j = 0; j < base_keys.size(); ++j) {
+    float* out = values.data() + size_t{base_positions[j]} * dim;
+    if (codec_.identity()) {
+      std::memcpy(out, rows.data() + j * dim, dim * sizeof(float));
+    } else if (found[j]) {
+      codec_.Decode(rows.data() + j * stored, out);
     } else {
-      for (size_t j = 0; j < removed.size(); ++j) {
-        embedding::InitialRow(table_->spec().initializer, table_->spec().seed,
-                              removed[j],
-                              absl::MakeSpan(rows).subspan(j * dim, dim));
-      }
-    }
-    for (size_t j = 0; j < removed.size(); ++j) {
-      std::memcpy(values.data() + size_t{removed_positions[j]} * dim,
-                  rows.data() + j * dim, dim * sizeof(float));
+      Default(base_keys[j], absl::MakeSpan(out, dim));
     }
   }
   return absl::OkStatus();
@@ -134,9 +132,11 @@ std::shared_ptr<const ServingTable> ServingTable::WithoutOldest() const {
 
 absl::Status ServingTable::WriteIntoBase(const Overlay& overlay) const {
   const int32_t dim = config_.dim();
+  const int32_t stored = table_->spec().dim;
   const int32_t state =
-      embedding::OptimizerStateFloats(table_->spec().optimizer, dim);
-  const size_t record_bytes = embedding::RowRecordBytes(dim, state);
+      embedding::OptimizerStateFloats(table_->spec().optimizer, stored);
+  const size_t record_bytes = embedding::RowRecordBytes(stored, state);
+  std::vector<float> encoded(codec_.stored_floats());
   std::vector<uint64_t> keys, removed;
   keys.reserve(overlay.rows.size());
   std::vector<char> records;
@@ -149,8 +149,9 @@ absl::Status ServingTable::WriteIntoBase(const Overlay& overlay) const {
     keys.push_back(key);
     const size_t at = records.size();
     records.resize(at + record_bytes, 0);  // metadata and state: zeros
-    std::memcpy(records.data() + at + 8,
-                overlay.values.data() + size_t{row} * dim, dim * sizeof(float));
+    codec_.Encode(overlay.values.data() + size_t{row} * dim, encoded.data());
+    std::memcpy(records.data() + at + 8, encoded.data(),
+                encoded.size() * sizeof(float));
   }
   if (!keys.empty()) RETURN_IF_ERROR(table_->RestoreRows(keys, records));
   if (!removed.empty()) RETURN_IF_ERROR(table_->Erase(removed).status());

@@ -31,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "proto/tables.pb.h"
+#include "server/serving_storage.h"
 #include "server/table_registry.h"
 
 namespace embedps::server {
@@ -53,7 +54,9 @@ struct Overlay {
 class ServingTable {
  public:
   // `registry` owns `table` and must live as long as this (the version
-  // holds both). `overlays`: newest first.
+  // holds both). `config`: the served table's (its dim the served floats a
+  // row; `table` holds rows as config.serving().storage stores them).
+  // `overlays`: newest first.
   ServingTable(std::shared_ptr<TableRegistry> registry, embedding::Table* table,
                proto::TableConfig config,
                std::vector<std::shared_ptr<const Overlay>> overlays);
@@ -65,8 +68,9 @@ class ServingTable {
   }
 
   // The rows of `keys` into `values` (keys × dim): overlays first, then
-  // the base; a key without a row gets the table's unknown-key default
-  // (ServingConfig). Changes nothing. Errors only from the spill tier.
+  // the base (decoded from its storage); a key without a row gets the
+  // table's unknown-key default (ServingConfig). Changes nothing. Errors
+  // only from the spill tier.
   absl::Status Read(absl::Span<const uint64_t> keys,
                     absl::Span<float> values) const;
 
@@ -79,8 +83,9 @@ class ServingTable {
   std::shared_ptr<const ServingTable> WithoutOldest() const;
 
   // Writes the rows of `overlay` (one of this table's) into the base
-  // table: its rows replace or add the base's (optimizer state zeroed: a
-  // replica never trains), its removed keys are erased. Each row is
+  // table, encoded as it stores rows: its rows replace or add the base's
+  // (optimizer state zeroed: a replica never trains), its removed keys are
+  // erased. Each row is
   // written whole under its stripe's lock. REQUIRES: every version that
   // can still read the base holds `overlay` (it shadows these keys), and
   // one writer at a time (the follower's apply lock). Errors only from
@@ -88,9 +93,13 @@ class ServingTable {
   absl::Status WriteIntoBase(const Overlay& overlay) const;
 
  private:
+  // The unknown-key default of `key` into `out` (dim floats).
+  void Default(uint64_t key, absl::Span<float> out) const;
+
   const std::shared_ptr<TableRegistry> registry_;
   embedding::Table* const table_;
   const proto::TableConfig config_;
+  const RowCodec codec_;
   const std::vector<std::shared_ptr<const Overlay>> overlays_;
 };
 

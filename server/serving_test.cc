@@ -3,10 +3,13 @@
 // answers pooled lookups from one version, refuses writes and bad
 // requests, keeps serving through a corrupt checkpoint, and waits for a
 // checkpoint when its stream has a gap.
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -86,7 +89,9 @@ class ServingTest : public ::testing::Test {
     ASSERT_OK_AND_ASSIGN(zeros_, client_->CreateTable(Table(
                                      "zeros", proto::ServingConfig::ZEROS)));
     // The job's first publication turns the change logs on.
-    if (publish_first_) ASSERT_OK(client_->Publish(0, "").status());
+    if (publish_first_) {
+      ASSERT_OK(client_->Publish(0, "").status());
+    }
   }
 
   void Push(const std::vector<uint64_t>& keys, float g) {
@@ -119,6 +124,7 @@ class ServingTest : public ::testing::Test {
     serving.follow.num_shards = count;
     serving.follow.checkpoint_poll = absl::Milliseconds(50);
     serving.follow.pinned_step = pinned;
+    serving.follow.storage = replica_storage_;
     return Shard::Start(serving);
   }
 
@@ -196,6 +202,8 @@ class ServingTest : public ::testing::Test {
   }
 
   uint64_t history_bytes_ = uint64_t{64} << 20;
+  // The replicas' --serving_storage.
+  std::optional<proto::ServingConfig::Storage> replica_storage_;
   bool publish_first_ = true;
   std::string root_;
   std::unique_ptr<Shard> training_;
@@ -587,6 +595,142 @@ TEST_F(ServingTest, AReplicaHoldsValuesWithoutOptimizerState) {
   std::vector<float> trained_later(keys.size() * kDim);
   ASSERT_OK(client_->Lookup(later, keys, absl::MakeSpan(trained_later)));
   EXPECT_EQ(Rows(*replica, keys, "ada_later"), trained_later);
+}
+
+// `served` equals `trained` row by row (kDim floats) within what `storage`
+// keeps: exactly (float32), 2^-11 relative (float16), half a step of
+// max|row| / 127 (int8).
+void ExpectStoredRows(const std::vector<float>& served,
+                      const std::vector<float>& trained,
+                      proto::ServingConfig::Storage storage) {
+  ASSERT_EQ(served.size(), trained.size());
+  for (size_t r = 0; r < trained.size() / kDim; ++r) {
+    float max = 0.0f;
+    for (int i = 0; i < kDim; ++i) {
+      max = std::max(max, std::fabs(trained[r * kDim + i]));
+    }
+    for (int i = 0; i < kDim; ++i) {
+      const float want = trained[r * kDim + i];
+      const float got = served[r * kDim + i];
+      const float tolerance =
+          storage == proto::ServingConfig::FLOAT16 ? std::fabs(want) * 0x1p-11f
+          : storage == proto::ServingConfig::INT8  ? max / 254.0f * 1.0001f
+                                                   : 0.0f;
+      ASSERT_LE(std::fabs(got - want), tolerance)
+          << "row " << r << " value " << i << ": served " << got << ", trained "
+          << want;
+    }
+  }
+}
+
+// A table stored as float16 or int8 (its serving option, or the replica's
+// override) serves its rows within that precision through every way rows
+// arrive (a checkpoint, publications written into the base, an incremental
+// checkpoint applied in place), unknown and erased keys exactly their
+// defaults, and holds the stored bytes only.
+TEST_F(ServingTest, RowsStoredAsFloat16OrInt8ServeWithinTheirPrecision) {
+  const std::vector<proto::ServingConfig::Storage> storages = {
+      proto::ServingConfig::FLOAT16, proto::ServingConfig::INT8};
+  std::vector<client::TableHandle> tables;
+  std::vector<uint64_t> keys;
+  for (uint64_t k = 1; k <= 100; ++k) keys.push_back(k);
+  std::vector<float> grads(keys.size() * kDim);
+  for (size_t i = 0; i < grads.size(); ++i) {
+    grads[i] = 0.01f * static_cast<float>(i % 37) - 0.15f;
+  }
+  for (proto::ServingConfig::Storage storage : storages) {
+    proto::TableConfig config =
+        Table(proto::ServingConfig::Storage_Name(storage));
+    config.mutable_optimizer()->set_kind(proto::OptimizerConfig::ADAGRAD);
+    config.mutable_serving()->set_storage(storage);
+    ASSERT_OK_AND_ASSIGN(tables.emplace_back(), client_->CreateTable(config));
+    ASSERT_OK(client_->Push(tables.back(), keys, grads));
+  }
+  Push(keys, 0.3f);  // "emb", float32, stored as int8 by the second replica
+  Checkpoint(3);
+  ASSERT_OK_AND_ASSIGN(auto replica, StartReplica());
+  replica_storage_ = proto::ServingConfig::INT8;
+  ASSERT_OK_AND_ASSIGN(auto overridden, StartReplica());
+
+  std::vector<uint64_t> all = keys;
+  all.push_back(1000);  // never trained: its initial vector
+  const auto check = [&](const std::string& when) {
+    SCOPED_TRACE(when);
+    for (size_t t = 0; t < storages.size(); ++t) {
+      std::vector<float> trained(all.size() * kDim);
+      ASSERT_OK(client_->Lookup(tables[t], all, absl::MakeSpan(trained)));
+      const std::string name = proto::ServingConfig::Storage_Name(storages[t]);
+      ExpectStoredRows(Rows(*replica, all, name), trained, storages[t]);
+      // The unknown key's initial vector is exact.
+      const std::vector<float> served = Rows(*replica, {1000}, name);
+      const auto unknown = trained.begin() + keys.size() * kDim;
+      EXPECT_EQ(std::vector<float>(served.begin(), served.begin() + kDim),
+                std::vector<float>(unknown, unknown + kDim));
+    }
+    ExpectStoredRows(Rows(*overridden, all), Pull(all),
+                     proto::ServingConfig::INT8);
+  };
+  check("from the checkpoint");
+
+  // Publications, enough of them that their overlays are written into the
+  // base (encoded); key 11 erased reads as its initial vector.
+  for (uint64_t step = 4; step <= 10; ++step) {
+    for (const client::TableHandle& table : tables) {
+      ASSERT_OK(client_->Push(table, {1, 2, static_cast<uint64_t>(step + 200)},
+                              std::vector<float>(3 * kDim, 0.05f)));
+    }
+    Push({1, 2}, 0.05f);
+    if (step == 6) {
+      for (const client::TableHandle& table : tables) {
+        ASSERT_OK(client_->Erase(table, {11}).status());
+      }
+    }
+    ASSERT_OK(client_->Publish(step, "").status());
+    AwaitStep(*replica, step);
+    AwaitStep(*overridden, step);
+  }
+  all.push_back(205);
+  check("after publications");
+
+  // An incremental checkpoint applied in place (a replica that follows
+  // checkpoints only).
+  ShardOptions serving;
+  serving.role = ShardRole::kServing;
+  serving.follow.checkpoint_root = root_;
+  serving.follow.checkpoint_poll = absl::Milliseconds(50);
+  Checkpoint(11);
+  ASSERT_OK_AND_ASSIGN(auto checkpoints_only, Shard::Start(serving));
+  for (const client::TableHandle& table : tables) {
+    ASSERT_OK(client_->Push(table, {3, 300}, std::vector<float>(2 * kDim, 1)));
+  }
+  Checkpoint(12, /*incremental=*/true);
+  AwaitStep(*checkpoints_only, 12);
+  EXPECT_GE(Version(*checkpoints_only).increments_applied(), 1u);
+  all.push_back(300);
+  for (size_t t = 0; t < storages.size(); ++t) {
+    std::vector<float> trained(all.size() * kDim);
+    ASSERT_OK(client_->Lookup(tables[t], all, absl::MakeSpan(trained)));
+    ExpectStoredRows(Rows(*checkpoints_only, all,
+                          proto::ServingConfig::Storage_Name(storages[t])),
+                     trained, storages[t]);
+  }
+
+  // Stored bytes: 4 values of 2 bytes (float16), or a scale and 4 bytes
+  // (int8): 8 bytes a row either way, against 16 of float32.
+  proto::StatsResponse stats;
+  grpc::ClientContext context;
+  ASSERT_TRUE(proto::StatsService::NewStub(
+                  grpc::CreateChannel(replica->address(),
+                                      grpc::InsecureChannelCredentials()))
+                  ->Stats(&context, proto::StatsRequest(), &stats)
+                  .ok());
+  for (const auto& table : stats.table()) {
+    if (table.name() == "emb") {
+      EXPECT_EQ(table.payload_bytes(), table.rows() * kDim * sizeof(float));
+    } else {
+      EXPECT_EQ(table.payload_bytes(), table.rows() * 8) << table.name();
+    }
+  }
 }
 
 // An incremental checkpoint whose chain passes through the served base is

@@ -27,6 +27,14 @@ absl::StatusOr<TableSpec> SpecFromConfig(const proto::TableConfig& config) {
   spec.memory_budget_bytes = config.memory_budget_bytes();
   if (config.num_stripes() != 0) spec.num_stripes = config.num_stripes();
   spec.expected_rows = config.expected_rows();
+  // The serving options are not part of the engine's spec; still checked.
+  if (!proto::ServingConfig::UnknownKeys_IsValid(
+          config.serving().unknown_keys())) {
+    return UnknownEnum("serving.unknown_keys", config.serving().unknown_keys());
+  }
+  if (!proto::ServingConfig::Storage_IsValid(config.serving().storage())) {
+    return UnknownEnum("serving.storage", config.serving().storage());
+  }
 
   const proto::InitializerConfig& init = config.initializer();
   switch (init.kind()) {
@@ -204,8 +212,11 @@ proto::TableConfig ConfigFromSpec(const TableSpec& spec) {
   return config;
 }
 
-proto::TableConfig ValuesOnlyConfig(proto::TableConfig config) {
+proto::TableConfig ValuesOnlyConfig(
+    proto::TableConfig config,
+    std::optional<proto::ServingConfig::Storage> storage) {
   config.mutable_optimizer()->set_kind(proto::OptimizerConfig::SGD);
+  if (storage.has_value()) config.mutable_serving()->set_storage(*storage);
   return config;
 }
 

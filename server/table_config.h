@@ -5,6 +5,8 @@
 #ifndef EMBEDPS_SERVER_TABLE_CONFIG_H_
 #define EMBEDPS_SERVER_TABLE_CONFIG_H_
 
+#include <optional>
+
 #include "absl/status/statusor.h"
 #include "embedding/table_spec.h"
 #include "proto/tables.pb.h"
@@ -22,8 +24,11 @@ proto::TableConfig ConfigFromSpec(const embedding::TableSpec& spec);
 
 // The table a serving replica keeps for `config`: the same rows' values
 // and no optimizer state (the optimizer made SGD, whose rows carry none;
-// a replica never updates them).
-proto::TableConfig ValuesOnlyConfig(proto::TableConfig config);
+// a replica never updates them); `storage`, when given, replaces the
+// config's serving.storage (the replica's --serving_storage).
+proto::TableConfig ValuesOnlyConfig(
+    proto::TableConfig config,
+    std::optional<proto::ServingConfig::Storage> storage = std::nullopt);
 
 }  // namespace embedps::server
 

@@ -73,6 +73,43 @@ TEST(TableConfigTest, BadConfigsNameTheField) {
   EXPECT_THAT(SpecFromConfig(config),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("optimizer.kind")));
+  config = Parse("name: 'x' dim: 4");
+  config.mutable_serving()->set_storage(
+      static_cast<proto::ServingConfig::Storage>(7));
+  EXPECT_THAT(SpecFromConfig(config),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("serving.storage")));
+  config = Parse("name: 'x' dim: 4");
+  config.mutable_serving()->set_unknown_keys(
+      static_cast<proto::ServingConfig::UnknownKeys>(-3));
+  EXPECT_THAT(SpecFromConfig(config),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("serving.unknown_keys")));
+}
+
+// A serving replica's registry keeps the served config and holds the
+// stored rows: a float16 table of dim 5 stores 3 floats a row.
+TEST(TableRegistryTest, ServingRowsAreStoredAsTheConfigSays) {
+  TableRegistry::Options options;
+  options.serving_rows = true;
+  TableRegistry registry(options);
+  proto::TableConfig config = Parse(
+      "name: 'x' dim: 5 serving { storage: FLOAT16 } "
+      "optimizer { kind: ADAGRAD }");
+  ASSERT_OK_AND_ASSIGN(const auto created,
+                       registry.Create(ValuesOnlyConfig(config)));
+  ASSERT_OK_AND_ASSIGN(const auto entry, registry.Find(created.table_id));
+  EXPECT_EQ(entry.config->dim(), 5);
+  EXPECT_EQ(entry.table->spec().dim, 3);
+  EXPECT_EQ(entry.config->optimizer().kind(), proto::OptimizerConfig::SGD);
+  // The replica's override replaces the table's storage.
+  config.set_name("y");
+  ASSERT_OK_AND_ASSIGN(
+      const auto overridden,
+      registry.Create(ValuesOnlyConfig(config, proto::ServingConfig::INT8)));
+  ASSERT_OK_AND_ASSIGN(const auto y, registry.Find(overridden.table_id));
+  EXPECT_EQ(y.config->serving().storage(), proto::ServingConfig::INT8);
+  EXPECT_EQ(y.table->spec().dim, 1 + 2);
 }
 
 TEST(TableRegistryTest, EachShardCommitsItsShareOfTheExpectedRows) {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "checkpoint/format.h"
 #include "common/status_macros.h"
+#include "server/serving_storage.h"
 #include "server/table_config.h"
 
 namespace embedps::server {
@@ -75,13 +76,17 @@ absl::Status TableRegistry::SameSpec(const proto::TableConfig& existing,
 
 absl::StatusOr<std::pair<proto::TableConfig, embedding::TableSpec>>
 TableRegistry::Canonical(const proto::TableConfig& config) const {
-  ASSIGN_OR_RETURN(const embedding::TableSpec spec, SpecFromConfig(config));
+  ASSIGN_OR_RETURN(embedding::TableSpec spec, SpecFromConfig(config));
   RETURN_IF_ERROR(ValidateConsistency(config.consistency()));
   proto::TableConfig canonical = ConfigFromSpec(spec);
   *canonical.mutable_consistency() = config.consistency();
   *canonical.mutable_serving() = config.serving();
   if (canonical.consistency().timeout_ms() == 0) {
     canonical.mutable_consistency()->set_timeout_ms(kDefaultStepTimeoutMs);
+  }
+  if (options_.serving_rows) {
+    // The config keeps the served dim; the table holds the stored rows.
+    spec.dim = RowCodec(config.serving().storage(), spec.dim).stored_floats();
   }
   return std::make_pair(std::move(canonical), spec);
 }

@@ -46,6 +46,12 @@ class TableRegistry {
     // embedding::ExpectedRowsBytes); RESOURCE_EXHAUSTED above, whichever
     // path creates the table (CreateTable, a checkpoint, a primary).
     uint64_t max_expected_rows_bytes = UINT64_MAX;
+    // A serving replica's registry: each table holds its rows as its
+    // config's serving.storage stores them (serving_storage.h), its spec's
+    // dim the stored floats a row while its Entry's config keeps the
+    // served dim. The configs given must have no optimizer state
+    // (ValuesOnlyConfig).
+    bool serving_rows = false;
   };
 
   TableRegistry() : TableRegistry(Options()) {}

@@ -165,6 +165,24 @@ TEST(ServerProcessTest, HelpAndBadFlags) {
   EXPECT_NE(keep_text.find("--keep_checkpoints=-1 must be >= 0"),
             std::string::npos)
       << keep_text;
+  // --serving_storage: a name it knows, and a serving replica's only.
+  for (const auto& [args, why] :
+       std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--role=serving", "--follow_checkpoints=/nonexistent",
+             "--serving_storage=bfloat16", "--port=0"},
+            "none of float32, float16, int8"},
+           {{"--serving_storage=int8", "--port=0"},
+            "--serving_storage applies to --role=serving only"}}) {
+    const std::string storage_log = ::testing::TempDir() + "/storage.log";
+    ASSERT_OK_AND_ASSIGN(
+        auto storage, testing::ChildProcess::Spawn("server/ps_server", args, "",
+                                                   storage_log));
+    EXPECT_EQ(storage->Wait(), 2);
+    std::ifstream storage_file(storage_log);
+    const std::string text((std::istreambuf_iterator<char>(storage_file)),
+                           std::istreambuf_iterator<char>());
+    EXPECT_NE(text.find(why), std::string::npos) << text;
+  }
 }
 
 // A second server on a port in use exits naming it, instead of starting
