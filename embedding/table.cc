@@ -334,6 +334,13 @@ class MemoryTable final : public Table {
 
   bool spills() const override { return core_.spill != nullptr; }
 
+  void ReleaseUnusedMemory() override {
+    for (const auto& stripe : core_.stripes) {
+      MutexLock lock(&stripe->mu);
+      stripe->ReleaseUnusedArena();
+    }
+  }
+
  private:
   absl::Status SizeMismatch(absl::string_view op, absl::string_view what,
                             size_t keys, size_t floats) const {

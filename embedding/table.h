@@ -316,6 +316,13 @@ class Table {
       absl::Span<const char> records,
       absl::Span<const uint64_t> rows_per_stripe) = 0;
 
+  // Returns memory committed beyond the rows held to the OS: each stripe's
+  // arena is committed in huge pages where the kernel allows, the last one
+  // whole (up to 2 MiB a stripe past its rows, 128 MiB a table of 64
+  // stripes). For a table that is done growing, e.g. a serving replica's
+  // restored base; rows made later commit their pages again.
+  virtual void ReleaseUnusedMemory() = 0;
+
   // The lock stripe `key` belongs to, in [0, spec().num_stripes).
   virtual uint32_t StripeOfKey(uint64_t key) const = 0;
 

@@ -200,6 +200,11 @@ absl::StatusOr<std::shared_ptr<const ServingVersion>> Follower::LoadCheckpoint(
     checkpointer.RestoreValuesOnly(options_.storage);
     RETURN_IF_ERROR(checkpointer.Restore(path).status());
   }
+  // The base is done growing (publications add few rows): what its
+  // arenas committed past its rows goes back.
+  for (const TableRegistry::Entry& entry : registry->List()) {
+    entry.table->ReleaseUnusedMemory();
+  }
   ASSIGN_OR_RETURN(std::shared_ptr<const std::string> dense,
                    ReadDense(path, manifest));
   auto base = std::const_pointer_cast<ServingVersion>(

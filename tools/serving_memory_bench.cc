@@ -6,14 +6,16 @@
 //
 // A training ps_server fills one Adagrad table (`rows` keys of `dim`
 // floats) and checkpoints it; a second checkpoint holds the same table
-// empty. Two serving replicas (ps_server --role=serving) start, one on each
-// checkpoint. Printed, per row, over the row's fp32 values (dim · 4 bytes):
+// empty. Serving replicas (ps_server --role=serving) start: one on the
+// empty checkpoint, and one on the full one for each storage
+// (--serving_storage float32, float16, int8). Printed, per row, over the
+// row's fp32 values (dim · 4 bytes), for each storage:
 //   replica: the resident memory of the replica serving the rows minus
 //     that of the replica serving the empty table (the process's own
 //     memory, gRPC's and the allocator's, cancels out);
 //   its table: the replica's table statistics (rows, index, arena);
-//   training: the training shard's table statistics, values and
-//     accumulators, for comparison.
+// and the training shard's table statistics, values and accumulators, for
+// comparison.
 #include <cinttypes>
 #include <cstdio>
 #include <filesystem>
@@ -125,28 +127,19 @@ int Run() {
   checkpoint.step = 2;
   Die(client->Checkpoint(checkpoint).status(), "checkpoint");
 
-  const auto replica_of = [&](const std::string& root, const char* what) {
+  const auto replica_of = [&](const std::string& root, const char* what,
+                              const std::string& storage) {
     return Must(
-        ServerProcess::Start(binary,
-                             {"--role=serving", "--checkpoint_root=" + work,
-                              "--follow_checkpoints=" + root},
-                             absl::Minutes(10)),
+        ServerProcess::Start(
+            binary,
+            {"--role=serving", "--checkpoint_root=" + work,
+             "--follow_checkpoints=" + root, "--serving_storage=" + storage},
+            absl::Minutes(10)),
         what);
   };
-  auto empty = replica_of(empty_root, "replica of the empty table");
-  auto full = replica_of(full_root, "replica of the full table");
-  absl::SleepFor(absl::Seconds(2));  // allocator settles after the load
-  const proto::StatsResponse full_stats = Stats(full->address());
-  const proto::StatsResponse empty_stats = Stats(empty->address());
+  auto empty = replica_of(empty_root, "replica of the empty table", "float32");
   const proto::StatsResponse training_stats = Stats(training->address());
   const double value_bytes = static_cast<double>(dim) * sizeof(float);
-  const double replica_row =
-      (static_cast<double>(full_stats.resident_bytes()) -
-       static_cast<double>(empty_stats.resident_bytes())) /
-      static_cast<double>(rows);
-  const double replica_table_row =
-      static_cast<double>(TableOf(full_stats).resident_bytes()) /
-      static_cast<double>(TableOf(full_stats).rows());
   const double training_row =
       static_cast<double>(TableOf(training_stats).resident_bytes()) /
       static_cast<double>(TableOf(training_stats).rows());
@@ -154,14 +147,34 @@ int Run() {
       "serving_memory_bench: %" PRIu64
       " rows of dim %d (Adagrad in training), %.0f B of fp32 values a row\n",
       rows, dim, value_bytes);
-  std::printf("%-40s %12s %10s\n", "", "bytes/row", "vs values");
-  std::printf("%-40s %12.1f %9.2fx\n", "serving replica, process (minus empty)",
-              replica_row, replica_row / value_bytes);
-  std::printf("%-40s %12.1f %9.2fx\n", "serving replica, its table",
-              replica_table_row, replica_table_row / value_bytes);
-  std::printf("%-40s %12.1f %9.2fx\n", "training shard, its table",
+  std::printf("%-44s %12s %10s\n", "", "bytes/row", "vs values");
+  for (const char* storage : {"float32", "float16", "int8"}) {
+    // One full replica at a time: each is measured alone beside the empty
+    // one.
+    auto full = replica_of(full_root, "replica of the full table", storage);
+    absl::SleepFor(absl::Seconds(2));  // allocator settles after the load
+    const proto::StatsResponse full_stats = Stats(full->address());
+    const proto::StatsResponse empty_stats = Stats(empty->address());
+    const double replica_row =
+        (static_cast<double>(full_stats.resident_bytes()) -
+         static_cast<double>(empty_stats.resident_bytes())) /
+        static_cast<double>(rows);
+    const double replica_table_row =
+        static_cast<double>(TableOf(full_stats).resident_bytes()) /
+        static_cast<double>(TableOf(full_stats).rows());
+    std::printf(
+        "%-44s %12.1f %9.2fx\n",
+        absl::StrCat("serving replica ", storage, ", process (minus empty)")
+            .c_str(),
+        replica_row, replica_row / value_bytes);
+    std::printf(
+        "%-44s %12.1f %9.2fx\n",
+        absl::StrCat("serving replica ", storage, ", its table").c_str(),
+        replica_table_row, replica_table_row / value_bytes);
+    full->Stop();
+  }
+  std::printf("%-44s %12.1f %9.2fx\n", "training shard, its table",
               training_row, training_row / value_bytes);
-  full->Stop();
   empty->Stop();
   training->Stop();
   std::filesystem::remove_all(work);

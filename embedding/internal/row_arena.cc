@@ -70,4 +70,14 @@ absl::Status RowArena::Commit(uint64_t rows) {
   return absl::OkStatus();
 }
 
+void RowArena::Release(uint64_t rows) {
+  if (base_ == nullptr) return;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  const size_t used = std::min<size_t>(rows, capacity_) * row_bytes_;
+  const size_t from = (used + page - 1) / page * page;
+  if (from >= reserved_bytes()) return;
+  // Advice: where it fails the pages simply stay committed.
+  madvise(base_ + from, reserved_bytes() - from, MADV_DONTNEED);
+}
+
 }  // namespace embedps::embedding_internal

@@ -50,6 +50,11 @@ class RowArena {
   // OS refuses the memory (pages committed so far stay committed).
   absl::Status Commit(uint64_t rows);
 
+  // Returns the pages wholly beyond the first `rows` rows to the OS (a
+  // huge page is committed whole: up to 2 MiB past the last row). They
+  // read as zeros when touched again. The reservation stays.
+  void Release(uint64_t rows);
+
  private:
   const size_t row_bytes_;
   const bool huge_pages_;

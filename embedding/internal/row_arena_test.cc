@@ -85,6 +85,33 @@ TEST(RowArenaTest, CommitMakesTheRowsPagesResidentBeforeAnyTouch) {
   }
 }
 
+TEST(RowArenaTest, ReleaseReturnsThePagesPastTheRowsAndKeepsTheRows) {
+  constexpr size_t kRowBytes = 144;
+  constexpr uint64_t kRows = 10000;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  for (bool huge_pages : {false, true}) {
+    SCOPED_TRACE(huge_pages ? "huge pages" : "small pages");
+    RowArena arena(kRowBytes, huge_pages);
+    ASSERT_OK(arena.Commit(4 * kRows));
+    for (uint64_t id = 0; id < kRows; ++id) {
+      std::memset(arena.row(id), static_cast<int>(id % 251), kRowBytes);
+    }
+    arena.Release(kRows);
+    const size_t used_pages = (kRows * kRowBytes + page - 1) / page;
+    EXPECT_EQ(ResidentPages(arena.row(0), 4 * kRows * kRowBytes), used_pages);
+    for (uint64_t id = 0; id < kRows; id += 13) {
+      ASSERT_EQ(static_cast<unsigned char>(arena.row(id)[kRowBytes - 1]),
+                id % 251);
+    }
+    // Rows past the released ones read as zeros and take writes.
+    EXPECT_EQ(arena.row(2 * kRows)[0], 0);
+    std::memset(arena.row(2 * kRows), 5, kRowBytes);
+    EXPECT_EQ(arena.row(2 * kRows)[kRowBytes - 1], 5);
+    RowArena empty(kRowBytes, huge_pages);
+    empty.Release(0);  // nothing reserved: nothing to do
+  }
+}
+
 TEST(RowArenaTest, CommittingRowsInUseKeepsTheirContents) {
   RowArena arena(64, /*huge_pages=*/false);
   ASSERT_OK(arena.Reserve(100));

@@ -223,6 +223,12 @@ class Stripe {
     return absl::OkStatus();
   }
 
+  // Returns the arena's pages beyond the rows handed out to the OS
+  // (RowArena::Release).
+  void ReleaseUnusedArena() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    arena_.Release(used_rows_);
+  }
+
   // Puts a row whose header is written into the index.
   void IndexRow(RowId id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     index_.insert(MakeIndexSlot(id, KeyHash(Header(id).key)));
