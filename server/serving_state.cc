@@ -138,24 +138,35 @@ absl::Status ServingTable::WriteIntoBase(const Overlay& overlay) const {
   const size_t record_bytes = embedding::RowRecordBytes(stored, state);
   std::vector<float> encoded(codec_.stored_floats());
   std::vector<uint64_t> keys, removed;
-  keys.reserve(overlay.rows.size());
   std::vector<char> records;
-  records.reserve(overlay.rows.size() * record_bytes);
+  keys.reserve(kWriteBatchRows);
+  records.reserve(kWriteBatchRows * record_bytes);
+  // In batches: a batch holds each stripe's lock for a few dozen rows, so
+  // a Lookup waits at most that long however large the overlay.
+  const auto flush = [&]() -> absl::Status {
+    if (!keys.empty()) RETURN_IF_ERROR(table_->RestoreRows(keys, records));
+    if (!removed.empty()) RETURN_IF_ERROR(table_->Erase(removed).status());
+    keys.clear();
+    records.clear();
+    removed.clear();
+    return absl::OkStatus();
+  };
   for (const auto& [key, row] : overlay.rows) {
     if (row == Overlay::kRemoved) {
       removed.push_back(key);
-      continue;
+    } else {
+      keys.push_back(key);
+      const size_t at = records.size();
+      records.resize(at + record_bytes, 0);  // metadata and state: zeros
+      codec_.Encode(overlay.values.data() + size_t{row} * dim, encoded.data());
+      std::memcpy(records.data() + at + 8, encoded.data(),
+                  encoded.size() * sizeof(float));
     }
-    keys.push_back(key);
-    const size_t at = records.size();
-    records.resize(at + record_bytes, 0);  // metadata and state: zeros
-    codec_.Encode(overlay.values.data() + size_t{row} * dim, encoded.data());
-    std::memcpy(records.data() + at + 8, encoded.data(),
-                encoded.size() * sizeof(float));
+    if (keys.size() + removed.size() >= kWriteBatchRows) {
+      RETURN_IF_ERROR(flush());
+    }
   }
-  if (!keys.empty()) RETURN_IF_ERROR(table_->RestoreRows(keys, records));
-  if (!removed.empty()) RETURN_IF_ERROR(table_->Erase(removed).status());
-  return absl::OkStatus();
+  return flush();
 }
 
 bool ServingVersion::consistent() const {

@@ -85,12 +85,14 @@ class ServingTable {
   // Writes the rows of `overlay` (one of this table's) into the base
   // table, encoded as it stores rows: its rows replace or add the base's
   // (optimizer state zeroed: a replica never trains), its removed keys are
-  // erased. Each row is
-  // written whole under its stripe's lock. REQUIRES: every version that
+  // erased. Each row is written whole under its stripe's lock, in batches
+  // of kWriteBatchRows (a Lookup waits for at most one batch's rows of a
+  // stripe, not for the overlay). REQUIRES: every version that
   // can still read the base holds `overlay` (it shadows these keys), and
   // one writer at a time (the follower's apply lock). Errors only from
   // the spill tier; the overlay then stays, still correct.
   absl::Status WriteIntoBase(const Overlay& overlay) const;
+  static constexpr size_t kWriteBatchRows = 4096;
 
  private:
   // The unknown-key default of `key` into `out` (dim floats).
