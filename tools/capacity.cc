@@ -9,8 +9,9 @@
 //
 // Prints one JSON object: per-shard and total memory and checkpoint bytes,
 // the bytes per row they come from, and with --replicas the serving
-// replicas' memory (a replica holds its serving shard's rows, values only:
-// measured on a table made as a replica makes it). A table with a memory
+// replicas' memory (a replica holds its serving shard's rows, values only,
+// in the table's serving.storage or --serving_storage: measured on a table
+// made as a replica makes it). A table with a memory
 // budget keeps at most the budget in memory per shard; the rest goes to
 // its spill tier on disk (about a checkpoint row's size each).
 // Peaks, on top of the steady figures: a training shard writing a full
@@ -22,6 +23,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,7 @@
 #include "common/text_proto.h"
 #include "embedding/table.h"
 #include "nlohmann/json.hpp"
+#include "server/serving_storage.h"
 #include "server/table_config.h"
 
 ABSL_FLAG(std::string, table, "",
@@ -44,6 +47,9 @@ ABSL_FLAG(int32_t, shards, 1, "training shards (keys spread evenly)");
 ABSL_FLAG(int32_t, replicas, 0,
           "serving replicas of each shard's rows (0: no serving)");
 ABSL_FLAG(uint64_t, sample, 200000, "keys filled to measure");
+ABSL_FLAG(std::string, serving_storage, "",
+          "the replicas' --serving_storage (float32, float16, int8); empty: "
+          "the table's serving.storage");
 ABSL_FLAG(uint64_t, publish_history_mb, 0,
           "ps_server --publish_history_mb of a job that publishes to serving "
           "replicas (the server's default is 512); 0: the job does not "
@@ -134,9 +140,28 @@ int Run() {
     return 2;
   }
   absl::StatusOr<Measured> m = Measure(*spec, absl::GetFlag(FLAGS_sample));
-  // A serving replica's table: values only, all in memory.
+  // A serving replica's table: values only, in its storage, all in memory.
+  std::optional<proto::ServingConfig::Storage> storage;
+  if (const std::string name = absl::GetFlag(FLAGS_serving_storage);
+      !name.empty()) {
+    absl::StatusOr<proto::ServingConfig::Storage> parsed =
+        server::ParseServingStorage(name);
+    if (!parsed.ok()) {
+      std::fprintf(stderr, "--serving_storage: %s\n",
+                   std::string(parsed.status().message()).c_str());
+      return 2;
+    }
+    storage = *parsed;
+  }
+  const proto::TableConfig serving_config =
+      server::ValuesOnlyConfig(*config, storage);
   absl::StatusOr<embedding::TableSpec> serving_spec =
-      server::SpecFromConfig(server::ValuesOnlyConfig(*config));
+      server::SpecFromConfig(serving_config);
+  if (serving_spec.ok()) {
+    serving_spec->dim =
+        server::RowCodec(serving_config.serving().storage(), serving_spec->dim)
+            .stored_floats();
+  }
   absl::StatusOr<Measured> serving =
       serving_spec.ok() ? Measure(*serving_spec, absl::GetFlag(FLAGS_sample))
                         : absl::StatusOr<Measured>(serving_spec.status());
@@ -182,6 +207,8 @@ int Run() {
       {"peak_memory_bytes_per_shard",
        std::llround(memory + snapshot + history)},
       {"serving_replicas", replicas},
+      {"serving_storage",
+       proto::ServingConfig::Storage_Name(serving_config.serving().storage())},
       {"serving_memory_bytes_per_row", serving->memory_bytes_per_row},
       {"serving_memory_bytes_per_replica", std::llround(serving_rows_bytes)},
       {"serving_peak_memory_bytes_per_replica",

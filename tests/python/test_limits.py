@@ -169,6 +169,18 @@ def test_the_capacity_planner_agrees_with_a_real_table(start_servers, tmp_path):
         2 * plan["serving_memory_bytes_per_replica"], rel=0.15)
     assert plan["serving_memory_bytes_per_row"] < 0.6 * plan["memory_bytes_per_row"]
     assert plan["checkpoint_snapshot_bytes_per_shard"] > 0
+    # A replica storing int8 rows: the planner's figure against a real one.
+    int8 = json.loads(subprocess.run(
+        [binary("tools/capacity"), f"--table={config}", f"--keys={keys}", "--shards=2",
+         "--replicas=1", "--serving_storage=int8"],
+        check=True, capture_output=True, text=True, timeout=120).stdout)
+    assert int8["serving_storage"] == "INT8"
+    replica = start_servers(1, "--role=serving", f"--follow_checkpoints={tmp_path / 'ckpt'}",
+                            "--serving_storage=int8")[0]
+    served = embedps.Client([replica.address]).stats()[0]["table"][0]
+    assert int(served["resident_bytes"]) == pytest.approx(
+        2 * int8["serving_memory_bytes_per_replica"], rel=0.15)
+    assert int8["serving_memory_bytes_per_row"] < 0.7 * plan["serving_memory_bytes_per_row"]
 
 
 def test_the_capacity_planner_refuses_what_it_cannot_plan():
