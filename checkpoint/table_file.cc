@@ -46,6 +46,10 @@ constexpr size_t kWriteBehindBytes = size_t{16} << 20;
 // Record bytes handed to Table::RestoreRows at a time: a spilling table
 // ingests each batch as one SST file, so batches are large.
 constexpr size_t kRestoreBatchBytes = size_t{64} << 20;
+// Rows a batch into a table in memory: the table's per-batch scratch
+// (~24 bytes a row, kept by the restoring thread) stays small, and a
+// larger batch is no faster.
+constexpr size_t kRestoreBatchRowsInMemory = 65536;
 
 absl::Status FromRocks(const rocksdb::Status& status, absl::string_view what,
                        const std::string& path) {
@@ -378,8 +382,9 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
     return result;
   }
 
-  const size_t batch_rows =
-      std::max<size_t>(1, kRestoreBatchBytes / record_bytes);
+  const size_t batch_rows = std::max<size_t>(
+      1, std::min(kRestoreBatchBytes / record_bytes,
+                  table.spills() ? SIZE_MAX : kRestoreBatchRowsInMemory));
   const Table::RestoredKeys assume = result.incremental
                                          ? Table::RestoredKeys::kMayExist
                                          : Table::RestoredKeys::kNew;
