@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "client/bulk_fan_out.h"
 #include "client/client_impl.h"
+#include "client/identity_check.h"
 #include "common/key_hash.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
@@ -195,6 +196,29 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   return std::unique_ptr<Client>(new Client(std::move(impl)));
 }
 
+absl::Status Client::Impl::CheckServers() {
+  if (servers_checked.load(std::memory_order_acquire)) {
+    return absl::OkStatus();
+  }
+  MutexLock lock(&check_mu);
+  if (servers_checked.load(std::memory_order_acquire)) {
+    return absl::OkStatus();
+  }
+  std::vector<StatedIdentity> stated(routes.size());
+  RETURN_IF_ERROR(RunParts(routes.size(), [&](size_t shard) {
+    stated[shard].address = options.servers[shard];
+    return Call(static_cast<int32_t>(shard), "Identify",
+                [&](Stubs& stub, grpc::ClientContext* context) {
+                  return stub.stats->Identify(context, proto::IdentifyRequest(),
+                                              &stated[shard].identity);
+                });
+  }));
+  RETURN_IF_ERROR(CheckIdentities(stated, proto::ServerIdentity::TRAINING,
+                                  options.cluster_id));
+  servers_checked.store(true, std::memory_order_release);
+  return absl::OkStatus();
+}
+
 int32_t Client::num_shards() const {
   return static_cast<int32_t>(impl_->routes.size());
 }
@@ -220,6 +244,7 @@ TableHandle HandleOf(const proto::TableConfig& config, int32_t shards) {
 }  // namespace
 
 absl::StatusOr<TableHandle> Client::OpenTable(const std::string& name) {
+  RETURN_IF_ERROR(impl_->CheckServers());
   std::vector<proto::ListTablesResponse> lists(num_shards());
   RETURN_IF_ERROR(RunParts(num_shards(), [&](size_t shard) {
     return impl_->Call(static_cast<int32_t>(shard), "ListTables",
@@ -248,6 +273,7 @@ absl::StatusOr<TableHandle> Client::OpenTable(const std::string& name) {
 
 absl::StatusOr<TableHandle> Client::CreateTable(
     const proto::TableConfig& config) {
+  RETURN_IF_ERROR(impl_->CheckServers());
   TableHandle handle = HandleOf(config, num_shards());
   proto::CreateTableRequest request;
   *request.mutable_config() = config;
@@ -266,6 +292,7 @@ absl::StatusOr<TableHandle> Client::CreateTable(
 }
 
 absl::Status Client::DropTable(const std::string& name) {
+  RETURN_IF_ERROR(impl_->CheckServers());
   proto::DropTableRequest request;
   request.set_name(name);
   std::atomic<int> dropped{0};
@@ -357,6 +384,9 @@ std::future<absl::Status> Client::StartPull(const TableHandle& table,
         absl::InvalidArgumentError("TableHandle is not from this client"));
   }
   if (keys.empty()) return Ready(absl::OkStatus());
+  if (absl::Status checked = impl_->CheckServers(); !checked.ok()) {
+    return Ready(std::move(checked));
+  }
   auto op = std::make_shared<PullOp>();
   op->dedup = Deduplicate(keys, keys_are);
   op->parts = SplitByShard(op->dedup.keys, num_shards(),
@@ -446,6 +476,9 @@ std::future<absl::Status> Client::StartPush(const TableHandle& table,
   if (table.shard_table_ids.size() != static_cast<size_t>(num_shards())) {
     return Ready(
         absl::InvalidArgumentError("TableHandle is not from this client"));
+  }
+  if (absl::Status checked = impl_->CheckServers(); !checked.ok()) {
+    return Ready(std::move(checked));
   }
   if (keys.empty() && table.mode == proto::ConsistencyConfig::ASYNC) {
     return Ready(absl::OkStatus());

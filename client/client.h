@@ -62,6 +62,13 @@ struct ClientOptions {
   // client that knows this is safe, e.g. one that only reads). Default:
   // false.
   bool accept_restarted_shards = false;
+  // The cluster the servers must belong to (ps_server --cluster_id); empty:
+  // any, as long as all of them say the same. Before its first call that
+  // reads or changes tables the client asks every shard who it is and
+  // refuses (FAILED_PRECONDITION naming the servers and what each said)
+  // servers that are not this cluster's training shards 0..n-1 in the
+  // order given (client/identity_check.h). Default: "".
+  std::string cluster_id;
 };
 
 // A table as this client addresses it: its id on each shard.
@@ -80,7 +87,9 @@ class Client {
  public:
   // Opens a channel to every server. INVALID_ARGUMENT for an empty list.
   // Channels connect lazily: an unreachable server shows up as UNAVAILABLE
-  // on the first call that needs it.
+  // on the first call that needs it, and the servers' identities are
+  // checked by the first call that reads or changes tables
+  // (ClientOptions::cluster_id).
   static absl::StatusOr<std::unique_ptr<Client>> Connect(ClientOptions options);
 
   ~Client();

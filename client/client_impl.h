@@ -20,6 +20,7 @@
 #include "client/bulk_fan_out.h"
 #include "client/client.h"
 #include "client/retry.h"
+#include "common/mutex.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/stats.grpc.pb.h"
@@ -111,6 +112,14 @@ struct Client::Impl {
   }
   uint64_t client_id = 0;
   std::atomic<uint64_t> next_sequence{1};
+
+  // OK once every shard has stated an identity that matches its position
+  // (identity_check.h); asked of the shards once, before the first call
+  // that reads or changes tables. The check's error otherwise (or the
+  // shards' after retries), and it is asked again on the next call.
+  absl::Status CheckServers();
+  std::atomic<bool> servers_checked{false};
+  Mutex check_mu;
   // Per shard: the incarnation of the server process that answered first
   // (0: none yet).
   std::unique_ptr<std::atomic<uint64_t>[]> incarnations;

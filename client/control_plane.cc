@@ -25,6 +25,7 @@ Client::StartCheckpoint(const CheckpointOptions& options) {
   if (options.root.empty()) {
     return absl::InvalidArgumentError("a checkpoint needs a root directory");
   }
+  RETURN_IF_ERROR(impl_->CheckServers());
   auto pending = std::unique_ptr<PendingCheckpoint>(new PendingCheckpoint());
   pending->client_ = this;
   pending->root_ = options.root;
@@ -171,6 +172,7 @@ absl::StatusOr<proto::CheckpointManifest> Client::Checkpoint(
 }
 
 absl::StatusOr<proto::LoadResponse> Client::Load(const std::string& path) {
+  RETURN_IF_ERROR(impl_->CheckServers());
   // All or nothing across shards: every shard restores aside (PREPARE);
   // only when all did do they make it visible (COMMIT); else each drops
   // what it prepared (ABORT).
@@ -218,6 +220,7 @@ absl::StatusOr<proto::LoadResponse> Client::Load(const std::string& path) {
 
 absl::StatusOr<uint64_t> Client::Publish(uint64_t step,
                                          const std::string& dense_parameters) {
+  RETURN_IF_ERROR(impl_->CheckServers());
   std::vector<uint64_t> rows(num_shards(), 0);
   RETURN_IF_ERROR(RunParts(num_shards(), [&](size_t shard) {
     proto::PublishRequest request;
@@ -241,6 +244,7 @@ absl::StatusOr<uint64_t> Client::Publish(uint64_t step,
 
 absl::StatusOr<std::vector<uint64_t>> Client::Erase(
     const TableHandle& table, absl::Span<const uint64_t> keys) {
+  RETURN_IF_ERROR(impl_->CheckServers());
   std::vector<uint64_t> unique(keys.begin(), keys.end());
   std::sort(unique.begin(), unique.end());
   unique.erase(std::unique(unique.begin(), unique.end()), unique.end());

@@ -18,6 +18,7 @@ constexpr absl::string_view kBearer = "Bearer ";
 // token.
 constexpr absl::string_view kReadMethods[] = {
     "/embedps.proto.StatsService/Stats",
+    "/embedps.proto.StatsService/Identify",
     "/embedps.proto.TrainingService/ListTables",
     "/embedps.proto.TrainingService/Subscribe",
     "/embedps.proto.ServingService/Lookup",

@@ -135,6 +135,10 @@ ABSL_FLAG(std::string, follow_checkpoints, "",
 ABSL_FLAG(std::string, training_servers, "",
           "serving: host:port of every training shard, in order; the replica "
           "applies their publications (empty: checkpoints only)");
+ABSL_FLAG(std::string, cluster_id, "",
+          "the cluster this server belongs to, stated to clients and "
+          "workers, which refuse a server of another cluster (letters, "
+          "digits, '-', '_', '.'; empty: none)");
 ABSL_FLAG(std::string, serving_storage, "",
           "serving: how every table's rows are stored: float32, float16 or "
           "int8 (a scale a row); empty: each table's serving.storage");
@@ -254,6 +258,7 @@ absl::StatusOr<ShardOptions> OptionsFromFlags() {
   }
   options.publisher.history_bytes =
       static_cast<uint64_t>(absl::GetFlag(FLAGS_publish_history_mb)) << 20;
+  options.cluster_id = absl::GetFlag(FLAGS_cluster_id);
   const std::string role = absl::GetFlag(FLAGS_role);
   if (role == "serving") {
     options.role = ShardRole::kServing;

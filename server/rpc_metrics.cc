@@ -67,6 +67,8 @@ const char* RpcMethodName(RpcMethod method) {
       return "ReplicationApply";
     case RpcMethod::kReplicationCatchUp:
       return "ReplicationCatchUp";
+    case RpcMethod::kIdentify:
+      return "Identify";
     case RpcMethod::kCount:
       break;
   }

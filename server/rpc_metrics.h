@@ -42,6 +42,7 @@ enum class RpcMethod {
   kReplicaView,
   kReplicationApply,
   kReplicationCatchUp,
+  kIdentify,
   kCount,  // number of methods
 };
 const char* RpcMethodName(RpcMethod method);

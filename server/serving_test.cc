@@ -388,29 +388,71 @@ TEST_F(ServingTest, AReplicaRefusesWritesAndBadRequests) {
   Checkpoint(3);
   ASSERT_OK_AND_ASSIGN(auto replica, StartReplica(0, 2));
   const std::vector<float> before = Pull({1});
-  // Writes of every kind.
+  // A training client given the replica refuses it before sending
+  // anything (it says it is a serving shard).
   client::ClientOptions options;
   options.servers = {replica->address()};
   options.retry.retry_deadline = absl::Seconds(1);
   ASSERT_OK_AND_ASSIGN(auto writer, client::Client::Connect(options));
   EXPECT_THAT(writer->CreateTable(Table("new")),
               StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("serving replica")));
+                       HasSubstr("says it is a serving shard 0 of 2")));
   client::TableHandle handle = table_;
   handle.shard_table_ids = {1};
   const std::vector<float> grads(kDim, 1.0f);
   EXPECT_THAT(writer->Push(handle, {{1}}, grads),
               StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("Push refused")));
-  client::Client::CheckpointOptions save;
-  save.root = root_ + "/never";
-  EXPECT_THAT(writer->Checkpoint(save).status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition));
-  EXPECT_THAT(writer->Load(root_).status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("Load refused")));
-  EXPECT_THAT(writer->Publish(4, "").status(),
-              StatusIs(absl::StatusCode::kFailedPrecondition));
+                       HasSubstr("serving shard")));
+  // Writes of every kind sent as they are (a client that does not check):
+  // the replica refuses them.
+  auto training = proto::TrainingService::NewStub(grpc::CreateChannel(
+      replica->address(), grpc::InsecureChannelCredentials()));
+  const auto refused = [](const grpc::Status& status, const std::string& what) {
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+        << what << ": " << status.error_message();
+  };
+  {
+    grpc::ClientContext context;
+    proto::CreateTableRequest request;
+    *request.mutable_config() = Table("new");
+    proto::CreateTableResponse response;
+    const grpc::Status status =
+        training->CreateTable(&context, request, &response);
+    refused(status, "CreateTable");
+    EXPECT_THAT(status.error_message(), HasSubstr("serving replica"));
+  }
+  {
+    grpc::ClientContext context;
+    proto::PushRequest request;
+    request.set_table_id(1);
+    proto::PushResponse response;
+    const grpc::Status status = training->Push(&context, request, &response);
+    refused(status, "Push");
+    EXPECT_THAT(status.error_message(), HasSubstr("Push refused"));
+  }
+  {
+    grpc::ClientContext context;
+    proto::SaveRequest request;
+    request.set_directory(root_ + "/never");
+    proto::SaveResponse response;
+    refused(training->Save(&context, request, &response), "Save");
+  }
+  {
+    grpc::ClientContext context;
+    proto::LoadRequest request;
+    request.set_path(root_);
+    proto::LoadResponse response;
+    const grpc::Status status = training->Load(&context, request, &response);
+    refused(status, "Load");
+    EXPECT_THAT(status.error_message(), HasSubstr("Load refused"));
+  }
+  {
+    grpc::ClientContext context;
+    proto::PublishRequest request;
+    request.set_step(4);
+    proto::PublishResponse response;
+    refused(training->Publish(&context, request, &response), "Publish");
+  }
   // A method path of 4 KB (gRPC takes up to 8 KB of headers): refused,
   // quoting at most a few hundred bytes of it.
   {

@@ -1,8 +1,10 @@
 #include "server/shard.h"
 
+#include <algorithm>
 #include <thread>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -131,6 +133,13 @@ absl::Status CheckOptions(const ShardOptions& o) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_workers must be at least 1, not ", o.num_workers));
   }
+  if (o.cluster_id.size() > 128 ||
+      !std::all_of(o.cluster_id.begin(), o.cluster_id.end(), [](char c) {
+        return absl::ascii_isalnum(c) || c == '-' || c == '_' || c == '.';
+      })) {
+    return absl::InvalidArgumentError(
+        "cluster_id must be at most 128 letters, digits, '-', '_' or '.'");
+  }
   if (o.spill_block_cache_bytes == 0) {
     return absl::InvalidArgumentError("spill_block_cache_bytes must be > 0");
   }
@@ -212,6 +221,17 @@ absl::StatusOr<std::unique_ptr<ServingParts>> AssembleServing(
   return parts;
 }
 
+proto::ServerIdentity Identity(const ShardOptions& options,
+                               proto::ServerIdentity::Role role,
+                               int32_t shard_index, int32_t num_shards) {
+  proto::ServerIdentity identity;
+  identity.set_cluster_id(options.cluster_id);
+  identity.set_role(role);
+  identity.set_shard_index(shard_index);
+  identity.set_num_shards(num_shards);
+  return identity;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
@@ -234,7 +254,9 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
           [training](const proto::StatsRequest& request,
                      proto::StatsResponse* response) {
             return training->service->FillStats(request, response);
-          });
+          },
+          Identity(o, proto::ServerIdentity::TRAINING, o.service.shard_index,
+                   o.service.num_shards));
       parts->refusal = std::make_unique<RoleRefusal>(
           absl::StrCat("training shard ", o.service.shard_index, " of ",
                        o.service.num_shards,
@@ -260,7 +282,9 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
           [serving](const proto::StatsRequest& request,
                     proto::StatsResponse* response) {
             return serving->FillStats(request, response);
-          });
+          },
+          Identity(o, proto::ServerIdentity::SERVING, o.follow.shard_index,
+                   o.follow.num_shards));
       parts->refusal = std::make_unique<RoleRefusal>(
           "a serving replica (read-only: it follows training's checkpoints "
           "and publications; it serves ServingService and StatsService)",
@@ -272,7 +296,8 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
       parts->coordinator =
           std::make_unique<CoordinatorParts>(o, &parts->metrics);
       parts->stats = std::make_unique<StatsServiceImpl>(
-          &parts->metrics, &parts->memory, nullptr);
+          &parts->metrics, &parts->memory, nullptr,
+          Identity(o, proto::ServerIdentity::COORDINATOR, 0, 1));
       parts->refusal = std::make_unique<RoleRefusal>(
           "the coordinator of replicated training shards (it serves "
           "ReplicaDirectory, Coordination and StatsService)",

@@ -52,6 +52,10 @@ enum class ShardRole {
 struct ShardOptions {
   // What the process is. Default: a training shard.
   ShardRole role = ShardRole::kTraining;
+  // The cluster it belongs to, stated to clients (StatsService.Identify),
+  // which refuse servers of another cluster: at most 128 letters, digits,
+  // '-', '_' or '.'. Default: "" (none).
+  std::string cluster_id;
   // Address to listen on. Default: 127.0.0.1 (loopback only).
   std::string host = "127.0.0.1";
   // 0 picks a free port (see Shard::port()). Default: 0.

@@ -7,8 +7,12 @@
 namespace embedps::server {
 
 StatsServiceImpl::StatsServiceImpl(RpcMetrics* metrics, MemoryGuard* memory,
-                                   Source source)
-    : metrics_(metrics), memory_(memory), source_(std::move(source)) {}
+                                   Source source,
+                                   proto::ServerIdentity identity)
+    : metrics_(metrics),
+      memory_(memory),
+      source_(std::move(source)),
+      identity_(std::move(identity)) {}
 
 absl::Status StatsServiceImpl::Fill(const proto::StatsRequest& request,
                                     proto::StatsResponse* response) {
@@ -27,6 +31,15 @@ grpc::Status StatsServiceImpl::Stats(grpc::ServerContext*,
                                      proto::StatsResponse* response) {
   return metrics_->Measure(RpcMethod::kStats, [&] {
     return wire::ToGrpcStatus(Fill(*request, response));
+  });
+}
+
+grpc::Status StatsServiceImpl::Identify(grpc::ServerContext*,
+                                        const proto::IdentifyRequest*,
+                                        proto::ServerIdentity* response) {
+  return metrics_->Measure(RpcMethod::kIdentify, [&] {
+    *response = identity_;
+    return grpc::Status::OK;
   });
 }
 

@@ -25,11 +25,17 @@ class StatsServiceImpl final : public proto::StatsService::Service {
 
   // `metrics` and `memory` (null: none to report) must outlive the
   // service. `source`: null for a role with nothing of its own to report.
-  StatsServiceImpl(RpcMetrics* metrics, MemoryGuard* memory, Source source);
+  // `identity`: what Identify answers.
+  StatsServiceImpl(RpcMetrics* metrics, MemoryGuard* memory, Source source,
+                   proto::ServerIdentity identity);
 
   grpc::Status Stats(grpc::ServerContext* context,
                      const proto::StatsRequest* request,
                      proto::StatsResponse* response) override;
+
+  grpc::Status Identify(grpc::ServerContext* context,
+                        const proto::IdentifyRequest* request,
+                        proto::ServerIdentity* response) override;
 
   // What Stats answers for every table, without counting as a call (for
   // the metrics page). An error of the source leaves its part out.
@@ -42,6 +48,7 @@ class StatsServiceImpl final : public proto::StatsService::Service {
   RpcMetrics* const metrics_;
   MemoryGuard* const memory_;
   const Source source_;
+  const proto::ServerIdentity identity_;
 };
 
 }  // namespace embedps::server

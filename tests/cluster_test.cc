@@ -185,6 +185,119 @@ TEST(ServerProcessTest, HelpAndBadFlags) {
   }
 }
 
+// A misconfigured cluster is refused before anything reads or changes a
+// table: real ps_server processes, each stating who it is (its flags), and
+// clients given them in lists that do not match. Each case names the
+// servers involved and what each said; no server received a table call.
+TEST(MisconfiguredClusterTest, IsRefusedBeforeAnyTableCall) {
+  std::vector<std::unique_ptr<ServerProcess>> servers;
+  const auto start = [&](std::vector<std::string> args) -> std::string {
+    auto server = ServerProcess::Start("server/ps_server", std::move(args));
+    EXPECT_OK(server.status());
+    if (!server.ok()) return "";
+    servers.push_back(*std::move(server));
+    return servers.back()->address();
+  };
+  const std::string a = start({});  // the defaults: shard 0 of 1
+  const std::string b = start({});  // the same again
+  const std::string c0 = start({"--shard_index=0", "--num_shards=3"});
+  const std::string c1 = start({"--shard_index=1", "--num_shards=3"});
+  const std::string x0 =
+      start({"--shard_index=0", "--num_shards=2", "--cluster_id=x"});
+  const std::string x1 =
+      start({"--shard_index=1", "--num_shards=2", "--cluster_id=x"});
+  const std::string y1 =
+      start({"--shard_index=1", "--num_shards=2", "--cluster_id=y"});
+  ASSERT_EQ(servers.size(), 7u);
+  struct Case {
+    std::string name;
+    std::vector<std::string> servers;
+    std::string cluster_id;
+    std::vector<std::string> says;
+  };
+  const std::vector<Case> cases = {
+      {"a duplicate shard",
+       {a, b},
+       "",
+       {"server 0 (" + a + ") says it is a training shard 0 of 1",
+        "server 1 (" + b + ") says it is a training shard 0 of 1",
+        "both claim shard 0"}},
+      {"a wrong shard count",
+       {c0, c1},
+       "",
+       {"server 0 (" + c0 + ") says it is a training shard 0 of 3",
+        "the list has 2"}},
+      {"shards out of order",
+       {x1, x0},
+       "",
+       {"server 0 (" + x1 + ") says it is a training shard 1 of 2",
+        "server 1 (" + x0 + ") says it is a training shard 0 of 2"}},
+      {"a shard of another cluster",
+       {x0, y1},
+       "",
+       {"server 1 (" + y1 +
+            ") says it is a training shard 1 of 2 of "
+            "cluster 'y'",
+        "server 0 (" + x0 +
+            ") says it is a training shard 0 of 2 of "
+            "cluster 'x'"}},
+      {"not the cluster asked for", {x0, x1}, "prod", {"cluster 'prod'"}},
+  };
+  proto::TableConfig config;
+  config.set_name("t");
+  config.set_dim(4);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    client::ClientOptions options;
+    options.servers = c.servers;
+    options.cluster_id = c.cluster_id;
+    ASSERT_OK_AND_ASSIGN(auto client, client::Client::Connect(options));
+    const absl::Status created = client->CreateTable(config).status();
+    EXPECT_THAT(created, StatusIs(absl::StatusCode::kFailedPrecondition));
+    for (const std::string& said : c.says) {
+      EXPECT_THAT(created.message(), HasSubstr(said));
+    }
+    // A handle made by hand does not get past it either.
+    client::TableHandle handle;
+    handle.name = "t";
+    handle.dim = 4;
+    handle.shard_table_ids.assign(c.servers.size(), 1);
+    std::vector<float> values(4);
+    EXPECT_THAT(client->Pull(handle, {7}, absl::MakeSpan(values)),
+                StatusIs(absl::StatusCode::kFailedPrecondition));
+    EXPECT_THAT(client->Push(handle, {7}, values),
+                StatusIs(absl::StatusCode::kFailedPrecondition));
+  }
+  // Nothing reached a table: every server holds none.
+  for (const auto& server : servers) {
+    client::ClientOptions options;
+    options.servers = {server->address()};
+    ASSERT_OK_AND_ASSIGN(auto one, client::Client::Connect(options));
+    ASSERT_OK_AND_ASSIGN(const auto stats, one->Stats());
+    EXPECT_EQ(stats[0].table_size(), 0) << server->address();
+  }
+  // The same servers in a list that matches: accepted.
+  client::ClientOptions options;
+  options.servers = {x0, x1};
+  options.cluster_id = "x";
+  ASSERT_OK_AND_ASSIGN(auto client, client::Client::Connect(options));
+  ASSERT_OK_AND_ASSIGN(const client::TableHandle table,
+                       client->CreateTable(config));
+  std::vector<float> values(4);
+  EXPECT_OK(client->Pull(table, {7}, absl::MakeSpan(values)));
+  // A cluster id the server cannot state is refused at its start.
+  const std::string log = ::testing::TempDir() + "/cluster_id.log";
+  ASSERT_OK_AND_ASSIGN(
+      auto bad,
+      testing::ChildProcess::Spawn("server/ps_server",
+                                   {"--cluster_id=a b", "--port=0"}, "", log));
+  EXPECT_NE(bad->Wait(), 0);
+  std::ifstream file(log);
+  const std::string text((std::istreambuf_iterator<char>(file)),
+                         std::istreambuf_iterator<char>());
+  EXPECT_NE(text.find("cluster_id must be"), std::string::npos) << text;
+}
+
 // A second server on a port in use exits naming it, instead of starting
 // beside the first and taking part of its connections (gRPC's default
 // SO_REUSEPORT).

@@ -487,13 +487,13 @@ TEST_F(ReplicationTest, APrimaryCutOffFromTheCoordinatorStopsWriting) {
   auto& [setup, table, keys, grads] = writer;
   ASSERT_OK(setup->Push(table, keys, grads));
   ASSERT_OK_AND_ASSIGN(const proto::ReplicaView before, View(0));
-  // Pushes straight to that primary, never retried elsewhere.
+  ASSERT_OK_AND_ASSIGN(const proto::ReplicaView before_1, View(1));
+  // Pushes straight to the shards' primaries, never retried elsewhere.
   client::ClientOptions options;
-  options.servers = {before.primary()};
+  options.servers = {before.primary(), before_1.primary()};
   options.retry.retry_deadline = absl::Milliseconds(200);
   ASSERT_OK_AND_ASSIGN(auto direct, client::Client::Connect(options));
-  client::TableHandle handle = table;
-  handle.shard_table_ids = {table.shard_table_ids[0]};
+  const client::TableHandle handle = table;
   ASSERT_OK(direct->Push(handle, keys, grads));
 
   coordinator_->Signal(SIGSTOP);

@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/client.h"
 #include "common/status_matchers.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
@@ -498,6 +499,45 @@ TEST_F(TrainingTest, RestoreWithoutACheckpointIsRefused) {
   const std::string text = ReadFile(log);
   EXPECT_NE(text.find("no complete checkpoint in '" + empty), std::string::npos)
       << text;
+}
+
+// A worker given two servers that both say they are shard 0 of 1 (started
+// with the defaults) refuses them before training, naming both; and one
+// given a --cluster_id its server does not state refuses it.
+TEST_F(TrainingTest, AWorkerRefusesAMisconfiguredCluster) {
+  auto a = ServerProcess::Start(kServer, {});
+  auto b = ServerProcess::Start(kServer, {});
+  ASSERT_OK(a.status());
+  ASSERT_OK(b.status());
+  for (const auto& [extra, says] : std::vector<
+           std::pair<std::vector<std::string>, std::vector<std::string>>>{
+           {{"--servers=" + (*a)->address() + "," + (*b)->address()},
+            {"server 0 (" + (*a)->address() + ") says it is a training shard",
+             "server 1 (" + (*b)->address() + ") says it is a training shard",
+             "both claim shard 0"}},
+           {{"--servers=" + (*a)->address(), "--cluster_id=prod"},
+            {"not of cluster 'prod'"}}}) {
+    const std::string log = TestTempPath("misconfigured.log");
+    std::vector<std::string> args = {std::string("--config=") + kConfig,
+                                     "--train_data=" + *data_ + "/train.txt"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    auto worker = ChildProcess::Spawn(kWorker, args, "", log);
+    ASSERT_OK(worker.status());
+    ASSERT_OK_AND_ASSIGN(int code, (*worker)->WaitFor(absl::Seconds(60)));
+    EXPECT_NE(code, 0);
+    const std::string text = ReadFile(log);
+    for (const std::string& said : says) {
+      EXPECT_NE(text.find(said), std::string::npos) << said << "\n" << text;
+    }
+  }
+  // Nothing was created on either server.
+  for (const auto* server : {&*a, &*b}) {
+    client::ClientOptions options;
+    options.servers = {(*server)->address()};
+    ASSERT_OK_AND_ASSIGN(auto client, client::Client::Connect(options));
+    ASSERT_OK_AND_ASSIGN(const auto stats, client->Stats());
+    EXPECT_EQ(stats[0].table_size(), 0);
+  }
 }
 
 // A worker that dies mid-training makes its SYNC peer fail with a clear

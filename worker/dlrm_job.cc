@@ -159,6 +159,7 @@ absl::Status DlrmWorker::Setup() {
 
   client::ClientOptions client_options;
   client_options.servers = o_.servers;
+  client_options.cluster_id = o_.cluster_id;
   client_options.retry.retry_deadline = o_.retry_deadline;
   client_options.security = o_.security;
   ASSIGN_OR_RETURN(client_, client::Client::Connect(client_options));

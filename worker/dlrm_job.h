@@ -40,6 +40,9 @@ struct DlrmJobOptions {
   JobMembership job;
   // "host:port" of every ps_server shard, in shard order. Required.
   std::vector<std::string> servers;
+  // The cluster they must belong to (ClientOptions::cluster_id); empty:
+  // any one.
+  std::string cluster_id;
   // How long client calls keep retrying an unreachable server.
   absl::Duration retry_deadline = absl::Seconds(60);
   dense::ModelOptions model;

@@ -28,6 +28,11 @@ ABSL_FLAG(std::string, config, "",
 ABSL_FLAG(std::string, servers, "",
           "host:port of every ps_server shard, comma-separated, in "
           "shard order");
+ABSL_FLAG(std::string, cluster_id, "",
+          "the cluster the --servers must belong to (their ps_server "
+          "--cluster_id); the job refuses servers of another one, and "
+          "servers that are not shards 0..n-1 in the order given (empty: any "
+          "one cluster)");
 ABSL_FLAG(std::string, mode, "",
           "overrides the config's mode (async, sync, ssp:N)");
 ABSL_FLAG(std::string, train_data, "",
@@ -130,6 +135,7 @@ absl::Status Configure(DlrmJobOptions& options, JobFromFlags& job) {
     config.set_output_dir(absl::GetFlag(FLAGS_output_dir));
   }
   options.servers = SplitList(absl::GetFlag(FLAGS_servers));
+  options.cluster_id = absl::GetFlag(FLAGS_cluster_id);
   if (options.servers.empty()) {
     return absl::InvalidArgumentError(
         "--servers=host:port,... is required (every shard, in order)");

@@ -53,7 +53,7 @@ class Client(_embedps._Client):
     Client(servers, *, rpc_timeout=30.0, retry_deadline=60.0,
            wire="float32", max_keys_per_request=262144,
            channels_per_shard=1, tls_ca="", tls_cert="", tls_key="",
-           token_file="", tls_server_name="")
+           token_file="", tls_server_name="", cluster_id="")
 
     ``servers``: "host:port" of every shard, in shard order. Calls retry
     UNAVAILABLE and DEADLINE_EXCEEDED until ``retry_deadline`` seconds;
@@ -63,6 +63,10 @@ class Client(_embedps._Client):
     require one; ``token_file``: a file whose one line is the token sent
     with every call (needs TLS); ``tls_server_name``: the name the servers'
     certificates carry when it is not the host of their addresses.
+    Before its first table call the client asks each server who it is and
+    raises FailedPreconditionError for servers that are not training
+    shards 0..n-1 of one cluster in the order given (``cluster_id``: the
+    cluster they must belong to, ps_server --cluster_id; empty: any one).
 
     pull(table, keys, *, step=0, unique=False, out=None) -> (n, dim) float32
         The rows of ``keys`` (1-D uint64 or int64; any order, duplicates

@@ -95,9 +95,10 @@ class PyClient {
   PyClient(std::vector<std::string> servers, double rpc_timeout,
            double retry_deadline, const std::string& wire,
            size_t max_keys_per_request, int channels_per_shard,
-           security::ChannelSecurity security) {
+           security::ChannelSecurity security, std::string cluster_id) {
     client::ClientOptions options;
     options.security = std::move(security);
+    options.cluster_id = std::move(cluster_id);
     options.servers = std::move(servers);
     options.retry.rpc_timeout = SecondsOf(rpc_timeout, "rpc_timeout");
     options.retry.retry_deadline = SecondsOf(retry_deadline, "retry_deadline");
@@ -387,20 +388,22 @@ The arrays it was given stay borrowed until then.)")
                        size_t max_keys_per_request, int channels_per_shard,
                        std::string tls_ca, std::string tls_cert,
                        std::string tls_key, std::string token_file,
-                       std::string tls_server_name) {
+                       std::string tls_server_name, std::string cluster_id) {
              return std::make_unique<PyClient>(
                  std::move(servers), rpc_timeout, retry_deadline, wire,
                  max_keys_per_request, channels_per_shard,
                  SecurityOf(std::move(tls_ca), std::move(tls_cert),
                             std::move(tls_key), std::move(token_file),
-                            std::move(tls_server_name)));
+                            std::move(tls_server_name)),
+                 std::move(cluster_id));
            }),
            py::arg("servers"), py::kw_only(), py::arg("rpc_timeout") = 30.0,
            py::arg("retry_deadline") = 60.0, py::arg("wire") = "float32",
            py::arg("max_keys_per_request") = size_t{256} << 10,
            py::arg("channels_per_shard") = 1, py::arg("tls_ca") = "",
            py::arg("tls_cert") = "", py::arg("tls_key") = "",
-           py::arg("token_file") = "", py::arg("tls_server_name") = "")
+           py::arg("token_file") = "", py::arg("tls_server_name") = "",
+           py::arg("cluster_id") = "")
       .def_property_readonly("num_shards", &PyClient::num_shards)
       .def_property_readonly("client_id", &PyClient::client_id)
       .def("_create_table", &PyClient::CreateTable, py::arg("config"),

@@ -361,3 +361,22 @@ def test_erase_removes_rows_on_every_shard(two_shards):
     assert client.erase(table, keys) == [0, 0]
     with pytest.raises(TypeError):
         client.erase(table, ["not", "keys"])
+
+
+def test_servers_that_are_not_the_cluster_given_are_refused(start_server):
+    """Two servers started with the defaults (each shard 0 of 1), given as a
+    two-shard cluster: refused before any table call, naming both; a
+    cluster id the servers do not state: refused too."""
+    a = start_server()
+    b = start_server()
+    client = embedps.Client([a.address, b.address], retry_deadline=5)
+    with pytest.raises(embedps.FailedPreconditionError) as refused:
+        client.create_table('name: "t" dim: 4')
+    message = str(refused.value)
+    assert f"server 0 ({a.address}) says it is a training shard 0 of 1" in message
+    assert f"server 1 ({b.address}) says it is a training shard 0 of 1" in message
+    assert all(len(s["table"]) == 0 for s in client.stats())
+    one = embedps.Client([a.address], cluster_id="prod", retry_deadline=5)
+    with pytest.raises(embedps.FailedPreconditionError, match="cluster 'prod'"):
+        one.create_table('name: "t" dim: 4')
+    embedps.Client([a.address]).create_table('name: "t" dim: 4')
