@@ -23,6 +23,9 @@ packages=(
   python3-yaml python3-venv
   # The fuzz targets (fuzz/run.sh): clang and its libFuzzer runtime.
   clang libclang-rt-14-dev
+  # etcd, the control plane of replicated shards (--control_plane): its
+  # tests start a real 3-member cluster on loopback.
+  etcd-server
   # Formatting and tooling used by the scripts (gnuplot: the training plot;
   # python3-protobuf: tools/docgen reads the .proto files' descriptors).
   clang-format procps gnuplot-nox python3-protobuf

@@ -119,6 +119,13 @@ ABSL_FLAG(std::string, replica_directory, "",
           "this server is one replica of shard --shard_index (every replica "
           "of a shard gets the same flags), docs/operations.md "
           "\"Replication\"");
+ABSL_FLAG(
+    std::string, control_plane, "",
+    "training: etcd's endpoints, etcd://host:port[,host:port...] (or "
+    "etcds://... over TLS: the CA of --tls_ca, the client certificate "
+    "of --tls_cert and --tls_key); set, this server is one replica of shard "
+    "--shard_index whose primary is elected in etcd, in place of "
+    "--replica_directory (docs/operations.md \"Replication\")");
 ABSL_FLAG(std::string, advertise, "",
           "training, replicated: this replica's address as clients and the "
           "other replicas reach it (default: --host:port)");
@@ -317,8 +324,21 @@ absl::StatusOr<ShardOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError(
         "--serving_storage applies to --role=serving only");
   }
-  if (role == "training" && !absl::GetFlag(FLAGS_replica_directory).empty()) {
+  const std::string control_plane = absl::GetFlag(FLAGS_control_plane);
+  if (!control_plane.empty() && role != "training") {
+    return absl::InvalidArgumentError(
+        "--control_plane applies to --role=training (replicated shards)");
+  }
+  if (!control_plane.empty() &&
+      !absl::GetFlag(FLAGS_replica_directory).empty()) {
+    return absl::InvalidArgumentError(
+        "--control_plane and --replica_directory are two ways to elect a "
+        "shard's primary: give one");
+  }
+  if (role == "training" && (!absl::GetFlag(FLAGS_replica_directory).empty() ||
+                             !control_plane.empty())) {
     options.replication.directory = absl::GetFlag(FLAGS_replica_directory);
+    options.replication.control_plane = control_plane;
     options.replication.member = absl::GetFlag(FLAGS_advertise);
     options.replication.security = security::ChannelSecurityFromFlags();
     options.replication.forward_timeout = absl::GetFlag(FLAGS_forward_timeout);

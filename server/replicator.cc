@@ -12,6 +12,7 @@
 #include "common/malloc_options.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
+#include "server/etcd_directory_client.h"
 #include "wire/grpc_status.h"
 
 namespace embedps::server {
@@ -53,9 +54,11 @@ absl::StatusOr<std::unique_ptr<Replicator>> Replicator::Create(
     ReplicationOptions options, TableRegistry* registry,
     PushDeduplicator* deduplicator, ShardCheckpointer* checkpointer,
     RpcMetrics* metrics, MemoryGuard* memory, ApplyForwarded apply_forwarded) {
-  if (options.directory.empty() || options.shard < 0) {
+  if (options.directory.empty() == options.control_plane.empty() ||
+      options.shard < 0) {
     return absl::InvalidArgumentError(
-        "replication needs the directory's address and the shard");
+        "replication needs the shard and either the directory's address or "
+        "etcd's endpoints (not both)");
   }
   auto replicator = std::unique_ptr<Replicator>(
       new Replicator(std::move(options), registry, deduplicator, checkpointer,
@@ -63,6 +66,22 @@ absl::StatusOr<std::unique_ptr<Replicator>> Replicator::Create(
   ASSIGN_OR_RETURN(
       replicator->credentials_,
       security::MakeChannelCredentials(replicator->options_.security));
+  const ReplicationOptions& o = replicator->options_;
+  if (!o.control_plane.empty()) {
+    control::EtcdOptions etcd_options;
+    etcd_options.endpoints = o.control_plane;
+    etcd_options.security = o.security;
+    ASSIGN_OR_RETURN(std::unique_ptr<control::EtcdClient> etcd,
+                     control::EtcdClient::Create(std::move(etcd_options)));
+    EtcdDirectoryOptions directory;
+    directory.cluster_id = o.cluster_id;
+    replicator->directory_ =
+        std::make_unique<EtcdDirectoryClient>(std::move(etcd), directory);
+  } else {
+    replicator->directory_ = NewGrpcDirectoryClient(
+        o.directory,
+        MakeChannel(o.directory, replicator->credentials_, o.security));
+  }
   return replicator;
 }
 
@@ -97,13 +116,7 @@ Replicator::~Replicator() {
   senders.clear();
 }
 
-std::unique_ptr<proto::ReplicaDirectory::Stub> Replicator::DirectoryStub() {
-  return proto::ReplicaDirectory::NewStub(
-      MakeChannel(options_.directory, credentials_, options_.security));
-}
-
 void Replicator::HeartbeatLoop() {
-  const auto stub = DirectoryStub();
   const auto log = Logger("replication");
   absl::Time last_warning = absl::InfinitePast();
   while (true) {
@@ -119,16 +132,14 @@ void Replicator::HeartbeatLoop() {
     request.set_member(options_.member);
     request.set_incarnation(incarnation_);
     const absl::Time sent = absl::Now();
-    grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(sent + lease / 2));
-    proto::HeartbeatResponse response;
-    const grpc::Status status = stub->Heartbeat(&context, request, &response);
-    if (status.ok()) {
-      OnView(response.view(), sent);
+    absl::StatusOr<proto::ReplicaView> view =
+        directory_->Heartbeat(request, sent + lease / 2);
+    if (view.ok()) {
+      OnView(*view, sent);
     } else if (absl::Now() - last_warning > absl::Seconds(5)) {
       last_warning = absl::Now();
-      log->warn("shard {}: the replica directory at {} did not answer: {}",
-                options_.shard, options_.directory, status.error_message());
+      log->warn("shard {}: {} did not answer: {}", options_.shard,
+                directory_->Describe(), view.status().ToString());
     }
     MutexLock lock(&mu_);
     changed_.WaitWithTimeout(&mu_, lease / 5);
@@ -419,18 +430,15 @@ absl::Status Replicator::ReportFailed(const std::string& member) {
   report.set_primary(options_.member);
   report.set_subject(member);
   report.set_kind(proto::ReplicaReport::FAILED);
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
-  proto::ReplicaReportResponse response;
-  const grpc::Status status =
-      DirectoryStub()->Report(&context, report, &response);
+  const absl::Status status =
+      directory_->Report(report, absl::Now() + absl::Seconds(2)).status();
   MutexLock lock(&mu_);
   // NOT_FOUND: the directory never knew that replica (a CatchUp naming an
   // address that is not one): it was never counted in sync.
-  if (!status.ok() && status.error_code() != grpc::StatusCode::NOT_FOUND) {
+  if (!status.ok() && !absl::IsNotFound(status)) {
     Depose(absl::StrCat(
         "backup ", member, " failed (", sender->error(),
-        ") and the directory did not record it: ", status.error_message()));
+        ") and the directory did not record it: ", status.message()));
     return absl::UnavailableError(absl::StrCat(
         "shard ", options_.shard, ": backup ", member,
         " failed and could not be removed; the write is not acknowledged"));
@@ -695,14 +703,11 @@ grpc::Status Replicator::CatchUp(
   report.set_primary(options_.member);
   report.set_subject(request.member());
   report.set_kind(proto::ReplicaReport::IN_SYNC);
-  grpc::ClientContext context;
-  context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
-  proto::ReplicaReportResponse response;
-  const grpc::Status reported =
-      DirectoryStub()->Report(&context, report, &response);
+  const absl::Status reported =
+      directory_->Report(report, absl::Now() + absl::Seconds(2)).status();
   if (!reported.ok()) {
     drop_sender();
-    return reported;
+    return wire::ToGrpcStatus(reported);
   }
   Logger("replication")
       ->info(

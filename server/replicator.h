@@ -1,7 +1,8 @@
 // Replicator: one replica's part in a replicated training shard.
 //
-// Each replica heartbeats the ReplicaDirectory (replica_directory.h) and
-// takes the role its view gives it:
+// Each replica heartbeats the shard's directory (directory_client.h: the
+// coordinator's ReplicaDirectory, replica_directory.h, or the same rules
+// kept in etcd) and takes the role its view gives it:
 // - primary: takes every write (Push, CreateTable, DropTable) in one order
 //   (Write: applied here, numbered, forwarded to every backup in that
 //   order) and acknowledges it once every in-sync backup has applied it; a
@@ -42,6 +43,7 @@
 #include "proto/replication.grpc.pb.h"
 #include "security/credentials.h"
 #include "server/checkpointer.h"
+#include "server/directory_client.h"
 #include "server/memory_guard.h"
 #include "server/push_deduplicator.h"
 #include "server/replica_sender.h"
@@ -57,9 +59,20 @@ struct ReplicationOptions {
   // This replica's address as clients and the other replicas reach it
   // (may be left empty until Run).
   std::string member;
-  // The ReplicaDirectory's address (the coordinator). Required.
+  // The ReplicaDirectory's address (the coordinator), or
   std::string directory;
-  // TLS and token of the channels to the directory and the other replicas.
+  // etcd's endpoints ("etcd://host:port,..." or "etcds://..."): the
+  // directory's rules kept in etcd (etcd_directory_client.h). One of the
+  // two is required.
+  std::string control_plane;
+  // The cluster's id: its shards' keys in etcd (ps_server --cluster_id).
+  std::string cluster_id;
+  // Is this a replica of a replicated shard (a directory or etcd given)?
+  bool replicated() const {
+    return !directory.empty() || !control_plane.empty();
+  }
+  // TLS and token of the channels to the directory and the other replicas
+  // (for etcds://, its CA and client certificate too).
   security::ChannelSecurity security;
   // How long a forward to a backup may take before the backup counts as
   // failed. Default: 2 s.
@@ -146,7 +159,6 @@ class Replicator final : public WriteOrder {
   // Removes a failed backup; OK once the directory recorded it.
   absl::Status ReportFailed(const std::string& member);
   void Depose(const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::unique_ptr<proto::ReplicaDirectory::Stub> DirectoryStub();
 
   ReplicationOptions options_;  // constant once Run
   TableRegistry* const registry_;
@@ -156,6 +168,7 @@ class Replicator final : public WriteOrder {
   const ApplyForwarded apply_forwarded_;
   const uint64_t incarnation_;
   std::shared_ptr<grpc::ChannelCredentials> credentials_;
+  std::unique_ptr<DirectoryClient> directory_;  // set by Create
   // A catch-up's rows are admitted against it (null: no limit).
   MemoryGuard* const memory_;
 

@@ -152,10 +152,10 @@ absl::Status CheckOptions(const ShardOptions& o) {
   if (o.max_message_bytes < 1) {
     return absl::InvalidArgumentError("max_message_bytes must be positive");
   }
-  if (o.role != ShardRole::kTraining && !o.replication.directory.empty()) {
+  if (o.role != ShardRole::kTraining && o.replication.replicated()) {
     return absl::InvalidArgumentError(
         "only a training shard can be a replicated training shard "
-        "(replication.directory)");
+        "(replication.directory or control_plane)");
   }
   return absl::OkStatus();
 }
@@ -180,9 +180,10 @@ absl::StatusOr<std::unique_ptr<TrainingParts>> AssembleTraining(
     service.restored_step = static_cast<int64_t>(parts->restored.step());
   }
   WriteOrder* writes = nullptr;
-  if (!options.replication.directory.empty()) {
+  if (options.replication.replicated()) {
     ReplicationOptions replication = options.replication;
     replication.shard = options.service.shard_index;
+    replication.cluster_id = options.cluster_id;
     // The backups' writes go to the service made below, which exists
     // before Run lets any arrive.
     TrainingParts* p = parts.get();

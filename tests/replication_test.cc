@@ -1,6 +1,7 @@
-// Replicated shards with real processes: a coordinator (the replica
-// directory) and two replicas per shard, killed with SIGKILL under load, or
-// cut off from the directory; docs/architecture.md "Replication".
+// Replicated shards with real processes: two replicas per shard whose
+// primary is chosen by the control plane — a coordinator (the replica
+// directory), or a 3-member etcd cluster — killed with SIGKILL under load,
+// or cut off from the control plane; docs/architecture.md "Replication".
 #include <signal.h>
 
 #include <atomic>
@@ -23,19 +24,25 @@
 #include "client/client.h"
 #include "common/key_hash.h"
 #include "common/status_matchers.h"
+#include "control/etcd_client.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/replication.grpc.pb.h"
 #include "proto/stats.grpc.pb.h"
 #include "proto/tables.pb.h"
 #include "proto/training.grpc.pb.h"
+#include "server/etcd_directory_client.h"
+#include "testing/etcd_cluster.h"
 #include "testing/server_process.h"
 #include "wire/server_identity.h"
 
 namespace embedps {
 namespace {
 
+using ::embedps::testing::EtcdCluster;
 using ::embedps::testing::ServerProcess;
+
+enum class ControlPlane { kCoordinator, kEtcd };
 
 constexpr char kServer[] = "server/ps_server";
 constexpr int kDim = 8;
@@ -53,14 +60,10 @@ proto::TableConfig SgdTable() {
   return config;
 }
 
-class ReplicationTest : public ::testing::Test {
+class ReplicationTest : public ::testing::TestWithParam<ControlPlane> {
  protected:
   void SetUp() override {
-    ASSERT_OK_AND_ASSIGN(coordinator_,
-                         ServerProcess::Start(kServer, {"--role=coordinator",
-                                                        "--replica_lease=1s"}));
-    directory_ = proto::ReplicaDirectory::NewStub(grpc::CreateChannel(
-        coordinator_->address(), grpc::InsecureChannelCredentials()));
+    ASSERT_OK(StartControlPlane());
     for (int shard = 0; shard < kShards; ++shard) {
       for (int r = 0; r < kReplicas; ++r) {
         ASSERT_OK_AND_ASSIGN(auto replica, StartReplica(shard, r));
@@ -74,13 +77,49 @@ class ReplicationTest : public ::testing::Test {
     }
   }
 
+  bool etcd() const { return GetParam() == ControlPlane::kEtcd; }
+
+  // A new coordinator, or a new 3-member etcd cluster.
+  absl::Status StartControlPlane() {
+    coordinator_.reset();
+    etcd_directory_.reset();
+    etcd_cluster_.reset();
+    if (etcd()) {
+      absl::StatusOr<std::unique_ptr<EtcdCluster>> cluster =
+          EtcdCluster::Start(3);
+      if (!cluster.ok()) return cluster.status();
+      etcd_cluster_ = *std::move(cluster);
+      control::EtcdOptions options;
+      options.endpoints = etcd_cluster_->endpoints();
+      absl::StatusOr<std::unique_ptr<control::EtcdClient>> client =
+          control::EtcdClient::Create(options);
+      if (!client.ok()) return client.status();
+      etcd_directory_ = std::make_unique<server::EtcdDirectoryClient>(
+          *std::move(client), server::EtcdDirectoryOptions{});
+      return absl::OkStatus();
+    }
+    absl::StatusOr<std::unique_ptr<ServerProcess>> coordinator =
+        ServerProcess::Start(kServer,
+                             {"--role=coordinator", "--replica_lease=1s"});
+    if (!coordinator.ok()) return coordinator.status();
+    coordinator_ = *std::move(coordinator);
+    directory_ = proto::ReplicaDirectory::NewStub(grpc::CreateChannel(
+        coordinator_->address(), grpc::InsecureChannelCredentials()));
+    return absl::OkStatus();
+  }
+
+  // The flag that names the control plane to a replica.
+  std::string ControlPlaneFlag() const {
+    return etcd() ? "--control_plane=" + etcd_cluster_->endpoints()
+                  : "--replica_directory=" + coordinator_->address();
+  }
+
   absl::StatusOr<std::unique_ptr<ServerProcess>> StartReplica(int shard,
                                                               int replica) {
-    std::vector<std::string> args = {
-        absl::StrCat("--shard_index=", shard),
-        absl::StrCat("--num_shards=", kShards),
-        "--replica_directory=" + coordinator_->address(),
-        "--forward_timeout=1s", "--num_workers=2"};
+    std::vector<std::string> args = {absl::StrCat("--shard_index=", shard),
+                                     absl::StrCat("--num_shards=", kShards),
+                                     ControlPlaneFlag(), "--forward_timeout=1s",
+                                     "--num_workers=2"};
     if (!ports_[shard][replica].empty()) {
       args.push_back("--port=" + ports_[shard][replica]);
     }
@@ -106,6 +145,7 @@ class ReplicationTest : public ::testing::Test {
   }
 
   absl::StatusOr<proto::ReplicaView> View(int shard) {
+    if (etcd()) return etcd_directory_->View(shard);
     grpc::ClientContext context;
     context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(2)));
     proto::ReplicaViewRequest request;
@@ -147,6 +187,8 @@ class ReplicationTest : public ::testing::Test {
 
   std::unique_ptr<ServerProcess> coordinator_;
   std::unique_ptr<proto::ReplicaDirectory::Stub> directory_;
+  std::unique_ptr<EtcdCluster> etcd_cluster_;
+  std::unique_ptr<server::EtcdDirectoryClient> etcd_directory_;
   std::unique_ptr<ServerProcess> replicas_[kShards][kReplicas];
   std::string ports_[kShards][kReplicas];
 };
@@ -200,7 +242,7 @@ absl::StatusOr<Writer> ConnectWriter(std::vector<std::string> servers) {
 // gradients applied to it, in any order: the tables must equal the sum of
 // exactly the acknowledged pushes (none lost, none applied twice), and the
 // replicas of a shard must hold identical bytes.
-TEST_F(ReplicationTest, NoAcknowledgedPushIsLostOrDoubledAcrossKills) {
+TEST_P(ReplicationTest, NoAcknowledgedPushIsLostOrDoubledAcrossKills) {
   auto setup = Connect(Servers());
   ASSERT_NE(setup, nullptr);
   ASSERT_OK_AND_ASSIGN(client::TableHandle table,
@@ -238,6 +280,12 @@ TEST_F(ReplicationTest, NoAcknowledgedPushIsLostOrDoubledAcrossKills) {
   std::mt19937_64 rng(42);
   std::vector<double> failover_seconds, in_sync_seconds;
   for (int round = 0; round < 20; ++round) {
+    // Over etcd, one of its three members is down for rounds 5 to 11:
+    // with a quorum left, nothing changes.
+    if (etcd() && round == 5) etcd_cluster_->Kill(0);
+    if (etcd() && round == 12) {
+      ASSERT_OK(etcd_cluster_->Restart(0));
+    }
     absl::SleepFor(absl::Milliseconds(200 + rng() % 600));
     const int shard = static_cast<int>(rng() % kShards);
     const int r = static_cast<int>(rng() % kReplicas);
@@ -294,7 +342,7 @@ TEST_F(ReplicationTest, NoAcknowledgedPushIsLostOrDoubledAcrossKills) {
 
 // A replica that restarts while no one writes catches up all the same:
 // the primary's last write is long past, and nothing new will come.
-TEST_F(ReplicationTest, AReplicaCatchesUpWhileNothingIsWritten) {
+TEST_P(ReplicationTest, AReplicaCatchesUpWhileNothingIsWritten) {
   ASSERT_OK_AND_ASSIGN(Writer writer, ConnectWriter(Servers()));
   auto& [setup, table, keys, grads] = writer;
   for (int i = 0; i < 40; ++i) ASSERT_OK(setup->Push(table, keys, grads));
@@ -320,7 +368,7 @@ TEST_F(ReplicationTest, AReplicaCatchesUpWhileNothingIsWritten) {
 // A primary cut off from the directory (stopped, as a long pause or a
 // partition would) loses its lease: a backup takes over, and the old
 // primary, resumed, accepts no write for its epoch (and leaves the shard).
-TEST_F(ReplicationTest, ADeposedPrimaryAcceptsNoWrite) {
+TEST_P(ReplicationTest, ADeposedPrimaryAcceptsNoWrite) {
   ASSERT_OK_AND_ASSIGN(Writer writer, ConnectWriter(Servers()));
   auto& [setup, table, keys, grads] = writer;
   ASSERT_OK(setup->Push(table, keys, grads));
@@ -368,7 +416,7 @@ TEST_F(ReplicationTest, ADeposedPrimaryAcceptsNoWrite) {
 // (trailing metadata). No epoch may have two acceptors, and the table
 // holds every acknowledged push once (and a push whose sender's deadline
 // passed during the pause at most once: its outcome is unknown to it).
-TEST_F(ReplicationTest, NoEpochHasTwoAcceptors) {
+TEST_P(ReplicationTest, NoEpochHasTwoAcceptors) {
   ASSERT_OK_AND_ASSIGN(Writer writer, ConnectWriter(Servers()));
   auto& [setup, table, keys, grads] = writer;
   ASSERT_OK_AND_ASSIGN(const proto::ReplicaView before, View(0));
@@ -490,12 +538,14 @@ TEST_F(ReplicationTest, NoEpochHasTwoAcceptors) {
   }
 }
 
-// A primary cut off from the coordination service (the coordinator
-// stopped) stops accepting writes once its lease runs out, although the
-// primary itself is up and reachable; when the coordinator is back, writes
-// go on (with the same primary, or another after a failover) and the table
+// A primary cut off from the control plane — the coordinator stopped, or
+// two of etcd's three members killed (no quorum: no lease is renewed, no
+// election can happen) — stops accepting writes once its lease runs out,
+// although the primary itself is up and reachable; when the control plane
+// is back (one etcd member restarted is a quorum again), writes go on
+// (with the same primary, or another after a failover) and the table
 // holds exactly the acknowledged writes.
-TEST_F(ReplicationTest, APrimaryCutOffFromTheCoordinatorStopsWriting) {
+TEST_P(ReplicationTest, APrimaryCutOffFromTheControlPlaneStopsWriting) {
   ASSERT_OK_AND_ASSIGN(Writer writer, ConnectWriter(Servers()));
   auto& [setup, table, keys, grads] = writer;
   ASSERT_OK(setup->Push(table, keys, grads));
@@ -509,33 +559,50 @@ TEST_F(ReplicationTest, APrimaryCutOffFromTheCoordinatorStopsWriting) {
   const client::TableHandle handle = table;
   ASSERT_OK(direct->Push(handle, keys, grads));
 
-  coordinator_->Signal(SIGSTOP);
+  if (etcd()) {
+    etcd_cluster_->Kill(1);
+    etcd_cluster_->Kill(2);
+  } else {
+    coordinator_->Signal(SIGSTOP);
+  }
   const absl::Time stopped = absl::Now();
-  // Within the lease (1 s) it may still write; past it, never.
-  absl::SleepFor(absl::Milliseconds(1300));
+  // Within the lease it may still write; past it, never.
+  absl::SleepFor(absl::Milliseconds(before.lease_ms()) +
+                 absl::Milliseconds(300));
   int refused = 0;
   for (int i = 0; i < 10; ++i) {
     const absl::Status status = direct->Push(handle, keys, grads);
     EXPECT_FALSE(status.ok())
         << "a write accepted " << absl::ToDoubleSeconds(absl::Now() - stopped)
-        << " s after the coordinator stopped";
+        << " s after the control plane stopped";
     if (!status.ok()) ++refused;
     absl::SleepFor(absl::Milliseconds(100));
   }
   EXPECT_EQ(refused, 10);
-  coordinator_->Signal(SIGCONT);
+  if (etcd()) {
+    ASSERT_OK(etcd_cluster_->Restart(1));
+  } else {
+    coordinator_->Signal(SIGCONT);
+  }
   // Writes go on through the client once a primary holds a lease again.
   ASSERT_OK(setup->Push(table, keys, grads));
   std::vector<float> values(keys.size() * kDim);
   ASSERT_OK(setup->Pull(table, keys, absl::MakeSpan(values)));
   for (float v : values) EXPECT_EQ(v, -3.0f);
+  // Each shard has a primary (a deposed one has left: exit 75, for its
+  // supervisor to restart).
+  for (int shard = 0; shard < kShards; ++shard) {
+    absl::StatusOr<proto::ReplicaView> view = View(shard);
+    ASSERT_OK(view.status());
+    EXPECT_FALSE(view->primary().empty()) << "shard " << shard;
+  }
 }
 
 // Checkpoints are written by the primaries of a replicated job; a new
 // replicated cluster restores them (one replica per shard with --restore,
 // the other joining it) and serves the same rows; a third replica that
 // restores rows of its own is refused.
-TEST_F(ReplicationTest, CheckpointAndRestoreWithReplication) {
+TEST_P(ReplicationTest, CheckpointAndRestoreWithReplication) {
   auto setup = Connect(Servers());
   ASSERT_NE(setup, nullptr);
   ASSERT_OK_AND_ASSIGN(client::TableHandle table,
@@ -555,22 +622,16 @@ TEST_F(ReplicationTest, CheckpointAndRestoreWithReplication) {
   ASSERT_OK(setup->Pull(table, keys, absl::MakeSpan(before)));
   setup.reset();
 
-  // A new cluster: a new coordinator, one replica per shard restoring.
+  // A new cluster: a new control plane, one replica per shard restoring.
   for (auto& shard : replicas_) {
     for (auto& replica : shard) replica.reset();
   }
-  coordinator_.reset();
-  ASSERT_OK_AND_ASSIGN(
-      coordinator_, ServerProcess::Start(
-                        kServer, {"--role=coordinator", "--replica_lease=1s"}));
-  directory_ = proto::ReplicaDirectory::NewStub(grpc::CreateChannel(
-      coordinator_->address(), grpc::InsecureChannelCredentials()));
+  ASSERT_OK(StartControlPlane());
   for (int shard = 0; shard < kShards; ++shard) {
-    std::vector<std::string> args = {
-        absl::StrCat("--shard_index=", shard),
-        absl::StrCat("--num_shards=", kShards),
-        "--replica_directory=" + coordinator_->address(), "--restore=" + root,
-        "--port=" + ports_[shard][0]};
+    std::vector<std::string> args = {absl::StrCat("--shard_index=", shard),
+                                     absl::StrCat("--num_shards=", kShards),
+                                     ControlPlaneFlag(), "--restore=" + root,
+                                     "--port=" + ports_[shard][0]};
     ASSERT_OK_AND_ASSIGN(replicas_[shard][0],
                          ServerProcess::Start(kServer, args));
     const absl::Time give_up = absl::Now() + absl::Seconds(20);
@@ -600,14 +661,20 @@ TEST_F(ReplicationTest, CheckpointAndRestoreWithReplication) {
       auto stray,
       ServerProcess::Start(
           kServer, {"--shard_index=0", absl::StrCat("--num_shards=", kShards),
-                    "--replica_directory=" + coordinator_->address(),
-                    "--restore=" + root}));
+                    ControlPlaneFlag(), "--restore=" + root}));
   EXPECT_EQ(stray->Wait(), 75);
   ASSERT_OK_AND_ASSIGN(const proto::ReplicaView view, View(0));
   EXPECT_EQ(view.in_sync_size(), kReplicas);
   EXPECT_EQ(view.primary(), Address(0, 0));
   ASSERT_OK(restored->Push(again, keys, grads));
 }
+
+INSTANTIATE_TEST_SUITE_P(
+    ControlPlanes, ReplicationTest,
+    ::testing::Values(ControlPlane::kCoordinator, ControlPlane::kEtcd),
+    [](const ::testing::TestParamInfo<ControlPlane>& info) {
+      return info.param == ControlPlane::kEtcd ? "Etcd" : "Coordinator";
+    });
 
 }  // namespace
 }  // namespace embedps
