@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "server/etcd_directory_client.h"
 #include "testing/etcd_cluster.h"
+#include "worker/etcd_store.h"
 
 namespace embedps {
 namespace {
@@ -329,6 +330,32 @@ TEST_F(EtcdTest, OneMemberDownChangesNothingTwoStopTheDirectory) {
   ASSERT_OK(back.status());
   EXPECT_EQ(back->primary(), "a:1");
   ASSERT_OK(cluster_->Restart(1));
+}
+
+// The workers' rendezvous in etcd: keys set, read and waited for, named
+// when they never come, and gone with the worker that set them.
+TEST_F(EtcdTest, WorkersMeetInEtcdAndTheirKeysGoWithThem) {
+  ASSERT_OK_AND_ASSIGN(
+      auto rank0, worker::EtcdStore::Create(ClientOf(cluster_->endpoints()),
+                                            absl::Seconds(5)));
+  ASSERT_OK_AND_ASSIGN(
+      auto rank1, worker::EtcdStore::Create(ClientOf(cluster_->endpoints()),
+                                            absl::Seconds(5)));
+  ASSERT_OK(rank0->Set("job/gloo/0", "addr0"));
+  EXPECT_TRUE(absl::IsNotFound(rank1->Get("job/gloo/1").status()));
+  const absl::Status late =
+      rank1->Wait({"job/gloo/0", "job/gloo/1"}, absl::Milliseconds(200));
+  EXPECT_TRUE(absl::IsDeadlineExceeded(late)) << late;
+  EXPECT_TRUE(absl::StrContains(late.message(), "job/gloo/1")) << late;
+  EXPECT_FALSE(absl::StrContains(late.message(), "job/gloo/0")) << late;
+  ASSERT_OK(rank1->Set("job/gloo/1", std::string("a\0b", 3)));
+  ASSERT_OK(rank0->Wait({"job/gloo/0", "job/gloo/1"}, absl::Seconds(5)));
+  ASSERT_OK_AND_ASSIGN(const std::string value, rank0->Get("job/gloo/1"));
+  EXPECT_EQ(value, std::string("a\0b", 3));
+  // A worker that ends takes its keys along (its lease is revoked).
+  rank1.reset();
+  EXPECT_TRUE(absl::IsNotFound(rank0->Get("job/gloo/1").status()));
+  ASSERT_OK(rank0->Get("job/gloo/0").status());
 }
 
 // etcds://: TLS with the servers' PEM files; a certificate of another CA

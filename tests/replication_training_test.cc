@@ -1,7 +1,8 @@
 // A SYNC DLRM job on replicated shards (2 workers × 2 shards × 2 replicas,
 // real processes) during which a primary is killed: it finishes, and with
 // the AUC of the same job without the kill (docs/operations.md
-// "Replication").
+// "Replication") — with a coordinator, and with etcd (3 members) both
+// electing the primaries and hosting the workers' rendezvous.
 #include <signal.h>
 
 #include <memory>
@@ -12,10 +13,13 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "common/status_matchers.h"
+#include "control/etcd_client.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/replication.grpc.pb.h"
+#include "server/etcd_directory_client.h"
 #include "testing/child_process.h"
+#include "testing/etcd_cluster.h"
 #include "testing/job_output.h"
 #include "testing/planted_data.h"
 #include "testing/server_process.h"
@@ -46,13 +50,35 @@ class ReplicationTrainingTest : public ::testing::Test {
   };
 
   // Trains on a fresh replicated cluster; with `kill_after`, SIGKILLs
-  // shard 1's primary that long after the workers started.
-  Run Train(absl::Duration kill_after) {
+  // shard 1's primary that long after the workers started. `etcd`: etcd
+  // elects the primaries and the workers meet there; else a coordinator.
+  Run Train(absl::Duration kill_after, bool etcd = false) {
     Run run;
-    auto coordinator = ServerProcess::Start(
-        kServer, {"--role=coordinator", "--replica_lease=1s"});
-    EXPECT_OK(coordinator.status());
-    if (!coordinator.ok()) return run;
+    std::unique_ptr<ServerProcess> coordinator;
+    std::unique_ptr<EtcdCluster> etcd_cluster;
+    std::unique_ptr<server::EtcdDirectoryClient> etcd_directory;
+    std::string control_flag;
+    if (etcd) {
+      auto cluster = EtcdCluster::Start(3);
+      EXPECT_OK(cluster.status());
+      if (!cluster.ok()) return run;
+      etcd_cluster = *std::move(cluster);
+      control_flag = "--control_plane=" + etcd_cluster->endpoints();
+      control::EtcdOptions options;
+      options.endpoints = etcd_cluster->endpoints();
+      auto client = control::EtcdClient::Create(options);
+      EXPECT_OK(client.status());
+      if (!client.ok()) return run;
+      etcd_directory = std::make_unique<server::EtcdDirectoryClient>(
+          *std::move(client), server::EtcdDirectoryOptions{});
+    } else {
+      auto started = ServerProcess::Start(
+          kServer, {"--role=coordinator", "--replica_lease=1s"});
+      EXPECT_OK(started.status());
+      if (!started.ok()) return run;
+      coordinator = *std::move(started);
+      control_flag = "--replica_directory=" + coordinator->address();
+    }
     std::vector<std::unique_ptr<ServerProcess>> replicas[kShards];
     std::vector<std::string> servers;
     for (int s = 0; s < kShards; ++s) {
@@ -61,8 +87,7 @@ class ReplicationTrainingTest : public ::testing::Test {
         auto replica = ServerProcess::Start(
             kServer, {absl::StrCat("--shard_index=", s),
                       absl::StrCat("--num_shards=", kShards),
-                      absl::StrCat("--num_workers=", kWorkers),
-                      "--replica_directory=" + (*coordinator)->address(),
+                      absl::StrCat("--num_workers=", kWorkers), control_flag,
                       "--forward_timeout=1s"});
         EXPECT_OK(replica.status());
         if (!replica.ok()) return run;
@@ -71,9 +96,14 @@ class ReplicationTrainingTest : public ::testing::Test {
       }
       servers.push_back(absl::StrJoin(addresses, "|"));
     }
-    const auto directory = proto::ReplicaDirectory::NewStub(grpc::CreateChannel(
-        (*coordinator)->address(), grpc::InsecureChannelCredentials()));
+    const auto directory =
+        etcd ? nullptr
+             : proto::ReplicaDirectory::NewStub(grpc::CreateChannel(
+                   coordinator->address(), grpc::InsecureChannelCredentials()));
     auto view = [&](int shard) {
+      if (etcd) {
+        return etcd_directory->View(shard).value_or(proto::ReplicaView());
+      }
       grpc::ClientContext context;
       proto::ReplicaViewRequest request;
       request.set_shard(shard);
@@ -95,7 +125,7 @@ class ReplicationTrainingTest : public ::testing::Test {
       std::vector<std::string> args = {
           std::string("--config=") + kConfig,
           "--servers=" + absl::StrJoin(servers, ","),
-          "--coordinator=" + (*coordinator)->address(),
+          etcd ? control_flag : "--coordinator=" + coordinator->address(),
           absl::StrCat("--rank=", r),
           absl::StrCat("--world_size=", kWorkers),
           "--mode=sync",
@@ -147,6 +177,13 @@ TEST_F(ReplicationTrainingTest, AJobWhosePrimaryIsKilledEndsWithTheSameAuc) {
   std::printf("primary killed: test AUC %.5f in %.1f s\n", auc_killed,
               killed.seconds);
   EXPECT_NEAR(auc_killed, auc, 0.002);
+  // No process of ours decides: etcd elects, the workers meet in etcd.
+  const Run over_etcd = Train(absl::Seconds(calm.seconds * 0.4), true);
+  ASSERT_EQ(over_etcd.exit_code, 0) << ReadFile(over_etcd.log);
+  const double auc_etcd = JsonNumber(over_etcd.summary, "test_auc");
+  std::printf("over etcd, primary killed: test AUC %.5f in %.1f s\n", auc_etcd,
+              over_etcd.seconds);
+  EXPECT_NEAR(auc_etcd, auc, 0.002);
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "dense/collective/in_memory_store.h"
 #include "security/flags.h"
 #include "worker/coordination_store.h"
+#include "worker/etcd_store.h"
 
 ABSL_FLAG(int32_t, rank, 0, "this worker's rank, in [0, world_size)");
 ABSL_FLAG(int32_t, world_size, 1, "number of workers in the job");
@@ -22,6 +23,10 @@ ABSL_FLAG(std::string, rendezvous_dir, "",
 ABSL_FLAG(std::string, coordinator, "",
           "host:port of a ps_server whose Coordination service the workers "
           "meet through");
+ABSL_FLAG(std::string, control_plane, "",
+          "etcd's endpoints, etcd://host:port[,host:port...] (etcds://... over "
+          "TLS with --tls_ca, --tls_cert, --tls_key): the workers meet there, "
+          "each one's keys held by its own lease");
 ABSL_FLAG(std::string, job_name, "",
           "prefix of this job's rendezvous keys (default: the command's)");
 ABSL_FLAG(std::string, gloo_host, "127.0.0.1",
@@ -63,11 +68,25 @@ absl::StatusOr<JobFromFlags> ReadJobFlags(
   job.timeout = absl::Seconds(absl::GetFlag(FLAGS_timeout_s));
   const std::string dir = absl::GetFlag(FLAGS_rendezvous_dir);
   std::string coordinator = absl::GetFlag(FLAGS_coordinator);
-  if (!dir.empty() && !coordinator.empty()) {
+  const std::string control_plane = absl::GetFlag(FLAGS_control_plane);
+  if (int{!dir.empty()} + int{!coordinator.empty()} +
+          int{!control_plane.empty()} >
+      1) {
     return absl::InvalidArgumentError(
-        "give one of --rendezvous_dir and --coordinator, not both");
+        "give one of --rendezvous_dir, --coordinator and --control_plane");
   }
-  if (!dir.empty()) {
+  if (!control_plane.empty()) {
+    control::EtcdOptions options;
+    options.endpoints = control_plane;
+    options.security = security::ChannelSecurityFromFlags();
+    absl::StatusOr<std::unique_ptr<control::EtcdClient>> etcd =
+        control::EtcdClient::Create(std::move(options));
+    if (!etcd.ok()) return etcd.status();
+    absl::StatusOr<std::unique_ptr<EtcdStore>> store =
+        EtcdStore::Create(*std::move(etcd));
+    if (!store.ok()) return store.status();
+    out.store = *std::move(store);
+  } else if (!dir.empty()) {
     absl::StatusOr<std::unique_ptr<dense::Store>> store =
         dense::CreateFileStore(dir);
     if (!store.ok()) return store.status();
@@ -81,13 +100,14 @@ absl::StatusOr<JobFromFlags> ReadJobFlags(
         return absl::InvalidArgumentError(
             "replicated shards (a|b in --servers): give --coordinator, the "
             "coordinator's host:port (the workers meet through its "
-            "Coordination service)");
+            "Coordination service), or --control_plane (etcd)");
       }
       coordinator = fallback_coordinator;
     }
     if (coordinator.empty()) {
       return absl::InvalidArgumentError(
-          "--world_size > 1 needs --rendezvous_dir or --coordinator");
+          "--world_size > 1 needs --rendezvous_dir, --coordinator or "
+          "--control_plane");
     }
     absl::StatusOr<std::unique_ptr<client::CoordinationClient>> client =
         client::CoordinationClient::Create(

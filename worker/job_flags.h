@@ -27,7 +27,8 @@ inline constexpr char kJobFlagsFile[] = "worker/job_flags.cc";
 
 // A job membership from --rank, --world_size, --job_name (or
 // `default_job_name`), --gloo_host and --timeout_s, with the store it
-// meets in (owned here): --rendezvous_dir, --coordinator, else
+// meets in (owned here): --rendezvous_dir, --coordinator, --control_plane
+// (etcd), else
 // `fallback_coordinator` (the DLRM job: shard 0), or in-process for a
 // single rank. INVALID_ARGUMENT naming the flag that cannot work.
 struct JobFromFlags {
