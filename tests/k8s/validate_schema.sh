@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Validates deploy/k8s/*.yaml against the Kubernetes API schemas, offline:
+# Validates deploy/k8s/*.yaml and deploy/k8s/replicated/*.yaml against the
+# Kubernetes API schemas, offline:
 # PyPI's kubernetes-validate (pinned) in a venv under tests/k8s/work
 # (made on first use: pip needs PyPI once), strict (unknown fields fail).
 # tests/run.sh runs it after the Bazel tests.
@@ -16,5 +17,5 @@ if [ ! -x "$work/venv/bin/kubernetes-validate" ]; then
   "$work/venv/bin/pip" install -q --disable-pip-version-check \
     kubernetes-validate==1.37.0
 fi
-"$work/venv/bin/kubernetes-validate" -k "$version" --strict deploy/k8s/*.yaml
+"$work/venv/bin/kubernetes-validate" -k "$version" --strict deploy/k8s/*.yaml deploy/k8s/replicated/*.yaml
 echo "manifests: valid against Kubernetes $version"
