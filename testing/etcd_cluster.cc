@@ -175,6 +175,18 @@ absl::Status EtcdCluster::Restart(int i) {
   return WaitHealthy(i, absl::Seconds(30));
 }
 
+absl::Status EtcdCluster::RestartAll() {
+  const int n = static_cast<int>(members_.size());
+  for (int i = 0; i < n; ++i) Kill(i);
+  for (int i = 0; i < n; ++i) {
+    if (absl::Status s = Spawn(i, /*existing=*/true); !s.ok()) return s;
+  }
+  for (int i = 0; i < n; ++i) {
+    if (absl::Status s = WaitHealthy(i, absl::Seconds(30)); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 bool EtcdCluster::running(int i) const {
   return members_[i].process != nullptr;
 }

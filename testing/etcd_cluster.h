@@ -39,6 +39,9 @@ class EtcdCluster {
   void Kill(int i);
   // Starts member i again with its data; waits until it is healthy.
   absl::Status Restart(int i);
+  // Kills every member, then starts them all again with their data (no
+  // member alone could become healthy); waits until all are.
+  absl::Status RestartAll();
   bool running(int i) const;
 
  private:

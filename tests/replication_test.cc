@@ -589,6 +589,20 @@ TEST_P(ReplicationTest, APrimaryCutOffFromTheControlPlaneStopsWriting) {
   std::vector<float> values(keys.size() * kDim);
   ASSERT_OK(setup->Pull(table, keys, absl::MakeSpan(values)));
   for (float v : values) EXPECT_EQ(v, -3.0f);
+  if (etcd()) {
+    // All of etcd down: the same as no quorum — writes stop one lease
+    // later, and go on once etcd is back.
+    for (int i = 0; i < 3; ++i) etcd_cluster_->Kill(i);
+    absl::SleepFor(absl::Milliseconds(before.lease_ms()) +
+                   absl::Milliseconds(300));
+    EXPECT_FALSE(direct->Push(handle, keys, grads).ok())
+        << "a write accepted with all of etcd down";
+    ASSERT_OK(etcd_cluster_->RestartAll());
+    ASSERT_OK(setup->Push(table, keys, grads));
+    ASSERT_OK(setup->Pull(table, keys, absl::MakeSpan(values)));
+    // The refused write left nothing.
+    for (float v : values) EXPECT_EQ(v, -4.0f);
+  }
   // Each shard has a primary (a deposed one has left: exit 75, for its
   // supervisor to restart).
   for (int shard = 0; shard < kShards; ++shard) {
