@@ -21,6 +21,7 @@
 #include "proto/stats.grpc.pb.h"
 #include "proto/training.grpc.pb.h"
 #include "wire/bulk_codec.h"
+#include "wire/keepalive.h"
 #include "wire/server_identity.h"
 
 namespace embedps::client {
@@ -164,6 +165,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   grpc::ChannelArguments args = security::ChannelArgumentsFor(options.security);
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
+  // A server cut off is found in seconds (its calls then fail over).
+  wire::PingWhileCallsAreOpen(args);
   if (options.channels_per_shard > 1) {
     // Otherwise gRPC shares one connection among channels of equal
     // arguments.

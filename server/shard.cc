@@ -20,6 +20,7 @@
 #include "server/stats_service.h"
 #include "server/table_registry.h"
 #include "server/write_order.h"
+#include "wire/keepalive.h"
 
 namespace embedps::server {
 
@@ -316,6 +317,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
   // gRPC binds with SO_REUSEPORT by default: a second server on a port in
   // use would start and silently take half of its connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  wire::AcceptClientPings(builder);
   builder.SetMaxReceiveMessageSize(o.max_message_bytes);
   builder.SetMaxSendMessageSize(o.max_message_bytes);
   parts->server = builder.BuildAndStart();
