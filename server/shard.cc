@@ -6,11 +6,13 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "common/metrics_http.h"
 #include "common/status_macros.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "httplib.h"
+#include "security/health_service.h"
 #include "server/checkpointer.h"
 #include "server/coordination_service.h"
 #include "server/expiry_sweeper.h"
@@ -110,6 +112,8 @@ struct Shard::Parts {
   std::unique_ptr<StatsServiceImpl> stats;
   // Answers what the role does not serve.
   std::unique_ptr<RoleRefusal> refusal;
+  // grpc.health.v1.Health, with its Watch streams bounded.
+  security::HealthService health;
 
   std::unique_ptr<grpc::Server> server;
   int port = 0;
@@ -243,7 +247,8 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
   auto parts = std::make_unique<Parts>(std::move(options));
   const ShardOptions& o = parts->options;
 
-  grpc::EnableDefaultHealthCheckService(true);
+  // Our own health service (health_service.h), not gRPC's.
+  grpc::EnableDefaultHealthCheckService(false);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   switch (o.role) {
@@ -310,6 +315,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
     }
   }
   builder.RegisterService(parts->stats.get());
+  builder.RegisterService(&parts->health);
   builder.RegisterCallbackGenericService(parts->refusal.get());
 
   const std::string address = absl::StrCat(o.host, ":", o.port);
@@ -329,6 +335,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
   if (o.metrics_port >= 0) {
     // Prometheus text, rendered from the same numbers as Stats.
     Parts* p = parts.get();
+    LimitIdleConnections(p->metrics_http);
     p->metrics_http.Get("/metrics",
                         [p](const httplib::Request&, httplib::Response& res) {
                           res.set_content(RenderPrometheus(p->stats->Collect()),
@@ -391,7 +398,9 @@ void Shard::Shutdown(absl::Duration grace) {
     if (parts_->shut_down) return;
     parts_->shut_down = true;
   }
-  // Subscribers' streams end at once rather than at the grace's end.
+  // Subscribers' and health watchers' streams end at once rather than at
+  // the grace's end.
+  parts_->health.Shutdown();
   if (parts_->training != nullptr) parts_->training->publisher.Close();
   parts_->server->Shutdown(std::chrono::system_clock::now() +
                            absl::ToChronoMilliseconds(grace));

@@ -1,7 +1,10 @@
 // Real ps_server processes: what only a process shows (signals, flags,
 // exit codes). The client and the services are tested in process
 // (client/client_test, server/embedding_service_test).
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <iterator>
@@ -15,8 +18,12 @@
 #include "client/coordination_client.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "httplib.h"
+#include "proto/health.grpc.pb.h"
 #include "proto/tables.pb.h"
+#include "security/health_check.h"
 #include "testing/child_process.h"
 #include "testing/server_process.h"
 
@@ -338,6 +345,73 @@ TEST(ServerProcessTest, TheCoordinationStoreRefusesPastItsLimits) {
   ASSERT_OK_AND_ASSIGN(std::string a, store->Get("a"));
   EXPECT_EQ(a.size(), big.size());
   EXPECT_THAT(store->Get("b"), StatusIs(absl::StatusCode::kNotFound));
+  EXPECT_EQ(server->Stop(), 0);
+}
+
+// The ports open without a token cannot be pinned: 2,000 health Watch
+// streams over 20 connections get 64 streams and RESOURCE_EXHAUSTED for
+// the rest (gRPC's default service held all of them, ~14 KB each), Check
+// still answers; 64 idle TCP connections to /metrics leave the next scrape
+// answered within a scrape's usual timeout (httplib's defaults kept it
+// waiting 39 s).
+TEST(ServerProcessTest, UnauthenticatedPortsCannotBePinned) {
+  ASSERT_OK_AND_ASSIGN(auto server,
+                       ServerProcess::Start(kServer, {"--metrics_port=0"}));
+  std::vector<std::shared_ptr<grpc::Channel>> channels;
+  for (int c = 0; c < 20; ++c) {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);  // own connections
+    channels.push_back(grpc::CreateCustomChannel(
+        server->address(), grpc::InsecureChannelCredentials(), args));
+  }
+  struct Stream {
+    std::unique_ptr<grpc::ClientContext> context;
+    std::unique_ptr<grpc::ClientReader<grpc::health::v1::HealthCheckResponse>>
+        reader;
+  };
+  std::vector<Stream> streams;
+  int watching = 0, refused = 0, other = 0;
+  for (int i = 0; i < 2000; ++i) {
+    auto stub = grpc::health::v1::Health::NewStub(channels[i % 20]);
+    Stream stream{std::make_unique<grpc::ClientContext>(), nullptr};
+    stream.reader = stub->Watch(stream.context.get(),
+                                grpc::health::v1::HealthCheckRequest());
+    grpc::health::v1::HealthCheckResponse response;
+    if (stream.reader->Read(&response) &&
+        response.status() == grpc::health::v1::HealthCheckResponse::SERVING) {
+      ++watching;
+      streams.push_back(std::move(stream));
+    } else if (stream.reader->Finish().error_code() ==
+               grpc::StatusCode::RESOURCE_EXHAUSTED) {
+      ++refused;
+    } else {
+      ++other;
+    }
+  }
+  EXPECT_EQ(watching, 64);
+  EXPECT_EQ(refused, 2000 - 64);
+  EXPECT_EQ(other, 0);
+  EXPECT_OK(security::CheckHealth(server->address(), {}, absl::Seconds(5)));
+
+  std::vector<int> idle;
+  for (int i = 0; i < 64; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(static_cast<uint16_t>(server->metrics_port()));
+    ASSERT_EQ(
+        connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+    idle.push_back(fd);
+  }
+  httplib::Client http("127.0.0.1", server->metrics_port());
+  http.set_read_timeout(10, 0);  // Prometheus's default scrape timeout
+  httplib::Result scrape = http.Get("/metrics");
+  ASSERT_TRUE(scrape) << httplib::to_string(scrape.error());
+  EXPECT_EQ(scrape->status, 200);
+  for (int fd : idle) close(fd);
+  for (Stream& stream : streams) stream.context->TryCancel();
+  streams.clear();
   EXPECT_EQ(server->Stop(), 0);
 }
 

@@ -28,6 +28,7 @@
 #include "grpcpp/health_check_service_interface.h"
 #include "proto/serving.grpc.pb.h"
 #include "security/flags.h"
+#include "security/health_service.h"
 #include "wire/grpc_status.h"
 #include "worker/predictor.h"
 
@@ -133,7 +134,9 @@ int Run() {
     return 2;
   }
   PredictorService service(predictor->get());
-  grpc::EnableDefaultHealthCheckService(true);
+  // Our own health service: its Watch streams are bounded.
+  grpc::EnableDefaultHealthCheckService(false);
+  security::HealthService health;
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string address =
@@ -143,6 +146,7 @@ int Run() {
   // use would start and silently take half of its connections.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.RegisterService(&service);
+  builder.RegisterService(&health);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     log->error("cannot listen on {}", address);
@@ -160,6 +164,7 @@ int Run() {
   std::thread stopper([&] {
     int signal = 0;
     sigwait(&stop_signals, &signal);
+    health.Shutdown();
     server->Shutdown(std::chrono::system_clock::now() +
                      std::chrono::seconds(5));
   });

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/metrics_http.h"
 #include "httplib.h"
 
 namespace embedps::worker {
@@ -54,6 +55,7 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(
     const WorkerMetrics* metrics, const std::string& host, int port) {
   std::unique_ptr<MetricsEndpoint> endpoint(new MetricsEndpoint());
   endpoint->http_ = std::make_unique<httplib::Server>();
+  LimitIdleConnections(*endpoint->http_);
   endpoint->http_->Get(
       "/metrics", [metrics](const httplib::Request&, httplib::Response& res) {
         res.set_content(metrics->Render(), "text/plain; version=0.0.4");
