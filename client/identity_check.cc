@@ -98,4 +98,21 @@ absl::Status CheckIdentities(absl::Span<const StatedIdentity> stated,
   return absl::OkStatus();
 }
 
+absl::Status CheckServingReplica(const StatedIdentity& stated, int32_t shard,
+                                 int32_t shards,
+                                 const std::string& cluster_id) {
+  const proto::ServerIdentity& identity = stated.identity;
+  if (identity.role() == proto::ServerIdentity::SERVING &&
+      identity.shard_index() == shard && identity.num_shards() == shards &&
+      identity.cluster_id() == cluster_id) {
+    return absl::OkStatus();
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "replica ", stated.address.substr(0, 256),
+      " is listed for serving shard ", shard, " of ", shards, " of ",
+      Cluster(cluster_id), " but says it is ", DescribeIdentity(identity),
+      "; it is not used (check its --role, --shard_index, --num_shards and "
+      "--cluster_id against the client's list)"));
+}
+
 }  // namespace embedps::client

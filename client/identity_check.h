@@ -39,6 +39,14 @@ absl::Status CheckIdentities(absl::Span<const StatedIdentity> stated,
                              proto::ServerIdentity::Role role,
                              const std::string& cluster_id);
 
+// OK if the replica at `stated.address`, listed for serving shard `shard`
+// of `shards`, says it is exactly that, of cluster `cluster_id`;
+// otherwise FAILED_PRECONDITION naming the address, what it said and what
+// was expected. (A serving client checks each replica on its own: some
+// may be down when it connects.)
+absl::Status CheckServingReplica(const StatedIdentity& stated, int32_t shard,
+                                 int32_t shards, const std::string& cluster_id);
+
 }  // namespace embedps::client
 
 #endif  // EMBEDPS_CLIENT_IDENTITY_CHECK_H_

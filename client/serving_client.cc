@@ -3,18 +3,22 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <thread>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "client/identity_check.h"
 #include "client/row_cache.h"
 #include "common/key_hash.h"
 #include "common/mutex.h"
 #include "common/status_macros.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/serving.grpc.pb.h"
+#include "proto/stats.grpc.pb.h"
 #include "proto/tables.pb.h"
 #include "wire/float16.h"
 #include "wire/grpc_status.h"
@@ -22,10 +26,15 @@
 namespace embedps::client {
 namespace {
 
+// A replica's identity, as far as the client knows.
+enum Identity : int { kUnverified = 0, kVerified = 1, kWrong = 2 };
+
 struct Replica {
   std::string address;
   std::unique_ptr<proto::ServingService::Stub> stub;
+  std::unique_ptr<proto::StatsService::Stub> stats;
   std::atomic<int64_t> down_until_micros{0};
+  std::atomic<int> identity{kUnverified};
 };
 
 // Worth another replica: the replica (not the request) is the problem.
@@ -36,12 +45,119 @@ bool Retryable(grpc::StatusCode code, bool exact_version) {
          (exact_version && code == grpc::StatusCode::FAILED_PRECONDITION);
 }
 
+const proto::IdentifyRequest kIdentifyRequest;
+
 }  // namespace
 
 struct ServingClient::Impl {
   ServingClientOptions options;
   std::vector<std::vector<std::unique_ptr<Replica>>> shards;
   std::unique_ptr<RowCache> cache;
+  // The replicas' identities: the cluster they must state (empty until the
+  // first answer when options.cluster_id is), and why any was refused.
+  Mutex identity_mu;
+  std::string cluster ABSL_GUARDED_BY(identity_mu);
+  bool cluster_known ABSL_GUARDED_BY(identity_mu) = false;
+  std::vector<std::string> refused ABSL_GUARDED_BY(identity_mu);
+  // Asks the replicas that have not answered yet, every down_for.
+  std::thread verifier;
+  Mutex stop_mu;
+  CondVar stop_cv;
+  bool stopping ABSL_GUARDED_BY(stop_mu) = false;
+
+  ~Impl() {
+    {
+      MutexLock lock(&stop_mu);
+      stopping = true;
+    }
+    stop_cv.SignalAll();
+    if (verifier.joinable()) verifier.join();
+  }
+
+  // Asks every unverified replica at once, waiting at most `timeout`;
+  // returns how many are still unverified.
+  size_t VerifyReplicas(absl::Duration timeout) {
+    struct Ask {
+      int32_t shard;
+      Replica* replica;
+      grpc::ClientContext context;
+      proto::ServerIdentity identity;
+      grpc::Status status;
+    };
+    std::vector<std::unique_ptr<Ask>> asks;
+    for (size_t s = 0; s < shards.size(); ++s) {
+      for (auto& replica : shards[s]) {
+        if (replica->identity.load() != kUnverified) continue;
+        auto ask = std::make_unique<Ask>();
+        ask->shard = static_cast<int32_t>(s);
+        ask->replica = replica.get();
+        ask->context.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+        asks.push_back(std::move(ask));
+      }
+    }
+    Mutex mu;
+    CondVar done;
+    size_t unfinished = asks.size();
+    for (auto& ask : asks) {
+      Ask* a = ask.get();
+      a->replica->stats->async()->Identify(
+          &a->context, &kIdentifyRequest, &a->identity,
+          [a, &mu, &done, &unfinished](grpc::Status status) {
+            a->status = std::move(status);
+            MutexLock lock(&mu);
+            if (--unfinished == 0) done.SignalAll();
+          });
+    }
+    {
+      MutexLock lock(&mu);
+      done.Wait(&mu, [&] { return unfinished == 0; });
+    }
+    size_t left = 0;
+    for (auto& ask : asks) {
+      if (!ask->status.ok()) {
+        ++left;
+        continue;
+      }
+      MutexLock lock(&identity_mu);
+      if (!cluster_known) {
+        cluster = options.cluster_id.empty() ? ask->identity.cluster_id()
+                                             : options.cluster_id;
+        cluster_known = true;
+      }
+      const absl::Status checked = CheckServingReplica(
+          {ask->replica->address, ask->identity}, ask->shard,
+          static_cast<int32_t>(shards.size()), cluster);
+      ask->replica->identity.store(checked.ok() ? kVerified : kWrong);
+      if (!checked.ok()) refused.emplace_back(checked.message());
+    }
+    return left;
+  }
+
+  void VerifyInBackground() {
+    MutexLock lock(&stop_mu);
+    while (!stopping) {
+      stop_cv.WaitWithTimeout(&stop_mu, options.down_for);
+      if (stopping) break;
+      stop_mu.Unlock();
+      const size_t left = VerifyReplicas(options.identify_timeout);
+      stop_mu.Lock();
+      if (left == 0) break;
+    }
+  }
+
+  // UNAVAILABLE: no replica of `shard` has stated its identity (yet).
+  grpc::Status NoVerifiedReplica(int32_t shard) {
+    std::string why;
+    {
+      MutexLock lock(&identity_mu);
+      for (const std::string& r : refused) absl::StrAppend(&why, "; ", r);
+    }
+    return grpc::Status(
+        grpc::StatusCode::UNAVAILABLE,
+        absl::StrCat("no replica of serving shard ", shard,
+                     " has stated that it is one (StatsService.Identify)",
+                     why));
+  }
   std::atomic<uint64_t> next{0};
   std::atomic<uint64_t> lookups{0}, hits{0}, misses{0}, failovers{0}, failed{0};
 
@@ -62,15 +178,25 @@ struct ServingClient::Impl {
     CondVar* done = nullptr;
     size_t* unfinished = nullptr;
 
-    // Picks the replica of the next attempt (the next in turn that is not
-    // marked down; all down: the next one anyway) and a fresh context.
+    // No replica of the shard has stated its identity: the attempt fails.
+    bool unverified = false;
+
+    // Picks the replica of the next attempt (the next in turn that stated
+    // its identity and is not marked down; all down: the next verified one
+    // anyway) and a fresh context.
     void Prepare() {
       const auto& replicas = impl->shards[shard];
       const int64_t now = absl::ToUnixMicros(absl::Now());
-      for (size_t i = 0; i < replicas.size(); ++i) {
-        const size_t r = (replica + i) % replicas.size();
-        if (replicas[r]->down_until_micros.load() <= now) {
+      unverified = true;
+      for (int pass = 0; pass < 2 && unverified; ++pass) {
+        for (size_t i = 0; i < replicas.size(); ++i) {
+          const size_t r = (replica + i) % replicas.size();
+          if (replicas[r]->identity.load() != kVerified) continue;
+          if (pass == 0 && replicas[r]->down_until_micros.load() > now) {
+            continue;
+          }
           replica = r;
+          unverified = false;
           break;
         }
       }
@@ -108,22 +234,34 @@ struct ServingClient::Impl {
     void RunHere() {
       do {
         Prepare();
-      } while (Retry(impl->shards[shard][replica]->stub->Lookup(
-          context.get(), request, &response)));
+      } while (Retry(unverified ? impl->NoVerifiedReplica(shard)
+                                : impl->shards[shard][replica]->stub->Lookup(
+                                      context.get(), request, &response)));
     }
 
     // Starts the call; its attempts go on on gRPC's threads.
     void Start() {
       Prepare();
+      while (unverified) {
+        if (!Retry(impl->NoVerifiedReplica(shard))) {
+          Finished();
+          return;
+        }
+        Prepare();
+      }
       impl->shards[shard][replica]->stub->async()->Lookup(
           context.get(), &request, &response, [this](grpc::Status s) {
             if (Retry(std::move(s))) {
               Start();
               return;
             }
-            MutexLock lock(mu);
-            if (--*unfinished == 0) done->SignalAll();
+            Finished();
           });
+    }
+
+    void Finished() {
+      MutexLock lock(mu);
+      if (--*unfinished == 0) done->SignalAll();
     }
   };
 
@@ -241,8 +379,10 @@ absl::StatusOr<std::unique_ptr<ServingClient>> ServingClient::Connect(
     for (const std::string& address : shard) {
       auto replica = std::make_unique<Replica>();
       replica->address = address;
-      replica->stub = proto::ServingService::NewStub(
-          grpc::CreateCustomChannel(address, credentials, args));
+      const std::shared_ptr<grpc::Channel> channel =
+          grpc::CreateCustomChannel(address, credentials, args);
+      replica->stub = proto::ServingService::NewStub(channel);
+      replica->stats = proto::StatsService::NewStub(channel);
       impl->shards.back().push_back(std::move(replica));
     }
   }
@@ -251,6 +391,18 @@ absl::StatusOr<std::unique_ptr<ServingClient>> ServingClient::Connect(
         std::make_unique<RowCache>(options.cache_rows, options.cache_ttl);
   }
   impl->options = std::move(options);
+  const size_t unverified =
+      impl->VerifyReplicas(impl->options.identify_timeout);
+  {
+    MutexLock lock(&impl->identity_mu);
+    if (!impl->refused.empty()) {
+      return absl::FailedPreconditionError(absl::StrJoin(impl->refused, "; "));
+    }
+  }
+  if (unverified > 0) {
+    Impl* i = impl.get();
+    impl->verifier = std::thread([i] { i->VerifyInBackground(); });
+  }
   return std::unique_ptr<ServingClient>(new ServingClient(std::move(impl)));
 }
 

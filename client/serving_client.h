@@ -57,6 +57,12 @@ struct ServingClientOptions {
   // TLS and the token calls carry (security/credentials.h). Default:
   // plain text.
   security::ChannelSecurity security;
+  // The cluster every replica must state it belongs to (StatsService.
+  // Identify); empty: the one the first replica to answer states.
+  std::string cluster_id;
+  // How long Connect waits for the replicas to state their identities.
+  // Default: 2 s.
+  absl::Duration identify_timeout = absl::Seconds(2);
 };
 
 // One slot of a Lookup. The spans are borrowed for the call.
@@ -78,9 +84,17 @@ struct ServingClientStats {
   uint64_t failed = 0;        // lookups that failed
 };
 
+// Each replica must state that it is a serving replica of the shard it is
+// listed for, of the cluster (client/identity_check.h), before a Lookup is
+// sent to it: Connect asks every replica; one that answers otherwise fails
+// Connect with FAILED_PRECONDITION naming it; one that does not answer yet
+// is asked again in the background (every down_for) and serves no Lookup
+// until it has answered (a shard with no such replica fails with
+// UNAVAILABLE saying so).
 class ServingClient {
  public:
-  // INVALID_ARGUMENT for options that cannot work.
+  // INVALID_ARGUMENT for options that cannot work; FAILED_PRECONDITION for
+  // a replica that is not what its position says.
   static absl::StatusOr<std::unique_ptr<ServingClient>> Connect(
       ServingClientOptions options);
   ~ServingClient();

@@ -274,5 +274,62 @@ TEST_F(ServingClientTest, BadSlotsAndNoReplicasAreRefused) {
   EXPECT_THAT(status.message(), HasSubstr("serving shard 1"));
 }
 
+// Replicas that are not what their position says are refused at Connect,
+// naming them: another shard, another shard count, a training shard,
+// another cluster.
+TEST_F(ServingClientTest, ReplicasOfAnotherShardRoleOrClusterAreRefused) {
+  ServingClientOptions swapped = Options();
+  std::swap(swapped.replicas[0][1], swapped.replicas[1][1]);
+  const absl::Status wrong_shard = ServingClient::Connect(swapped).status();
+  EXPECT_THAT(wrong_shard, StatusIs(absl::StatusCode::kFailedPrecondition,
+                                    HasSubstr(swapped.replicas[0][1])));
+  EXPECT_THAT(wrong_shard.message(),
+              HasSubstr("says it is a serving shard 1 of 2"));
+  ServingClientOptions three = Options();
+  three.replicas.push_back({three.replicas[1][0]});
+  EXPECT_THAT(ServingClient::Connect(three).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("serving shard 1 of 2")));
+  ServingClientOptions training = Options();
+  training.replicas[1][0] = training_->address();
+  EXPECT_THAT(ServingClient::Connect(training).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("a training shard 0 of 1")));
+  ServingClientOptions other = Options();
+  other.cluster_id = "prod";
+  EXPECT_THAT(ServingClient::Connect(other).status(),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("of cluster 'prod'")));
+}
+
+// A replica down at Connect serves nothing until it has stated its
+// identity; once it is up (asked again in the background), it serves.
+TEST_F(ServingClientTest,
+       AReplicaDownAtConnectServesOnceItHasIdentifiedItself) {
+  const int port = replicas_[1][0]->port();
+  replicas_[1].clear();  // shard 1: nothing answers
+  ServingClientOptions options = Options();
+  options.identify_timeout = absl::Milliseconds(300);
+  options.down_for = absl::Milliseconds(100);
+  options.deadline = absl::Milliseconds(500);
+  options.attempt_timeout = absl::Milliseconds(200);
+  options.replicas[1] = {"127.0.0.1:" + std::to_string(port)};
+  ASSERT_OK_AND_ASSIGN(auto client, ServingClient::Connect(options));
+  std::vector<ServingSlot> slots = {
+      {"emb", kDim, keys_, {}, proto::POOLING_NONE}};
+  std::vector<std::vector<float>> out;
+  EXPECT_THAT(client->Lookup(slots, &out),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("no replica of serving shard 1 has stated")));
+  ASSERT_OK_AND_ASSIGN(auto back, StartReplica(1, port));
+  absl::Status served;
+  for (int i = 0; i < 50; ++i) {
+    served = client->Lookup(slots, &out);
+    if (served.ok()) break;
+    absl::SleepFor(absl::Milliseconds(100));
+  }
+  EXPECT_OK(served);
+}
+
 }  // namespace
 }  // namespace embedps::client

@@ -38,6 +38,9 @@ ABSL_FLAG(
 ABSL_FLAG(std::string, serving, "",
           "every serving shard's replicas: shards separated by ';', a "
           "shard's replicas by ',' (host:port each)");
+ABSL_FLAG(std::string, cluster_id, "",
+          "the cluster every serving replica must state it belongs to "
+          "(their --cluster_id); empty: the one the first to answer states");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on");
 ABSL_FLAG(int32_t, port, 0, "port; 0 picks one (printed, and --port_file)");
 ABSL_FLAG(std::string, port_file, "", "where the chosen port is written");
@@ -94,6 +97,7 @@ absl::StatusOr<PredictorOptions> OptionsFromFlags() {
       options.serving.replicas.back().emplace_back(replica);
     }
   }
+  options.serving.cluster_id = absl::GetFlag(FLAGS_cluster_id);
   if (options.serving.replicas.empty()) {
     return absl::InvalidArgumentError(
         "--serving=HOST:PORT[,...][;...] is required: every serving shard's "

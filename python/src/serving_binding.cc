@@ -42,9 +42,10 @@ class PyServingClient {
   PyServingClient(std::vector<std::vector<std::string>> replicas,
                   double deadline, double attempt_timeout, double down_for,
                   size_t cache_rows, double cache_ttl, const std::string& wire,
-                  security::ChannelSecurity security) {
+                  security::ChannelSecurity security, std::string cluster_id) {
     client::ServingClientOptions options;
     options.security = std::move(security);
+    options.cluster_id = std::move(cluster_id);
     options.replicas = std::move(replicas);
     options.deadline = SecondsOf(deadline, "deadline");
     options.attempt_timeout = SecondsOf(attempt_timeout, "attempt_timeout");
@@ -194,28 +195,34 @@ from serving replicas (ps_server --role=serving).
 
 ServingClient(replicas, deadline=0.05, attempt_timeout=0.02, down_for=0.5,
 cache_rows=0, cache_ttl=1.0, wire='float32', tls_ca='', tls_cert='',
-tls_key='', token_file='', tls_server_name=''): replicas[s] lists the
-"host:port" of every replica of serving shard s; times in seconds; the tls_
-and token arguments as for Client.)")
+tls_key='', token_file='', tls_server_name='', cluster_id=''): replicas[s]
+lists the "host:port" of every replica of serving shard s; times in
+seconds; the tls_ and token arguments as for Client. Every replica must
+state that it is a serving replica of its shard (of cluster_id, when
+given): one that says otherwise raises RuntimeError (FAILED_PRECONDITION)
+naming it; one down at first is used once it has.)")
       .def(py::init([](std::vector<std::vector<std::string>> replicas,
                        double deadline, double attempt_timeout, double down_for,
                        size_t cache_rows, double cache_ttl,
                        const std::string& wire, std::string tls_ca,
                        std::string tls_cert, std::string tls_key,
-                       std::string token_file, std::string tls_server_name) {
+                       std::string token_file, std::string tls_server_name,
+                       std::string cluster_id) {
              return std::make_unique<PyServingClient>(
                  std::move(replicas), deadline, attempt_timeout, down_for,
                  cache_rows, cache_ttl, wire,
                  SecurityOf(std::move(tls_ca), std::move(tls_cert),
                             std::move(tls_key), std::move(token_file),
-                            std::move(tls_server_name)));
+                            std::move(tls_server_name)),
+                 std::move(cluster_id));
            }),
            py::arg("replicas"), py::kw_only(), py::arg("deadline") = 0.05,
            py::arg("attempt_timeout") = 0.02, py::arg("down_for") = 0.5,
            py::arg("cache_rows") = 0, py::arg("cache_ttl") = 1.0,
            py::arg("wire") = "float32", py::arg("tls_ca") = "",
            py::arg("tls_cert") = "", py::arg("tls_key") = "",
-           py::arg("token_file") = "", py::arg("tls_server_name") = "")
+           py::arg("token_file") = "", py::arg("tls_server_name") = "",
+           py::arg("cluster_id") = "")
       .def("lookup", &PyServingClient::Lookup, py::arg("slots"), py::kw_only(),
            py::arg("version") = 0,
            "(list of arrays: bags × dim, or keys × dim for 'none'; the "
