@@ -3,7 +3,9 @@
 #include <future>
 #include <optional>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "grpcpp/support/stub_options.h"
 
 namespace embedps::client {
@@ -48,9 +50,22 @@ void BulkFanOut::Start(grpc::GenericStub* stub, int32_t shard,
 }
 
 void BulkFanOut::Attempt(Call* call, std::shared_ptr<BulkFanOut> self) {
-  call->context = std::make_unique<grpc::ClientContext>();
-  call->context->set_deadline(
-      absl::ToChronoTime(call->schedule.StartAttempt()));
+  grpc::ClientContext* context = nullptr;
+  {
+    MutexLock lock(&mu_);
+    if (!cancelled_) {
+      call->context = std::make_shared<grpc::ClientContext>();
+      call->context->set_deadline(
+          absl::ToChronoTime(call->schedule.StartAttempt()));
+      context = call->context.get();
+    }
+  }
+  if (context == nullptr) {
+    Ending ending = Finished(Cancelled());
+    self.reset();
+    std::move(ending).Run();
+    return;
+  }
   call->response.Clear();
   // The callback holds the fan-out: it lives until its last call is done.
   // `done` runs only after the callback has let go of it. Once `done` has
@@ -60,13 +75,31 @@ void BulkFanOut::Attempt(Call* call, std::shared_ptr<BulkFanOut> self) {
   // callback thread, which then shuts down the queue that thread serves
   // from within (gRPC 1.51 aborts on it: "prior > 0").
   call->stub->UnaryCall(
-      call->context.get(), method_path_, grpc::StubOptions(), &call->request,
+      context, method_path_, grpc::StubOptions(), &call->request,
       &call->response,
       [self = std::move(self), call](grpc::Status status) mutable {
         Ending ending = self->Completed(call, std::move(status));
         self.reset();
         std::move(ending).Run();
       });
+}
+
+absl::Status BulkFanOut::Cancelled() const {
+  return absl::CancelledError(
+      absl::StrCat(method_, " cancelled: its client is being destroyed"));
+}
+
+void BulkFanOut::Cancel() {
+  std::vector<std::shared_ptr<grpc::ClientContext>> live;
+  {
+    MutexLock lock(&mu_);
+    cancelled_ = true;
+    for (Call& call : calls_) {
+      if (call.context != nullptr) live.push_back(call.context);
+    }
+  }
+  // Outside the lock: a cancelled call's callback may run at once.
+  for (const auto& context : live) context->TryCancel();
 }
 
 void BulkFanOut::Ending::Run() && {
@@ -97,6 +130,12 @@ BulkFanOut::Ending BulkFanOut::Completed(Call* call, grpc::Status status) {
   }
   if (const std::optional<absl::Duration> backoff = call->schedule.BackoffAfter(
           status, absl::Now(), next.other_replica)) {
+    bool cancelled;
+    {
+      MutexLock lock(&mu_);
+      cancelled = cancelled_;
+    }
+    if (cancelled) return Finished(Cancelled());
     call->stub = next.stub;
     // The next attempt starts from the alarm's callback, on a gRPC thread.
     call->backoff = std::make_unique<grpc::Alarm>();

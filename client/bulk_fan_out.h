@@ -95,6 +95,12 @@ class BulkFanOut : public std::enable_shared_from_this<BulkFanOut> {
   // Seal, then block until every call finished; returns the status.
   absl::Status Wait();
 
+  // Ends the fan-out soon: attempts in flight are cancelled, none is
+  // started or retried any more, and `done` runs with CANCELLED (or the
+  // first error) once every call has ended — at most a backoff later (an
+  // armed retry alarm is left to fire). For a client being destroyed.
+  void Cancel();
+
  private:
   struct Call {
     size_t index;
@@ -103,7 +109,9 @@ class BulkFanOut : public std::enable_shared_from_this<BulkFanOut> {
     std::string server;
     grpc::ByteBuffer request;
     grpc::ByteBuffer response;
-    std::unique_ptr<grpc::ClientContext> context;
+    // Shared: Cancel holds it while it cancels, outside the lock. Set by
+    // Attempt and reset by Finished and Seal, under mu_.
+    std::shared_ptr<grpc::ClientContext> context;
     std::unique_ptr<grpc::Alarm> backoff;
     RetrySchedule schedule{RetryPolicy{}};
   };
@@ -125,6 +133,8 @@ class BulkFanOut : public std::enable_shared_from_this<BulkFanOut> {
   Ending Completed(Call* call, grpc::Status status);
   // The call is finished, with `error` if it failed.
   Ending Finished(absl::Status error);
+  // CANCELLED, naming the method.
+  absl::Status Cancelled() const;
 
   const std::string method_path_;
   const std::string method_;
@@ -143,6 +153,7 @@ class BulkFanOut : public std::enable_shared_from_this<BulkFanOut> {
   bool sealed_ ABSL_GUARDED_BY(mu_) = false;
   absl::Status first_error_ ABSL_GUARDED_BY(mu_);
   Done done_ ABSL_GUARDED_BY(mu_);
+  bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace embedps::client

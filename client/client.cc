@@ -143,7 +143,11 @@ void CloseStepOnEveryShard(int32_t shards, std::vector<Part>& parts) {
 }  // namespace
 
 Client::Client(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
-Client::~Client() = default;
+Client::~Client() {
+  // Pulls and Pushes still in flight (asynchronous ones nobody waited
+  // for, e.g. a job stopping on an error) end before the channels go.
+  if (impl_ != nullptr) impl_->CancelAndWaitForFanOuts();
+}
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(ClientOptions options) {
   if (options.servers.empty()) {
@@ -426,6 +430,7 @@ std::future<absl::Status> Client::StartPull(const TableHandle& table,
         return impl->CheckIncarnation(shard, context);
       });
   calls->set_reroute(impl_->Reroute());
+  const uint64_t tracked = impl_->Track(calls);
   // Each part's call starts as soon as its request is built.
   for (const Part& part : op->parts) {
     proto::PullRequest header;
@@ -437,7 +442,7 @@ std::future<absl::Status> Client::StartPull(const TableHandle& table,
                  impl_->options.servers[part.shard],
                  wire::EncodePullRequest(header, op->dedup.keys, part.rows));
   }
-  calls->Seal([op](absl::Status status) {
+  calls->Seal([op, impl = impl_.get(), tracked](absl::Status status) {
     if (status.ok() && !op->dedup.distinct()) {
       const size_t dim = op->dim;
       for (size_t i = 0; i < op->dedup.position.size(); ++i) {
@@ -448,6 +453,7 @@ std::future<absl::Status> Client::StartPull(const TableHandle& table,
       }
     }
     op->done.set_value(std::move(status));
+    impl->Untrack(tracked);
   });
   return result;
 }
@@ -516,6 +522,7 @@ std::future<absl::Status> Client::StartPush(const TableHandle& table,
         return impl->CheckIncarnation(shard, context);
       });
   calls->set_reroute(impl_->Reroute());
+  const uint64_t tracked = impl_->Track(calls);
   // Each part's call starts as soon as its request is built.
   for (const Part& part : parts) {
     proto::PushRequest header;
@@ -530,8 +537,10 @@ std::future<absl::Status> Client::StartPush(const TableHandle& table,
         impl_->options.servers[part.shard],
         wire::EncodePushRequest(header, dedup.keys, part.rows, grad_base, dim));
   }
-  calls->Seal(
-      [done](absl::Status status) { done->set_value(std::move(status)); });
+  calls->Seal([done, impl = impl_.get(), tracked](absl::Status status) {
+    done->set_value(std::move(status));
+    impl->Untrack(tracked);
+  });
   return result;
 }
 

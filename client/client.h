@@ -150,7 +150,9 @@ class Client {
   // threads); the future yields its status. The spans are borrowed: `keys`,
   // `values` and `grads` must stay alive (and `keys`/`grads` unchanged)
   // until the future is ready. This lets a worker pull the next batch while
-  // it computes on the current one.
+  // it computes on the current one. Destroying the client cancels the
+  // calls still in flight (their futures yield CANCELLED) and waits for
+  // them (at most a retry backoff).
   std::future<absl::Status> PullAsync(const TableHandle& table,
                                       absl::Span<const uint64_t> keys,
                                       absl::Span<float> values,

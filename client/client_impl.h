@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -112,6 +113,41 @@ struct Client::Impl {
   }
   uint64_t client_id = 0;
   std::atomic<uint64_t> next_sequence{1};
+
+  // The Pulls and Pushes in flight (asynchronous ones may outlive the
+  // call that started them), so that the client's destruction cancels
+  // them and waits for them: their retry alarms and callbacks use the
+  // channels it destroys.
+  uint64_t Track(std::weak_ptr<BulkFanOut> fan_out) {
+    MutexLock lock(&fan_outs_mu);
+    const uint64_t id = next_fan_out++;
+    fan_outs.emplace(id, std::move(fan_out));
+    return id;
+  }
+  // The last thing a fan-out's `done` does with the client.
+  void Untrack(uint64_t id) {
+    MutexLock lock(&fan_outs_mu);
+    fan_outs.erase(id);
+    if (fan_outs.empty()) fan_outs_ended.SignalAll();
+  }
+  void CancelAndWaitForFanOuts() {
+    std::vector<std::shared_ptr<BulkFanOut>> live;
+    {
+      MutexLock lock(&fan_outs_mu);
+      for (const auto& [id, weak] : fan_outs) {
+        if (std::shared_ptr<BulkFanOut> f = weak.lock()) live.push_back(f);
+      }
+    }
+    for (const auto& f : live) f->Cancel();
+    live.clear();
+    MutexLock lock(&fan_outs_mu);
+    fan_outs_ended.Wait(&fan_outs_mu, [&] { return fan_outs.empty(); });
+  }
+  Mutex fan_outs_mu;
+  CondVar fan_outs_ended;
+  absl::flat_hash_map<uint64_t, std::weak_ptr<BulkFanOut>> fan_outs
+      ABSL_GUARDED_BY(fan_outs_mu);
+  uint64_t next_fan_out ABSL_GUARDED_BY(fan_outs_mu) = 0;
 
   // OK once every shard has stated an identity that matches its position
   // (identity_check.h); asked of the shards once, before the first call
