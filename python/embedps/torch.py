@@ -135,9 +135,11 @@ class EmbeddingBagCollection(torch.nn.Module):
     sequence of them, one per slot.
 
     forward(features) with features either
-      * a mapping slot name -> (keys, offsets): keys 1-D int64/uint64, offsets
-        of bags + 1 (or nn.EmbeddingBag's bags) entries, or slot name -> a
-        2-D keys tensor (batch, bag size); returns {slot name: (batch, dim)};
+      * a mapping slot name -> (keys, offsets) or (keys, offsets,
+        per_sample_weights): keys 1-D int64/uint64, offsets of bags + 1 (or
+        nn.EmbeddingBag's bags) entries, weights one per key (mode "sum"),
+        or slot name -> a 2-D keys tensor (batch, bag size); returns
+        {slot name: (batch, dim)};
       * a 2-D int64 tensor / uint64 array (batch, number of slots): one key
         per slot per sample (the Criteo layout); returns (batch, slots, dim);
       * a Prepared from prefetch(features).
@@ -223,10 +225,26 @@ class EmbeddingBagCollection(torch.nn.Module):
             batch = None
             for s, name in enumerate(self.slot_names):
                 value = features[name]
+                weights = None
                 if isinstance(value, tuple):
-                    keys, offsets = value
+                    if len(value) == 3:
+                        keys, offsets, weights = value
+                    elif len(value) == 2:
+                        keys, offsets = value
+                    else:
+                        raise ValueError(f"slot {name!r}: (keys, offsets) or (keys, offsets, per_sample_weights)")
                     keys = _keys(keys)
                     offsets = _offsets(offsets, len(keys))
+                    if weights is not None:
+                        if self.modes[s] != "sum":
+                            raise NotImplementedError(
+                                f"slot {name!r}: per_sample_weights are only supported for mode='sum' "
+                                f"(got mode={self.modes[s]!r}), as nn.EmbeddingBag")
+                        if not isinstance(weights, torch.Tensor):
+                            weights = torch.as_tensor(weights)
+                        weights = weights.reshape(-1)
+                        if weights.numel() != len(keys):
+                            raise ValueError(f"slot {name!r}: {weights.numel()} per_sample_weights for {len(keys)} keys")
                 else:
                     two_d = value if isinstance(value, (torch.Tensor, np.ndarray)) else None
                     if two_d is None or two_d.ndim != 2:
@@ -242,7 +260,7 @@ class EmbeddingBagCollection(torch.nn.Module):
                 key_list, parts = per_table[self._slot_table[s]]
                 start = sum(len(k) for k in key_list)
                 key_list.append(keys)
-                parts.append((s, start, start + len(keys), offsets))
+                parts.append((s, start, start + len(keys), offsets, weights))
         else:
             layout = "stacked"
             if isinstance(features, torch.Tensor):
@@ -264,7 +282,7 @@ class EmbeddingBagCollection(torch.nn.Module):
                 key_list, parts = per_table[t]
                 block = np.ascontiguousarray(keys[:, columns]).reshape(-1)
                 key_list.append(block)
-                parts.append((columns, 0, len(block), None))
+                parts.append((columns, 0, len(block), None, None))
         plan = []
         for key_list, parts in per_table:
             keys = np.concatenate(key_list) if len(key_list) > 1 else key_list[0]
@@ -324,9 +342,10 @@ class EmbeddingBagCollection(torch.nn.Module):
                 columns = parts[0][0]
                 stacked.append((columns, F.embedding(inverse, rows_t).view(batch, len(columns), table.dim)))
             else:
-                for s, start, end, offsets in parts:
+                for s, start, end, offsets, weights in parts:
                     outputs[s] = F.embedding_bag(inverse[start:end], rows_t, offsets[:-1],
-                                                 mode=self.modes[s], include_last_offset=False)
+                                                 mode=self.modes[s], include_last_offset=False,
+                                                 per_sample_weights=weights)
         if layout == "stacked":
             if len(stacked) == 1:  # one table: its columns are the slots, in order
                 return stacked[0][1]
@@ -336,32 +355,138 @@ class EmbeddingBagCollection(torch.nn.Module):
         return dict(zip(self.slot_names, outputs))
 
 
+def _bag_arguments(input, offsets, per_sample_weights, mode: str, include_last_offset: bool,
+                   padding_idx: Optional[int]):
+    """nn.EmbeddingBag's forward arguments, checked by its rules (and with
+    its exception classes), as (keys, closed offsets of bags + 1 entries,
+    per-key weights or None), padding keys left out."""
+    if isinstance(input, torch.Tensor):
+        ndim, shape = input.dim(), tuple(input.shape)
+        if input.dtype == torch.int32:
+            input = input.to(torch.int64)
+    elif isinstance(input, np.ndarray):
+        ndim, shape = input.ndim, input.shape
+        if input.dtype == np.int32:
+            input = input.astype(np.int64)
+    else:
+        raise TypeError(f"input must be a tensor or numpy array of keys, not {type(input).__name__}")
+    if ndim == 2:
+        if offsets is not None:
+            raise ValueError("if input is 2D, then offsets has to be None, as input is treated as a "
+                             f"mini-batch of fixed length sequences. However, found offsets of type {type(offsets)}")
+        batch, size = shape
+        closed = np.arange(batch + 1, dtype=np.int64) * size
+        used = batch * size
+    elif ndim == 1:
+        if offsets is None:
+            raise ValueError("offsets has to be a 1D Tensor but got None")
+        if isinstance(offsets, torch.Tensor):
+            offsets = offsets.detach().cpu().numpy()
+        offsets = np.asarray(offsets)
+        if offsets.ndim != 1:
+            raise ValueError("offsets has to be a 1D Tensor")
+        if offsets.dtype.kind not in "iu":
+            raise TypeError(f"offsets must be integers, not {offsets.dtype}")
+        offsets = offsets.astype(np.int64)
+        length = shape[0]
+        if len(offsets) == 0 or (include_last_offset and len(offsets) < 1):
+            raise ValueError("offsets has no entry: one per bag (plus the end with include_last_offset)")
+        if offsets[0] != 0:
+            raise RuntimeError("offsets[0] has to be 0, i.e., the first sequence in the mini-batch has to "
+                               f"start from position 0. However, got {offsets[0]}")
+        if offsets.max() > length:
+            raise RuntimeError(f"offsets[-1] can not be greater than input's length {length} but got "
+                               f"offsets[-1] of {offsets.max()}")
+        if (np.diff(offsets) < 0).any():
+            raise RuntimeError("offsets must be non-decreasing")
+        # nn.EmbeddingBag: bags start at the offsets, the last one runs to
+        # the end of input (include_last_offset: the last offset ends it).
+        closed = offsets if include_last_offset else np.append(offsets, length)
+        used = int(closed[-1])
+    else:
+        raise ValueError(f"input has to be 1D or 2D Tensor, but got Tensor of dimension {ndim}")
+    keys = _keys(input)[:used]
+    weights = None
+    if per_sample_weights is not None:
+        if mode != "sum":
+            raise NotImplementedError("embedding_bag: per_sample_weights was not None. per_sample_weights is "
+                                      f"only supported for mode='sum' (got mode='{mode}')")
+        if not isinstance(per_sample_weights, torch.Tensor):
+            per_sample_weights = torch.as_tensor(per_sample_weights)
+        if tuple(per_sample_weights.shape) != tuple(shape):
+            raise ValueError(f"embedding_bag: If per_sample_weights ({tuple(per_sample_weights.shape)}) is not "
+                             f"None, then it must have the same shape as the input ({tuple(shape)})")
+        weights = per_sample_weights.reshape(-1)[:used]
+    if padding_idx is not None:
+        # The padding key is left out of its bag (a mean counts the other
+        # keys only) and is never pulled or pushed.
+        pad = np.array(padding_idx, dtype=np.int64).astype(keys.dtype)
+        keep = keys != pad
+        if not keep.all():
+            bag_of = np.repeat(np.arange(len(closed) - 1), np.diff(closed))
+            counts = np.bincount(bag_of[keep], minlength=len(closed) - 1)
+            closed = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+            keys = keys[keep]
+            if weights is not None:
+                weights = weights[torch.from_numpy(keep)]
+    return keys, torch.from_numpy(np.ascontiguousarray(closed, dtype=np.int64)), weights
+
+
 class ShardedEmbeddingBag(EmbeddingBagCollection):
-    """nn.EmbeddingBag over one embedps table.
+    """A drop-in for nn.EmbeddingBag over one embedps table.
 
-    ShardedEmbeddingBag(client, table, mode="sum", step=0, grad_scale=None)
+    ShardedEmbeddingBag(client, table, mode="sum", step=0, grad_scale=None,
+                        *, include_last_offset=False, padding_idx=None,
+                        max_norm=None, norm_type=2.0,
+                        scale_grad_by_freq=False, sparse=False)
 
-    forward(input, offsets=None): input 1-D keys with offsets (bags start at
-    offsets, as nn.EmbeddingBag; a final offset equal to len(input) is
-    accepted too) or 2-D (batch, bag size); returns (batch, dim).
+    forward(input, offsets=None, per_sample_weights=None) takes what
+    nn.EmbeddingBag takes, with its rules and errors: 1-D keys with offsets
+    (bags start at the offsets; an offset equal to len(input) is an empty
+    last bag, unless include_last_offset=True), or 2-D (batch, bag size)
+    without offsets; int64 or int32 keys (and uint64 numpy arrays: keys are
+    64-bit ids, not indices into a weight); per_sample_weights of the
+    input's shape with mode "sum"; padding_idx a key left out of every bag
+    (never pulled or pushed). Returns (batch, dim).
+
+    What cannot be the same raises at construction: max_norm (it rewrites
+    the rows it reads; the rows are the servers', changed only by their
+    optimizer), scale_grad_by_freq, mode "max". sparse is accepted: the
+    rows' gradients always travel as sparse rows.
     """
 
     def __init__(self, client: "embedps.Client", table: "embedps.Table", mode: str = "sum",
-                 step: int = 0, grad_scale: Optional[float] = None):
+                 step: int = 0, grad_scale: Optional[float] = None, *,
+                 include_last_offset: bool = False, padding_idx: Optional[int] = None,
+                 max_norm: Optional[float] = None, norm_type: float = 2.0,
+                 scale_grad_by_freq: bool = False, sparse: bool = False):
+        if max_norm is not None:
+            raise ValueError("max_norm is not supported: nn.EmbeddingBag renormalizes the rows it reads "
+                             "in place, and embedps rows live on the servers, changed only by their optimizer")
+        if scale_grad_by_freq:
+            raise ValueError("scale_grad_by_freq is not supported: scale the table's learning rate, or use "
+                             "an adaptive server optimizer (adagrad, adam)")
+        if mode == "max":
+            raise ValueError("mode 'max' is not supported: 'sum' or 'mean'")
         super().__init__(client, [("bag", table)], mode=mode, step=step, grad_scale=grad_scale)
+        self.include_last_offset = include_last_offset
+        self.padding_idx = padding_idx
+        self.sparse = sparse
 
-    def _features(self, input, offsets):
+    def _features(self, input, offsets, per_sample_weights):
         if isinstance(input, Prepared):
+            if offsets is not None or per_sample_weights is not None:
+                raise ValueError("a Prepared input carries its own offsets and weights")
             return input
-        if offsets is None:
-            return {"bag": input}
-        return {"bag": (input, offsets)}
+        keys, closed, weights = _bag_arguments(input, offsets, per_sample_weights, self.modes[0],
+                                               self.include_last_offset, self.padding_idx)
+        return {"bag": (keys, closed, weights) if weights is not None else (keys, closed)}
 
-    def prefetch(self, input, offsets=None) -> Prepared:
-        return super().prefetch(self._features(input, offsets))
+    def prefetch(self, input, offsets=None, per_sample_weights=None) -> Prepared:
+        return super().prefetch(self._features(input, offsets, per_sample_weights))
 
-    def forward(self, input, offsets=None):
-        return super().forward(self._features(input, offsets))["bag"]
+    def forward(self, input, offsets=None, per_sample_weights=None):
+        return super().forward(self._features(input, offsets, per_sample_weights))["bag"]
 
 
 def prefetched(batches: Iterable, module: EmbeddingBagCollection,

@@ -134,9 +134,9 @@ def test_bad_inputs_are_refused(client):
     bag = et.ShardedEmbeddingBag(client, table)
     with pytest.raises(TypeError, match="int64"):
         bag(torch.tensor([1.0, 2.0]), torch.tensor([0]))
-    with pytest.raises(ValueError, match="start at 0"):
+    with pytest.raises(RuntimeError, match="has to be 0"):  # as nn.EmbeddingBag
         bag(torch.tensor([1, 2]), torch.tensor([1]))
-    with pytest.raises(ValueError, match="non-decreasing"):
+    with pytest.raises(RuntimeError, match="non-decreasing"):
         bag(torch.tensor([1, 2, 3]), torch.tensor([0, 2, 1]))
     with pytest.raises(ValueError, match="mode"):
         et.ShardedEmbeddingBag(client, table, mode="max")
@@ -148,6 +148,85 @@ def test_bad_inputs_are_refused(client):
     with pytest.raises(ValueError, match="bags"):
         emb({"a": torch.tensor([[1]]), "b": torch.tensor([[1], [2]])})
     assert bag.step == 0 and emb.step == 0
+
+
+# nn.EmbeddingBag's argument forms, each through both modules: (mode,
+# constructor arguments, input, offsets, per_sample_weights).
+DROP_IN_CASES = {
+    "offsets_ending_at_len_is_an_empty_last_bag": ("sum", {}, [3, 1, 4, 1, 5], [0, 2, 5], None),
+    "mean_with_empty_bags": ("mean", {}, [3, 1, 4, 1, 5], [0, 0, 2, 2], None),
+    "include_last_offset": ("sum", {"include_last_offset": True}, [3, 1, 4, 1, 5], [0, 2, 5], None),
+    "two_dimensional": ("mean", {}, [[3, 1], [4, 1], [5, 9]], None, None),
+    "per_sample_weights": ("sum", {}, [3, 1, 4, 1, 5], [0, 3], [0.5, -1.0, 2.0, 0.25, 1.5]),
+    "per_sample_weights_2d": ("sum", {}, [[3, 1], [4, 1]], None, [[0.5, -1.0], [2.0, 0.25]]),
+    "padding_idx_sum": ("sum", {"padding_idx": 1}, [3, 1, 4, 1, 1, 5], [0, 2, 4, 5], None),
+    "padding_idx_mean": ("mean", {"padding_idx": 1}, [3, 1, 4, 1, 1, 5], [0, 2, 4, 5], None),
+    "padding_with_weights": ("sum", {"padding_idx": 4}, [3, 1, 4, 4, 5], [0, 3], [1.0, 2.0, 3.0, 4.0, 5.0]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DROP_IN_CASES))
+@pytest.mark.parametrize("key_type", [torch.int64, torch.int32])
+def test_a_drop_in_for_nn_embedding_bag(client, case, key_type):
+    """The same outputs and gradients as nn.EmbeddingBag over the same rows
+    (keys 0..9 as its indices): the rows' gradients, pushed with SGD at rate
+    1, move the servers' rows by exactly nn's weight gradient; the weights'
+    gradients equal nn's."""
+    mode, kwargs, input, offsets, weights = DROP_IN_CASES[case]
+    table = client.create_table(name=f"{case}_{key_type}".replace(".", "_"), dim=4, optimizer=SGD)
+    rows = client.lookup(table, np.arange(10, dtype=np.uint64))
+    reference = torch.nn.EmbeddingBag(10, 4, mode=mode, **kwargs)
+    with torch.no_grad():
+        reference.weight.copy_(torch.from_numpy(rows))
+    bag = et.ShardedEmbeddingBag(client, table, mode=mode, **kwargs)
+    keys = torch.tensor(input, dtype=key_type)
+    offs = None if offsets is None else torch.tensor(offsets, dtype=key_type)
+    w_ours = None if weights is None else torch.tensor(weights, requires_grad=True)
+    w_ref = None if weights is None else torch.tensor(weights, requires_grad=True)
+    out = bag(keys, offs, per_sample_weights=w_ours)
+    expected = reference(keys, offs, per_sample_weights=w_ref)
+    assert out.shape == expected.shape
+    torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)
+    probe = torch.randn(expected.shape, generator=torch.Generator().manual_seed(7))
+    (out * probe).sum().backward()
+    (expected * probe).sum().backward()
+    bag.flush()
+    after = client.lookup(table, np.arange(10, dtype=np.uint64))
+    np.testing.assert_allclose(after, rows - reference.weight.grad.numpy(), rtol=1e-6, atol=1e-6)
+    if weights is not None:
+        torch.testing.assert_close(w_ours.grad, w_ref.grad, rtol=1e-6, atol=1e-6)
+    # Only the keys that were pooled have rows on the servers: a padding
+    # key is never pulled.
+    pooled = {k for k in np.asarray(input).reshape(-1).tolist() if k != kwargs.get("padding_idx")}
+    held = sum(t["rows"] for s in client.stats() for t in s["table"] if t["name"] == table.name)
+    assert held == len(pooled)
+
+
+def test_nn_embedding_bag_errors_are_raised_alike(client):
+    """Where nn.EmbeddingBag raises, the drop-in raises the same class."""
+    table = client.create_table(name="errors", dim=4, optimizer=SGD)
+    cases = [
+        ("sum", {}, (torch.tensor([[1, 2]]), torch.tensor([0])), {}),        # 2-D with offsets
+        ("sum", {}, (torch.tensor([1, 2]), None), {}),                       # 1-D without offsets
+        ("sum", {}, (torch.tensor([1, 2]), torch.tensor([[0]])), {}),        # 2-D offsets
+        ("sum", {}, (torch.tensor([1, 2]), torch.tensor([1])), {}),          # offsets[0] != 0
+        ("sum", {}, (torch.tensor([1, 2]), torch.tensor([0, 3])), {}),       # past the input
+        ("sum", {}, (torch.tensor([[[1]]]), None), {}),                      # 3-D
+        ("mean", {}, (torch.tensor([1, 2]), torch.tensor([0])), {"per_sample_weights": torch.ones(2)}),
+        ("sum", {}, (torch.tensor([1, 2]), torch.tensor([0])), {"per_sample_weights": torch.ones(3)}),
+    ]
+    for mode, kwargs, args, call_kwargs in cases:
+        reference = torch.nn.EmbeddingBag(10, 4, mode=mode, **kwargs)
+        bag = et.ShardedEmbeddingBag(client, table, mode=mode, **kwargs)
+        with pytest.raises(Exception) as theirs:
+            reference(*args, **call_kwargs)
+        with pytest.raises(theirs.type):
+            bag(*args, **call_kwargs)
+        assert bag.step == 0
+    # What cannot be the same is refused when the module is made.
+    for kwargs in ({"max_norm": 1.0}, {"scale_grad_by_freq": True}, {"mode": "max"}):
+        with pytest.raises(ValueError, match=next(iter(kwargs))):
+            et.ShardedEmbeddingBag(client, table, **kwargs)
 
 
 def train_steps(client, table_name, batches, prefetch):
