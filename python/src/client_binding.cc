@@ -49,7 +49,8 @@ class Future {
   Future(const Future&) = delete;
   Future& operator=(const Future&) = delete;
   ~Future() {
-    if (future_.valid()) {
+    // In a forked child nothing would ever complete it: not waited for.
+    if (future_.valid() && !InForkedChild()) {
       py::gil_scoped_release release;
       future_.wait();
     }
@@ -65,7 +66,7 @@ class Future {
   py::object result(std::optional<double> timeout) {
     bool ready = true;
     {
-      py::gil_scoped_release release;
+      NetworkCall release;
       if (timeout.has_value()) {
         const auto wait =
             std::chrono::duration<double>(std::max(0.0, *timeout));
@@ -96,6 +97,8 @@ class PyClient {
            double retry_deadline, const std::string& wire,
            size_t max_keys_per_request, int channels_per_shard,
            security::ChannelSecurity security, std::string cluster_id) {
+    CheckProcess();
+    NoteGrpcUse();
     client::ClientOptions options;
     options.security = std::move(security);
     options.cluster_id = std::move(cluster_id);
@@ -143,7 +146,7 @@ class PyClient {
     }
     absl::StatusOr<TableHandle> table;
     {
-      py::gil_scoped_release release;
+      NetworkCall release;
       table = client_->CreateTable(parsed);
     }
     Check(table.status());
@@ -153,7 +156,7 @@ class PyClient {
   void DropTable(const std::string& name) {
     absl::Status status;
     {
-      py::gil_scoped_release release;
+      NetworkCall release;
       status = client_->DropTable(name);
     }
     Check(status);
@@ -169,7 +172,7 @@ class PyClient {
         OutputOf(values, keys.size(), static_cast<size_t>(table.dim));
     absl::Status status;
     {
-      py::gil_scoped_release release;
+      NetworkCall release;
       const absl::Time start = absl::Now();
       status = read_only
                    ? client_->Lookup(table, keys, span, step, KeysAre(unique))
@@ -193,7 +196,7 @@ class PyClient {
         OutputOf(values, keys.size(), static_cast<size_t>(table.dim));
     std::future<absl::Status> future;
     {
-      py::gil_scoped_release release;
+      NetworkCall release;
       future =
           read_only
               ? client_->LookupAsync(table, keys, span, step, KeysAre(unique))
@@ -211,7 +214,7 @@ class PyClient {
     CheckTable(table);
     absl::Status status;
     {
-      py::gil_scoped_release release;
+      NetworkCall release;
       const absl::Time start = absl::Now();
       status = client_->Push(table, keys, grads, step, KeysAre(unique));
       last_call_seconds_ = absl::ToDoubleSeconds(absl::Now() - start);
@@ -230,7 +233,7 @@ class PyClient {
     CheckTable(table);
     std::future<absl::Status> future;
     {
-      py::gil_scoped_release release;
+      NetworkCall release;
       future = client_->PushAsync(table, keys, grads, step, KeysAre(unique));
     }
     return std::make_unique<Future>(
@@ -244,7 +247,7 @@ class PyClient {
     CheckTable(table);
     absl::StatusOr<std::vector<uint64_t>> erased;
     {
-      py::gil_scoped_release release;
+      NetworkCall release;
       erased = client_->Erase(table, keys);
     }
     Check(erased.status());
@@ -255,7 +258,7 @@ class PyClient {
     const std::string parameters = dense;
     absl::StatusOr<uint64_t> rows;
     {
-      py::gil_scoped_release release;
+      NetworkCall release;
       rows = client_->Publish(step, parameters);
     }
     Check(rows.status());
@@ -270,7 +273,7 @@ class PyClient {
     options.incremental = incremental;
     absl::StatusOr<proto::CheckpointManifest> manifest;
     {
-      py::gil_scoped_release release;
+      NetworkCall release;
       manifest = client_->Checkpoint(options);
     }
     Check(manifest.status());
@@ -280,7 +283,7 @@ class PyClient {
   py::object Load(const std::string& path) {
     absl::StatusOr<proto::LoadResponse> loaded;
     {
-      py::gil_scoped_release release;
+      NetworkCall release;
       loaded = client_->Load(path);
     }
     Check(loaded.status());
@@ -290,7 +293,7 @@ class PyClient {
   py::list Stats() {
     absl::StatusOr<std::vector<proto::StatsResponse>> stats;
     {
-      py::gil_scoped_release release;
+      NetworkCall release;
       stats = client_->Stats();
     }
     Check(stats.status());
@@ -309,7 +312,7 @@ class PyClient {
     absl::Status status;
     absl::Duration took;
     {
-      py::gil_scoped_release release;
+      NetworkCall release;
       const absl::Time start = absl::Now();
       for (int i = 0; i < iterations && status.ok(); ++i) {
         status = client_->Pull(table, keys, absl::MakeSpan(rows), 0,

@@ -1,7 +1,9 @@
 #include "python/src/py_common.h"
 
 #include <pybind11/stl.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <limits>
 #include <vector>
 
@@ -283,6 +285,40 @@ security::ChannelSecurity SecurityOf(std::string ca, std::string cert,
   security.token_file = std::move(token_file);
   security.server_name = std::move(server_name);
   return security;
+}
+
+namespace {
+// The process whose clients started gRPC (0: none yet).
+std::atomic<pid_t> grpc_process{0};
+}  // namespace
+
+void NoteGrpcUse() {
+  pid_t none = 0;
+  grpc_process.compare_exchange_strong(none, getpid());
+}
+
+bool InForkedChild() {
+  const pid_t owner = grpc_process.load();
+  return owner != 0 && owner != getpid();
+}
+
+void CheckProcess() {
+  if (!InForkedChild()) return;
+  const pid_t owner = grpc_process.load();
+  PyErr_SetString(
+      PyExc_RuntimeError,
+      absl::StrCat(
+          "embedps: this process (", getpid(), ") was forked from process ",
+          owner,
+          " after it had made embedps clients; gRPC cannot work in such a "
+          "child (its calls would hang). Make the clients only in the "
+          "processes that use them, started with the 'spawn' or "
+          "'forkserver' method (torch DataLoader(..., "
+          "multiprocessing_context='spawn'), or "
+          "multiprocessing.set_start_method('spawn')), or fork before the "
+          "parent makes any client")
+          .c_str());
+  throw py::error_already_set();
 }
 
 }  // namespace embedps::python

@@ -11,6 +11,7 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,28 @@ absl::Duration SecondsOf(double seconds, absl::string_view name);
 security::ChannelSecurity SecurityOf(std::string ca, std::string cert,
                                      std::string key, std::string token_file,
                                      std::string server_name);
+
+// gRPC cannot work in a process forked from one that already used it: its
+// calls would hang. Every client notes the process that made it
+// (NoteGrpcUse); CheckProcess raises RuntimeError, at once and naming the
+// remedy, in a forked child of such a process — when it makes a client or
+// calls one it inherited.
+void NoteGrpcUse();
+void CheckProcess();
+// Whether CheckProcess would raise.
+bool InForkedChild();
+
+// Releases the GIL for a network call, after CheckProcess.
+class NetworkCall {
+ public:
+  NetworkCall() {
+    CheckProcess();
+    release_.emplace();
+  }
+
+ private:
+  std::optional<py::gil_scoped_release> release_;
+};
 
 }  // namespace embedps::python
 

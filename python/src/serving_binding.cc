@@ -43,6 +43,8 @@ class PyServingClient {
                   double deadline, double attempt_timeout, double down_for,
                   size_t cache_rows, double cache_ttl, const std::string& wire,
                   security::ChannelSecurity security, std::string cluster_id) {
+    CheckProcess();
+    NoteGrpcUse();
     client::ServingClientOptions options;
     options.security = std::move(security);
     options.cluster_id = std::move(cluster_id);
@@ -77,7 +79,7 @@ class PyServingClient {
     uint64_t served = 0;
     absl::Status status;
     {
-      py::gil_scoped_release release;
+      NetworkCall release;
       status = client_->Lookup(request, &out, version, &served);
     }
     Check(status);
@@ -96,7 +98,7 @@ class PyServingClient {
   py::list Versions() {
     std::vector<std::vector<proto::ServingVersionResponse>> versions;
     {
-      py::gil_scoped_release release;
+      NetworkCall release;
       versions = client_->Versions();
     }
     py::list out;
@@ -132,6 +134,8 @@ class PyPredictor {
   PyPredictor(const std::string& address, double timeout,
               const security::ChannelSecurity& security)
       : timeout_(SecondsOf(timeout, "timeout")) {
+    CheckProcess();
+    NoteGrpcUse();
     absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
         security::MakeChannelCredentials(security);
     Check(credentials.status());
@@ -148,7 +152,7 @@ class PyPredictor {
     proto::PredictResponse response;
     grpc::Status status;
     {
-      py::gil_scoped_release release;
+      NetworkCall release;
       grpc::ClientContext context;
       context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
       status = stub_->Predict(&context, request, &response);

@@ -380,3 +380,44 @@ def test_servers_that_are_not_the_cluster_given_are_refused(start_server):
     with pytest.raises(embedps.FailedPreconditionError, match="cluster 'prod'"):
         one.create_table('name: "t" dim: 4')
     embedps.Client([a.address]).create_table('name: "t" dim: 4')
+
+
+def test_a_forked_child_gets_a_clear_error_not_a_hang(start_servers):
+    """A process forked after it made a client (a DataLoader worker with
+    the default start method) cannot use gRPC: its calls, and a new client
+    made there, raise RuntimeError at once naming the remedy instead of
+    hanging; the parent's client goes on working."""
+    import os
+    import signal
+    servers = start_servers(1)
+    client = embedps.Client([s.address for s in servers])
+    table = client.create_table(name="fork", dim=4)
+    keys = np.arange(4, dtype=np.uint64)
+    client.lookup(table, keys)
+    pid = os.fork()
+    if pid == 0:  # the child: report through the exit code, never return
+        code = 0
+        for attempt in (lambda: client.lookup(table, keys),
+                        lambda: client.push(table, keys, np.ones((4, 4), dtype=np.float32)),
+                        lambda: embedps.Client([s.address for s in servers])):
+            try:
+                attempt()
+                code = 1
+            except RuntimeError as e:
+                if "spawn" not in str(e) or "forked" not in str(e):
+                    code = 2
+            except BaseException:
+                code = 3
+        os._exit(code)
+    deadline = time.monotonic() + 30
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child hung")
+        time.sleep(0.05)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    np.testing.assert_array_equal(client.lookup(table, keys), client.lookup(table, keys))
