@@ -315,16 +315,26 @@ struct ServingClient::Impl {
     return absl::OkStatus();
   }
 
-  // Decodes slot `index` of a call's answer, `floats` of them, into `out`.
+  // Decodes slot `index` of a call's answer, `floats` of them (rows of
+  // `table`, `dim` wide as the caller said), into `out`.
   absl::Status Decode(const Call& call, int index, size_t floats,
-                      float* out) const {
+                      absl::string_view table, size_t dim, float* out) const {
     if (index >= call.response.values_size()) {
       return absl::InternalError(absl::StrCat("serving shard ", call.shard,
                                               " answered too few slots"));
     }
     const std::string& bytes = call.response.values(index);
     const bool half = options.wire_type == proto::FLOAT16;
-    if (bytes.size() != floats * (half ? 2 : 4)) {
+    const size_t width = half ? 2 : 4;
+    if (bytes.size() != floats * width) {
+      // Rows of another width than the caller's dim: the table's dim is
+      // what the answer holds per row.
+      const size_t units = dim == 0 ? 0 : floats / dim;
+      if (units > 0 && bytes.size() % (units * width) == 0) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "table '", table, "' has dim ", bytes.size() / (units * width),
+            ", not the ", dim, " given"));
+      }
       return absl::InternalError(absl::StrCat(
           "serving shard ", call.shard, " answered ", bytes.size(),
           " bytes for slot ", index, " where ", floats, " values were due"));
@@ -504,6 +514,7 @@ absl::Status ServingClient::Impl::LookupPooledByReplicas(
     for (size_t s = 0; s < slots.size(); ++s) {
       (*out)[s].resize(FloatsOf(slots[s]));
       RETURN_IF_ERROR(Decode(*calls[0], static_cast<int>(s), (*out)[s].size(),
+                             slots[s].table, static_cast<size_t>(slots[s].dim),
                              (*out)[s].data()));
     }
     return absl::OkStatus();
@@ -567,8 +578,8 @@ absl::Status ServingClient::Impl::LookupPooledByReplicas(
       if (slot.pooling == proto::POOLING_NONE) {
         const std::vector<uint32_t>& at = positions[s][i];
         part.resize(at.size() * dim);
-        RETURN_IF_ERROR(
-            Decode(*calls[i], static_cast<int>(s), part.size(), part.data()));
+        RETURN_IF_ERROR(Decode(*calls[i], static_cast<int>(s), part.size(),
+                               slot.table, dim, part.data()));
         for (size_t k = 0; k < at.size(); ++k) {
           std::memcpy(result.data() + at[k] * dim, part.data() + k * dim,
                       dim * sizeof(float));
@@ -576,8 +587,8 @@ absl::Status ServingClient::Impl::LookupPooledByReplicas(
         continue;
       }
       part.resize(result.size());
-      RETURN_IF_ERROR(
-          Decode(*calls[i], static_cast<int>(s), part.size(), part.data()));
+      RETURN_IF_ERROR(Decode(*calls[i], static_cast<int>(s), part.size(),
+                             slot.table, dim, part.data()));
       for (size_t f = 0; f < result.size(); ++f) result[f] += part[f];
     }
     if (slot.pooling == proto::POOLING_MEAN && !slot.offsets.empty()) {
@@ -681,7 +692,8 @@ absl::Status ServingClient::Impl::LookupThroughCache(
       if (want.empty()) continue;
       const size_t dim = table_dim[t];
       part.resize(want.size() * dim);
-      RETURN_IF_ERROR(Decode(*calls[i], index++, part.size(), part.data()));
+      RETURN_IF_ERROR(
+          Decode(*calls[i], index++, part.size(), tables[t], dim, part.data()));
       for (size_t k = 0; k < want.size(); ++k) {
         const float* row = part.data() + k * dim;
         std::memcpy(values.data() + rows[want[k]].at, row, dim * sizeof(float));

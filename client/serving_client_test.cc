@@ -259,6 +259,13 @@ TEST_F(ServingClientTest, BadSlotsAndNoReplicasAreRefused) {
   slots = {{"nope", kDim, keys_, {}, proto::POOLING_SUM}};
   EXPECT_THAT(client->Lookup(slots, &out),
               StatusIs(absl::StatusCode::kNotFound, HasSubstr("no table")));
+  // Another dim than the table's: named, for every pooling.
+  for (proto::Pooling pooling : {proto::POOLING_SUM, proto::POOLING_NONE}) {
+    slots = {{"emb", 2 * kDim, keys_, {}, pooling}};
+    EXPECT_THAT(client->Lookup(slots, &out),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("table 'emb' has dim 4, not the 8 given")));
+  }
   ServingClientOptions empty;
   EXPECT_THAT(ServingClient::Connect(empty).status(),
               StatusIs(absl::StatusCode::kInvalidArgument));

@@ -94,7 +94,8 @@ def evaluate(model, emb, path: str):
             logits.append(model(torch.from_numpy(dense), emb(keys)).numpy())
             labels.append(y)
     logits, labels = np.concatenate(logits), np.concatenate(labels)
-    return embedps.roc_auc(logits, labels), embedps.mean_log_loss(logits, labels)
+    return (embedps.roc_auc(labels=labels, scores=logits),
+            embedps.mean_log_loss(labels=labels, logits=logits))
 
 
 def main(argv=None) -> dict:

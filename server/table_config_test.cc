@@ -178,7 +178,8 @@ TEST(TableRegistryTest, CreateIsIdempotentAndRefusesAnotherSpec) {
   EXPECT_EQ(again.table_id, first.table_id);
   EXPECT_THAT(registry.Create(Parse("name: 'a' dim: 8")),
               StatusIs(absl::StatusCode::kFailedPrecondition,
-                       HasSubstr("different spec")));
+                       HasSubstr("different spec (dim: existing {dim: 4}, "
+                                 "requested {dim: 8})")));
   EXPECT_THAT(
       registry.Create(Parse("name: 'a' dim: 4 consistency { mode: SYNC }")),
       StatusIs(absl::StatusCode::kFailedPrecondition,

@@ -3,10 +3,13 @@
 #include <filesystem>
 #include <system_error>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "checkpoint/format.h"
 #include "common/status_macros.h"
+#include "google/protobuf/descriptor.h"
 #include "server/serving_storage.h"
 #include "server/table_config.h"
 
@@ -67,11 +70,29 @@ absl::Status TableRegistry::SameSpec(const proto::TableConfig& existing,
   if (existing_spec.SerializeAsString() == requested_spec.SerializeAsString()) {
     return absl::OkStatus();
   }
-  return absl::FailedPreconditionError(
-      absl::StrCat("table '", existing.name(),
-                   "' already exists with a different spec (existing: ",
-                   existing.ShortDebugString(),
-                   "; requested: ", requested.ShortDebugString(), ")"));
+  // Name the fields that differ, each value shortened: a whole spec
+  // printed twice buries the difference.
+  const auto shortened = [](std::string text) {
+    if (text.size() > 120) text = text.substr(0, 117) + "...";
+    return text.empty() ? std::string("unset") : text;
+  };
+  std::vector<std::string> differences;
+  const google::protobuf::Descriptor* descriptor =
+      existing_spec.GetDescriptor();
+  for (int i = 0; i < descriptor->field_count(); ++i) {
+    const google::protobuf::FieldDescriptor* field = descriptor->field(i);
+    proto::TableConfig a, b;
+    a.GetReflection()->SwapFields(&existing_spec, &a, {field});
+    b.GetReflection()->SwapFields(&requested_spec, &b, {field});
+    if (a.SerializeAsString() == b.SerializeAsString()) continue;
+    differences.push_back(absl::StrCat(
+        field->name(), ": existing {", shortened(a.ShortDebugString()),
+        "}, requested {", shortened(b.ShortDebugString()), "}"));
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "table '", existing.name(), "' already exists with a different spec (",
+      absl::StrJoin(differences, "; "),
+      "): use the existing spec, or another name"));
 }
 
 absl::StatusOr<std::pair<proto::TableConfig, embedding::TableSpec>>

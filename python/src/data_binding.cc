@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
 #include "data/criteo_reader.h"
 #include "dense/eval_metrics.h"
 #include "python/src/bindings.h"
@@ -97,6 +98,18 @@ absl::Span<const float> Scores(const py::handle& array, size_t n,
   return FloatsOf(array, n, 1, name, /*flat_ok=*/true);
 }
 
+// ValueError unless every label is 0 or 1 (scores passed as labels are
+// not).
+void CheckLabels(absl::Span<const float> labels) {
+  for (size_t i = 0; i < labels.size(); ++i) {
+    if (labels[i] != 0.0f && labels[i] != 1.0f) {
+      throw py::value_error(absl::StrCat("labels must be 0 or 1; labels[", i,
+                                         "] is ", labels[i],
+                                         " (scores passed as labels?)"));
+    }
+  }
+}
+
 size_t LengthOf(const py::handle& object) {
   if (!py::isinstance<py::array>(object)) {
     throw py::type_error("scores and labels must be numpy float32 arrays");
@@ -133,25 +146,31 @@ r-th batch of every W; every worker gets the same number of steps.)")
   m.def("unique_inverse", &UniqueInverse, py::arg("keys"),
         "(unique keys in first-seen order, int64 index of every key in "
         "them): keys == unique[inverse].");
+  // Keyword-only: sklearn takes (y_true, y_score), the reverse of the
+  // order these once had; swapped, an AUC is silently wrong.
   m.def(
       "roc_auc",
-      [](const py::object& scores, const py::object& labels) {
+      [](const py::object& labels, const py::object& scores) {
         const size_t n = LengthOf(scores);
-        return dense::RocAuc(Scores(scores, n, "scores"),
-                             Scores(labels, n, "labels"));
+        const absl::Span<const float> y = Scores(labels, n, "labels");
+        CheckLabels(y);
+        return dense::RocAuc(Scores(scores, n, "scores"), y);
       },
-      py::arg("scores"), py::arg("labels"),
-      "ROC AUC of float32 scores for 0/1 float32 labels (as ps_worker "
-      "computes it).");
+      py::kw_only(), py::arg("labels"), py::arg("scores"),
+      "roc_auc(*, labels, scores): ROC AUC of float32 scores for 0/1 "
+      "float32 labels (as ps_worker computes it). Keyword-only, so that "
+      "neither order can be mistaken for the other.");
   m.def(
       "mean_log_loss",
-      [](const py::object& logits, const py::object& labels) {
+      [](const py::object& labels, const py::object& logits) {
         const size_t n = LengthOf(logits);
-        return dense::MeanLogLoss(Scores(logits, n, "logits"),
-                                  Scores(labels, n, "labels"));
+        const absl::Span<const float> y = Scores(labels, n, "labels");
+        CheckLabels(y);
+        return dense::MeanLogLoss(Scores(logits, n, "logits"), y);
       },
-      py::arg("logits"), py::arg("labels"),
-      "Mean binary cross-entropy of float32 logits for 0/1 labels.");
+      py::kw_only(), py::arg("labels"), py::arg("logits"),
+      "mean_log_loss(*, labels, logits): mean binary cross-entropy of "
+      "float32 logits for 0/1 labels. Keyword-only.");
 }
 
 }  // namespace embedps::python

@@ -11,7 +11,6 @@
 #include <pybind11/pybind11.h>
 
 #include <cstdint>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -90,16 +89,20 @@ void CheckProcess();
 // Whether CheckProcess would raise.
 bool InForkedChild();
 
-// Releases the GIL for a network call, after CheckProcess.
+// Releases the GIL for a network call, after CheckProcess (as
+// py::gil_scoped_release does).
 class NetworkCall {
  public:
   NetworkCall() {
     CheckProcess();
-    release_.emplace();
+    state_ = PyEval_SaveThread();
   }
+  ~NetworkCall() { PyEval_RestoreThread(state_); }
+  NetworkCall(const NetworkCall&) = delete;
+  NetworkCall& operator=(const NetworkCall&) = delete;
 
  private:
-  std::optional<py::gil_scoped_release> release_;
+  PyThreadState* state_ = nullptr;
 };
 
 }  // namespace embedps::python

@@ -421,3 +421,27 @@ def test_a_forked_child_gets_a_clear_error_not_a_hang(start_servers):
         time.sleep(0.05)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     np.testing.assert_array_equal(client.lookup(table, keys), client.lookup(table, keys))
+
+
+def test_metrics_take_their_arguments_by_name_and_refuse_swapped_ones():
+    labels = np.array([0, 1, 1, 0], dtype=np.float32)
+    scores = np.array([0.1, 0.9, 0.8, 0.3], dtype=np.float32)
+    assert embedps.roc_auc(labels=labels, scores=scores) == 1.0
+    with pytest.raises(TypeError):
+        embedps.roc_auc(scores, labels)  # positional: which is which?
+    with pytest.raises(ValueError, match="0 or 1"):
+        embedps.roc_auc(labels=scores, scores=labels)
+    assert embedps.mean_log_loss(labels=labels, logits=np.zeros(4, np.float32)) == pytest.approx(np.log(2))
+    with pytest.raises(ValueError, match="0 or 1"):
+        embedps.mean_log_loss(labels=scores, logits=labels)
+
+
+def test_a_table_recreated_with_another_spec_names_what_differs(start_servers):
+    servers = start_servers(1)
+    client = embedps.Client([s.address for s in servers])
+    client.create_table(name="spec", dim=4, optimizer={"kind": "sgd", "learning_rate": 0.5})
+    with pytest.raises(embedps.FailedPreconditionError) as error:
+        client.create_table(name="spec", dim=8, optimizer={"kind": "sgd", "learning_rate": 0.5})
+    message = str(error.value)
+    assert "dim: existing {dim: 4}, requested {dim: 8}" in message
+    assert "optimizer" not in message and len(message) < 400, message

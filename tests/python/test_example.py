@@ -138,7 +138,7 @@ def test_serving_from_python(data, start_servers, start_server, tmp_path):
         probabilities, version = client.predict(lines)
         assert version == steps and probabilities.shape == (2000,)
         assert ((probabilities > 0) & (probabilities < 1)).all()
-        assert embedps.roc_auc(probabilities, np.array(labels, np.float32)) > 0.8
+        assert embedps.roc_auc(labels=np.array(labels, np.float32), scores=probabilities) > 0.8
         with pytest.raises(embedps.InvalidArgumentError):
             client.predict(["not\ta\tcriteo line"])
     finally:
