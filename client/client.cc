@@ -360,25 +360,49 @@ absl::Status Client::Lookup(const TableHandle& table,
       .get();
 }
 
+struct Client::CallCanceller::State {
+  Mutex mu;
+  bool cancelled ABSL_GUARDED_BY(mu) = false;
+  std::weak_ptr<BulkFanOut> fan_out ABSL_GUARDED_BY(mu);
+};
+
+Client::CallCanceller::CallCanceller() : state_(std::make_shared<State>()) {}
+Client::CallCanceller::~CallCanceller() = default;
+
+void Client::CallCanceller::Cancel() {
+  std::shared_ptr<BulkFanOut> fan_out;
+  {
+    MutexLock lock(&state_->mu);
+    state_->cancelled = true;
+    fan_out = state_->fan_out.lock();
+  }
+  if (fan_out != nullptr) fan_out->Cancel();
+}
+
 std::future<absl::Status> Client::PullAsync(const TableHandle& table,
                                             absl::Span<const uint64_t> keys,
                                             absl::Span<float> values,
-                                            uint64_t step, Keys keys_are) {
-  return StartPull(table, keys, values, step, /*read_only=*/false, keys_are);
+                                            uint64_t step, Keys keys_are,
+                                            CallCanceller* canceller) {
+  return StartPull(table, keys, values, step, /*read_only=*/false, keys_are,
+                   canceller);
 }
 
 std::future<absl::Status> Client::LookupAsync(const TableHandle& table,
                                               absl::Span<const uint64_t> keys,
                                               absl::Span<float> values,
-                                              uint64_t step, Keys keys_are) {
-  return StartPull(table, keys, values, step, /*read_only=*/true, keys_are);
+                                              uint64_t step, Keys keys_are,
+                                              CallCanceller* canceller) {
+  return StartPull(table, keys, values, step, /*read_only=*/true, keys_are,
+                   canceller);
 }
 
 std::future<absl::Status> Client::StartPull(const TableHandle& table,
                                             absl::Span<const uint64_t> keys,
                                             absl::Span<float> values,
                                             uint64_t step, bool read_only,
-                                            Keys keys_are) {
+                                            Keys keys_are,
+                                            CallCanceller* canceller) {
   const char* const method = read_only ? "Lookup" : "Pull";
   const size_t dim = table.dim;
   if (values.size() != keys.size() * dim) {
@@ -431,6 +455,15 @@ std::future<absl::Status> Client::StartPull(const TableHandle& table,
       });
   calls->set_reroute(impl_->Reroute());
   const uint64_t tracked = impl_->Track(calls);
+  if (canceller != nullptr) {
+    bool cancelled;
+    {
+      MutexLock lock(&canceller->state_->mu);
+      canceller->state_->fan_out = calls;
+      cancelled = canceller->state_->cancelled;
+    }
+    if (cancelled) calls->Cancel();
+  }
   // Each part's call starts as soon as its request is built.
   for (const Part& part : op->parts) {
     proto::PullRequest header;

@@ -153,16 +153,37 @@ class Client {
   // it computes on the current one. Destroying the client cancels the
   // calls still in flight (their futures yield CANCELLED) and waits for
   // them (at most a retry backoff).
+  //
+  // `canceller` (may be null) lets the caller end a Pull or Lookup early
+  // (Ctrl-C in Python): CallCanceller::Cancel cancels its attempts in
+  // flight and its retries; the future then yields CANCELLED (or its
+  // outcome, if it ended first) within a retry backoff at most, and
+  // `values` is not written after the future is ready.
+  class CallCanceller {
+   public:
+    CallCanceller();
+    ~CallCanceller();
+    CallCanceller(const CallCanceller&) = delete;
+    CallCanceller& operator=(const CallCanceller&) = delete;
+    void Cancel();
+
+   private:
+    friend class Client;
+    struct State;
+    std::shared_ptr<State> state_;
+  };
   std::future<absl::Status> PullAsync(const TableHandle& table,
                                       absl::Span<const uint64_t> keys,
                                       absl::Span<float> values,
                                       uint64_t step = 0,
-                                      Keys keys_are = Keys::kAny);
+                                      Keys keys_are = Keys::kAny,
+                                      CallCanceller* canceller = nullptr);
   std::future<absl::Status> LookupAsync(const TableHandle& table,
                                         absl::Span<const uint64_t> keys,
                                         absl::Span<float> values,
                                         uint64_t step = 0,
-                                        Keys keys_are = Keys::kAny);
+                                        Keys keys_are = Keys::kAny,
+                                        CallCanceller* canceller = nullptr);
   std::future<absl::Status> PushAsync(const TableHandle& table,
                                       absl::Span<const uint64_t> keys,
                                       absl::Span<const float> grads,
@@ -270,7 +291,8 @@ class Client {
   std::future<absl::Status> StartPull(const TableHandle& table,
                                       absl::Span<const uint64_t> keys,
                                       absl::Span<float> values, uint64_t step,
-                                      bool read_only, Keys keys_are);
+                                      bool read_only, Keys keys_are,
+                                      CallCanceller* canceller = nullptr);
   std::future<absl::Status> StartPush(const TableHandle& table,
                                       absl::Span<const uint64_t> keys,
                                       absl::Span<const float> grads,

@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -91,6 +92,26 @@ class Future {
 };
 
 // The first error of a text-format parse.
+// Waits for `future` without the GIL, checking for signals every 50 ms:
+// on one whose Python handler raises (Ctrl-C: KeyboardInterrupt), runs
+// `on_interrupt` (with the GIL) and raises that exception.
+absl::Status WaitOrInterrupt(std::future<absl::Status>& future,
+                             const std::function<void()>& on_interrupt) {
+  while (true) {
+    bool ready;
+    {
+      NetworkCall release;
+      ready = future.wait_for(std::chrono::milliseconds(50)) ==
+              std::future_status::ready;
+    }
+    if (ready) return future.get();
+    if (PyErr_CheckSignals() != 0) {
+      on_interrupt();
+      throw py::error_already_set();
+    }
+  }
+}
+
 class PyClient {
  public:
   PyClient(std::vector<std::string> servers, double rpc_timeout,
@@ -170,15 +191,24 @@ class PyClient {
     py::array values = RowsOut(keys.size(), table.dim, out);
     const absl::Span<float> span =
         OutputOf(values, keys.size(), static_cast<size_t>(table.dim));
-    absl::Status status;
+    const absl::Time start = absl::Now();
+    Client::CallCanceller canceller;
+    std::future<absl::Status> future;
     {
       NetworkCall release;
-      const absl::Time start = absl::Now();
-      status = read_only
-                   ? client_->Lookup(table, keys, span, step, KeysAre(unique))
-                   : client_->Pull(table, keys, span, step, KeysAre(unique));
-      last_call_seconds_ = absl::ToDoubleSeconds(absl::Now() - start);
+      future = read_only ? client_->LookupAsync(table, keys, span, step,
+                                                KeysAre(unique), &canceller)
+                         : client_->PullAsync(table, keys, span, step,
+                                              KeysAre(unique), &canceller);
     }
+    // Ctrl-C: the pull is cancelled and waited for (it writes into
+    // `values` until its future is ready), then KeyboardInterrupt.
+    const absl::Status status = WaitOrInterrupt(future, [&] {
+      canceller.Cancel();
+      py::gil_scoped_release release;
+      future.wait();
+    });
+    last_call_seconds_ = absl::ToDoubleSeconds(absl::Now() - start);
     Check(status);
     return values;
   }
@@ -212,13 +242,17 @@ class PyClient {
     const absl::Span<const float> grads =
         FloatsOf(grads_arg, keys.size(), table.dim, "grads");
     CheckTable(table);
-    absl::Status status;
+    const absl::Time start = absl::Now();
+    std::future<absl::Status> future;
     {
       NetworkCall release;
-      const absl::Time start = absl::Now();
-      status = client_->Push(table, keys, grads, step, KeysAre(unique));
-      last_call_seconds_ = absl::ToDoubleSeconds(absl::Now() - start);
+      future = client_->PushAsync(table, keys, grads, step, KeysAre(unique));
     }
+    // Ctrl-C: the push, whose requests are built (the arrays are no longer
+    // read), goes on in the background to its end on every shard (a push
+    // stopped half-way would be half applied); KeyboardInterrupt now.
+    const absl::Status status = WaitOrInterrupt(future, [] {});
+    last_call_seconds_ = absl::ToDoubleSeconds(absl::Now() - start);
     Check(status);
   }
 

@@ -445,3 +445,26 @@ def test_a_table_recreated_with_another_spec_names_what_differs(start_servers):
     message = str(error.value)
     assert "dim: existing {dim: 4}, requested {dim: 8}" in message
     assert "optimizer" not in message and len(message) < 400, message
+
+
+def test_ctrl_c_interrupts_a_blocking_sync_pull(start_servers):
+    """A SYNC pull waiting for a worker that never comes returns to Python
+    with KeyboardInterrupt soon after Ctrl-C (SIGINT), not at the table's
+    timeout; the client works on afterwards."""
+    import signal
+    servers = start_servers(1, "--num_workers=2")
+    client = embedps.Client([s.address for s in servers])
+    table = client.create_table(name="wait", dim=4, consistency={"mode": "sync", "timeout_ms": 60000})
+    keys = np.arange(8, dtype=np.uint64)
+    client.pull(table, keys, step=0)
+    client.push(table, keys, np.ones((8, 4), dtype=np.float32), step=0)
+    # Step 1 waits for the other worker's step 0, which never comes.
+    timer = threading.Timer(0.5, lambda: os.kill(os.getpid(), signal.SIGINT))
+    start = time.monotonic()
+    timer.start()
+    with pytest.raises(KeyboardInterrupt):
+        client.pull(table, keys, step=1)
+    waited = time.monotonic() - start
+    print(f"KeyboardInterrupt {waited - 0.5:.3f} s after SIGINT")
+    assert waited < 30, waited  # the server would have waited 60 s
+    np.testing.assert_array_equal(client.lookup(table, keys, step=0), client.lookup(table, keys, step=0))
