@@ -50,13 +50,15 @@ mean_log_loss = _embedps.mean_log_loss
 class Client(_embedps._Client):
     """A client of embedps shards (ps_server), thread-safe.
 
-    Client(servers, *, rpc_timeout=30.0, retry_deadline=60.0,
+    Client(servers, *, rpc_timeout=30.0, retry_deadline=15.0,
            wire="float32", max_keys_per_request=262144,
            channels_per_shard=1, tls_ca="", tls_cert="", tls_key="",
            token_file="", tls_server_name="", cluster_id="")
 
     ``servers``: "host:port" of every shard, in shard order. Calls retry
-    UNAVAILABLE and DEADLINE_EXCEEDED until ``retry_deadline`` seconds;
+    UNAVAILABLE and DEADLINE_EXCEEDED until ``retry_deadline`` seconds
+    (15: a shard that is gone is reported within that, with what to do;
+    raise it to ride out longer restarts of replicated shards);
     ``wire="float16"`` halves the bytes of rows and gradients.
     ``tls_ca``: PEM CA file the servers are verified with (TLS on);
     ``tls_cert``/``tls_key``: this client's certificate for servers that

@@ -54,7 +54,7 @@ class NotFoundError(Error):
 
 
 class AlreadyExistsError(Error):
-    """It exists already (a table of another spec, a checkpoint)."""
+    """It exists already (a checkpoint directory of that name)."""
 
     code_name = "ALREADY_EXISTS"
 
@@ -72,15 +72,27 @@ class ResourceExhaustedError(Error):
 
 
 class FailedPreconditionError(Error):
-    """Not possible in this state (e.g. a push to a serving replica)."""
+    """Not possible in this state (e.g. a push to a serving replica, a
+    table re-created with another spec)."""
 
     code_name = "FAILED_PRECONDITION"
 
 
+# What a Python training program does when a shard is lost or restarted
+# (docs/python.md "When a server is lost").
+_RECOVERY = ("In Python: make a new embedps.Client once every shard is up, "
+             "client.load(checkpoint_root) to restore the last checkpoint, "
+             "and set each embedps.torch module's step to that checkpoint's "
+             "step (docs/python.md \"When a server is lost\")")
+
+
 class AbortedError(Error):
-    """The operation was aborted."""
+    """The operation was aborted (e.g. a shard restarted under the job)."""
 
     code_name = "ABORTED"
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}. {_RECOVERY}"
 
 
 class OutOfRangeError(Error):
@@ -105,6 +117,9 @@ class UnavailableError(Error, ConnectionError):
     """A server could not be reached (after retries)."""
 
     code_name = "UNAVAILABLE"
+
+    def __str__(self) -> str:
+        return (f"{super().__str__()}. If that server is gone for good: {_RECOVERY}")
 
 
 class DataLossError(Error):

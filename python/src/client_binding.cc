@@ -435,7 +435,7 @@ The arrays it was given stay borrowed until then.)")
                  std::move(cluster_id));
            }),
            py::arg("servers"), py::kw_only(), py::arg("rpc_timeout") = 30.0,
-           py::arg("retry_deadline") = 60.0, py::arg("wire") = "float32",
+           py::arg("retry_deadline") = 15.0, py::arg("wire") = "float32",
            py::arg("max_keys_per_request") = size_t{256} << 10,
            py::arg("channels_per_shard") = 1, py::arg("tls_ca") = "",
            py::arg("tls_cert") = "", py::arg("tls_key") = "",

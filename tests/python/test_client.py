@@ -468,3 +468,15 @@ def test_ctrl_c_interrupts_a_blocking_sync_pull(start_servers):
     print(f"KeyboardInterrupt {waited - 0.5:.3f} s after SIGINT")
     assert waited < 30, waited  # the server would have waited 60 s
     np.testing.assert_array_equal(client.lookup(table, keys, step=0), client.lookup(table, keys, step=0))
+
+
+def test_a_lost_server_is_reported_with_what_a_python_program_does(start_servers):
+    servers = start_servers(1)
+    client = embedps.Client([s.address for s in servers], retry_deadline=1.0)
+    table = client.create_table(name="lost", dim=4)
+    servers[0].stop()
+    with pytest.raises(embedps.UnavailableError) as error:
+        client.pull(table, np.arange(4, dtype=np.uint64))
+    message = str(error.value)
+    assert "client.load" in message and "step" in message, message
+    assert isinstance(error.value, ConnectionError)
