@@ -21,8 +21,10 @@ Steps. Every training forward takes the next step number (``step``, from
 0; set it to resume) and its backward pushes with it. SYNC and SSP tables
 need it: a pull of step t waits on the servers until step t - 1 (SSP:
 t - staleness - 1) is complete on every worker, and a push completes the
-worker's step t; so every training forward must be followed by its
-backward, with every table of the module in the loss. In SYNC mode the
+worker's step t; so every training forward should be followed by its
+backward, with every table of the module in the loss (one that is not —
+a skipped loss, a model that raised — is completed by the next training
+forward with an empty push, and a RuntimeWarning says so). In SYNC mode the
 servers sum the workers' pushes: the gradients are scaled by 1/world size
 (``torch.distributed``'s, when it is initialized) so that the update is
 that of the mean loss over all workers, as DDP averages the dense
@@ -42,6 +44,8 @@ pulls wait on the servers for the steps they need, so they see it.
 """
 
 from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, Union
+
+import warnings
 
 import numpy as np
 import torch
@@ -176,6 +180,9 @@ class EmbeddingBagCollection(torch.nn.Module):
         self._pending: List[embedps.Future] = []
         self._started = False  # a training pull was sent
         self._first_pulls: Optional[List[embedps.Future]] = None
+        # Training steps taken whose SYNC/SSP tables were not pushed yet:
+        # step -> indices of those tables.
+        self._open_steps: Dict[int, set] = {}
         # An anchor that requires grad, so that autograd records _Rows.
         self._anchor = torch.zeros((), requires_grad=True)
 
@@ -189,12 +196,34 @@ class EmbeddingBagCollection(torch.nn.Module):
         return 1.0
 
     def _push(self, table: "embedps.Table", keys: np.ndarray, grad: torch.Tensor, step: int) -> None:
+        waiting = self._open_steps.get(step)
+        if waiting is not None:
+            waiting.discard(next(i for i, t in enumerate(self.tables) if t.name == table.name))
+            if not waiting:
+                del self._open_steps[step]
         grad = grad.detach().to(torch.float32).cpu()
         scale = self._scale(table)
         if scale != 1.0:
             grad = grad * scale
         grads = np.ascontiguousarray(grad.numpy())
         self._pending.append(self.client.push_async(table, keys, grads, step=step, unique=True))
+
+    def _complete_open_steps(self, before: int) -> None:
+        """Steps before `before` whose forward was not followed by its
+        backward (or raised) leave their SYNC/SSP tables waiting for this
+        worker: an empty push completes each such step, so that the other
+        workers (and this one's next pull) go on, and a warning says so."""
+        for step in sorted(s for s in self._open_steps if s < before):
+            tables = [self.tables[i] for i in sorted(self._open_steps.pop(step))]
+            for table in tables:
+                self._pending.append(self.client.push_async(
+                    table, np.empty(0, dtype=np.uint64), np.empty((0, table.dim), dtype=np.float32),
+                    step=step, unique=True))
+            warnings.warn(
+                f"embedps: step {step} of table(s) {', '.join(t.name for t in tables)} was not pushed "
+                "(its forward was not followed by a backward, or raised): an empty push completed it "
+                "on the servers so that the workers go on; that step's embedding gradients are lost",
+                RuntimeWarning, stacklevel=3)
 
     def flush(self) -> None:
         """Waits for the pushes in flight; raises the first error."""
@@ -298,6 +327,9 @@ class EmbeddingBagCollection(torch.nn.Module):
         step = self.step
         if training:
             self.step += 1
+            waiting = {i for i, t in enumerate(self.tables) if t.mode in ("sync", "ssp")}
+            if waiting:
+                self._open_steps[step] = waiting
             # A SYNC shard starts counting at the step of the first pull it
             # sees: a prefetched pull of the next step must not overtake
             # the first one.
@@ -320,6 +352,10 @@ class EmbeddingBagCollection(torch.nn.Module):
         return self._start(features, self._training())
 
     def forward(self, features):
+        if self._training():
+            # A training forward's step follows the previous ones' backward.
+            upcoming = features.step if isinstance(features, Prepared) else self.step
+            self._complete_open_steps(before=upcoming)
         if isinstance(features, Prepared):
             prepared = features
             if prepared.training != self._training():

@@ -342,3 +342,27 @@ def test_a_dataloader_loop_with_worker_processes(client, mode):
     assert bag.step == 6
     after = client.lookup(table, np.arange(15, dtype=np.uint64))
     assert (np.abs(after - before).max(axis=1) > 0).all()  # every row was trained
+
+
+def test_a_sync_step_without_its_backward_is_completed_and_reported(start_servers):
+    """A training forward whose backward never comes (the loss was skipped,
+    or the model raised) would leave its SYNC step open: every later pull
+    would wait out the table's timeout. The next forward completes it with
+    an empty push and warns; training goes on, and only the steps that
+    were pushed moved the rows."""
+    servers = start_servers(1)  # one worker
+    client = embedps.Client([s.address for s in servers])
+    table = client.create_table(name="open", dim=4, optimizer=SGD,
+                                consistency={"mode": "sync", "timeout_ms": 20000})
+    bag = et.ShardedEmbeddingBag(client, table, mode="sum")
+    keys = torch.tensor([1, 2, 3])
+    offsets = torch.tensor([0])
+    before = client.lookup(table, keys.numpy().astype(np.uint64))
+    bag(keys, offsets)  # step 0: no backward
+    with pytest.warns(RuntimeWarning, match="step 0 of table.s. open was not pushed"):
+        out = bag(keys, offsets)  # step 1
+    out.sum().backward()
+    bag.flush()
+    after = client.lookup(table, keys.numpy().astype(np.uint64), step=2)
+    np.testing.assert_array_equal(after, before - 1.0)  # step 1's gradient only
+    assert bag.step == 2
