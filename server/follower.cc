@@ -15,6 +15,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "checkpoint/format.h"
 #include "checkpoint/manifest.h"
 #include "checkpoint/table_file.h"
@@ -33,9 +34,13 @@
 #include "server/table_config.h"
 
 namespace embedps::server {
+// One training shard: its replicas ("a|b": a replicated shard), of which
+// the subscription follows the one that serves it (the primary).
 struct Follower::Source {
-  std::string address;
-  std::unique_ptr<proto::TrainingService::Stub> stub;
+  std::string address;  // as given, for messages
+  std::vector<std::string> replicas;
+  std::vector<std::unique_ptr<proto::TrainingService::Stub>> stubs;
+  size_t current = 0;  // FollowStream's thread only
   Mutex mu;
   grpc::ClientContext* active ABSL_GUARDED_BY(mu) = nullptr;
 };
@@ -151,8 +156,16 @@ absl::StatusOr<std::unique_ptr<Follower>> Follower::Start(
   for (const std::string& address : o.training_servers) {
     auto source = std::make_unique<Source>();
     source->address = address;
-    source->stub = proto::TrainingService::NewStub(
-        grpc::CreateCustomChannel(address, credentials, args));
+    for (absl::string_view replica :
+         absl::StrSplit(address, '|', absl::SkipEmpty())) {
+      source->replicas.emplace_back(replica);
+      source->stubs.push_back(proto::TrainingService::NewStub(
+          grpc::CreateCustomChannel(std::string(replica), credentials, args)));
+    }
+    if (source->stubs.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("training server '", address, "' names no address"));
+    }
     follower->sources_.push_back(std::move(source));
   }
   for (size_t s = 0; s < follower->sources_.size(); ++s) {
@@ -431,6 +444,7 @@ void Follower::PollCheckpoints() {
       needs_checkpoint_at_ = 0;
     }
     Install(*std::move(loaded));
+    ResubscribeAll();
     Logger("follower")
         ->info("serving checkpoint '{}' (step {})", name, base_step_);
     // The base this one replaced (once no Lookup holds it) and what its
@@ -560,17 +574,32 @@ absl::StatusOr<bool> Follower::ApplyNewestIncrement(
   ++increments_applied_;
   FoldIntoBase(*next);
   Install(std::move(next));
+  ResubscribeAll();
   Logger("follower")
       ->info("applied incremental checkpoint '{}' (step {}) in place",
              manifest.name(), base_step_);
   return true;
 }
 
+void Follower::ResubscribeAll() {
+  ++rebased_;
+  for (auto& source : sources_) {
+    MutexLock lock(&source->mu);
+    if (source->active != nullptr) source->active->TryCancel();
+  }
+}
+
 void Follower::FollowStream(size_t index) {
   ToBackgroundPriority();
   Source& source = *sources_[index];
   uint64_t publisher_id = 0, after = 0;
+  uint64_t rebased = rebased_.load();
   while (!stopping_) {
+    if (const uint64_t now = rebased_.load(); now != rebased) {
+      rebased = now;
+      publisher_id = 0;
+      after = 0;
+    }
     bool waiting = false;
     {
       // After a gap, wait until a new enough checkpoint is the base.
@@ -592,7 +621,7 @@ void Follower::FollowStream(size_t index) {
     request.set_publisher_id(publisher_id);
     request.set_after_sequence(after);
     std::unique_ptr<grpc::ClientReader<proto::Publication>> reader =
-        source.stub->Subscribe(&context, request);
+        source.stubs[source.current]->Subscribe(&context, request);
     bool first = publisher_id == 0;
     std::vector<proto::Publication> parts;
     proto::Publication message;
@@ -630,6 +659,17 @@ void Follower::FollowStream(size_t index) {
       // (the gap check then decides whether a checkpoint must come first).
       publisher_id = 0;
       after = 0;
+    }
+    if (!status.ok() && !stopping_ &&
+        status.error_code() != grpc::StatusCode::CANCELLED) {
+      Logger("follower")
+          ->info("the publication stream of {} ended: {}",
+                 source.replicas[source.current], status.error_message());
+    }
+    if (status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+        source.stubs.size() > 1) {
+      // Not (or no longer) the primary, or down: the shard's next replica.
+      source.current = (source.current + 1) % source.stubs.size();
     }
     if (stopping_) break;
     MutexLock stop(&stop_mu_);

@@ -154,6 +154,13 @@ class Follower {
   std::atomic<bool> stopping_{false};
   std::atomic<uint64_t> loads_{0};
   std::atomic<uint64_t> increments_applied_{0};
+  // Bumped when a checkpoint (whole or incremental) becomes the base: the
+  // publications of a stream that was ahead of it were applied to the
+  // version it replaced, so every stream subscribes afresh and applies
+  // what its shard still holds after the base (or waits for a newer
+  // checkpoint, when that is gone).
+  std::atomic<uint64_t> rebased_{0};
+  void ResubscribeAll();
 
   // Serializes everything that makes a version.
   mutable Mutex apply_mu_;

@@ -140,8 +140,10 @@ ABSL_FLAG(std::string, follow_checkpoints, "",
           "serving: the training job's checkpoint root; the replica starts "
           "from its latest complete checkpoint and loads newer ones");
 ABSL_FLAG(std::string, training_servers, "",
-          "serving: host:port of every training shard, in order; the replica "
-          "applies their publications (empty: checkpoints only)");
+          "serving: host:port of every training shard, in order (a|b: the "
+          "replicas of a replicated shard; the replica follows its "
+          "primary); the replica applies their publications (empty: "
+          "checkpoints only)");
 ABSL_FLAG(std::string, cluster_id, "",
           "the cluster this server belongs to, stated to clients and "
           "workers, which refuse a server of another cluster (letters, "

@@ -737,6 +737,11 @@ grpc::Status TrainingServiceImpl::Publish(grpc::ServerContext*,
                                           const proto::PublishRequest* request,
                                           proto::PublishResponse* response) {
   return metrics_->Measure(RpcMethod::kPublish, [&] {
+    // A replicated shard publishes from its primary only (a backup's
+    // publisher has seen none of the shard's changes).
+    if (absl::Status serves = writes_->CheckServes(); !serves.ok()) {
+      return wire::ToGrpcStatus(serves);
+    }
     absl::StatusOr<proto::PublishResponse> published =
         publisher_->Publish(*request);
     if (!published.ok()) return wire::ToGrpcStatus(published.status());
@@ -752,6 +757,12 @@ grpc::Status TrainingServiceImpl::Subscribe(
     uint64_t publisher_id = request->publisher_id();
     uint64_t after = request->after_sequence();
     while (!context->IsCancelled()) {
+      // The primary's stream only; one that stops being the primary ends
+      // it (UNAVAILABLE), and the subscriber tries the shard's next
+      // replica.
+      if (absl::Status serves = writes_->CheckServes(); !serves.ok()) {
+        return wire::ToGrpcStatus(serves);
+      }
       // Short waits, so that a shutdown or a gone subscriber is noticed.
       absl::StatusOr<std::vector<std::shared_ptr<const proto::Publication>>>
           parts = publisher_->After(publisher_id, after,

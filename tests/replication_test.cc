@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -22,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
+#include "client/serving_client.h"
 #include "common/key_hash.h"
 #include "common/status_matchers.h"
 #include "control/etcd_client.h"
@@ -681,6 +683,78 @@ TEST_P(ReplicationTest, CheckpointAndRestoreWithReplication) {
   EXPECT_EQ(view.in_sync_size(), kReplicas);
   EXPECT_EQ(view.primary(), Address(0, 0));
   ASSERT_OK(restored->Push(again, keys, grads));
+}
+
+// A serving replica follows a replicated cluster (--training_servers with
+// a|b per shard): it subscribes to each shard's primary (a backup refuses
+// Publish and Subscribe), and after the primary of shard 0 is killed it
+// follows the new primary: rows published then are served.
+TEST_P(ReplicationTest, AServingReplicaFollowsTheShardsPrimaries) {
+  ASSERT_OK_AND_ASSIGN(Writer writer, ConnectWriter(Servers()));
+  auto& [setup, table, keys, grads] = writer;
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  // A root of its own: other tests' checkpoints are not this job's.
+  const std::string root =
+      absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/follow_",
+                   GetParam() == ControlPlane::kEtcd ? "etcd" : "coordinator");
+  std::filesystem::create_directories(root);
+  ASSERT_OK(setup->Publish(0, "").status());  // publications start here
+  client::Client::CheckpointOptions checkpoint;
+  checkpoint.root = root;
+  checkpoint.step = 1;
+  ASSERT_OK(setup->Checkpoint(checkpoint).status());
+  ASSERT_OK_AND_ASSIGN(
+      auto replica, ServerProcess::Start(
+                        kServer,
+                        {"--role=serving", "--follow_checkpoints=" + root,
+                         "--checkpoint_root=" + root,
+                         "--training_servers=" + absl::StrJoin(Servers(), ","),
+                         "--checkpoint_poll=100ms", "--log_level=warn"},
+                        absl::Seconds(60)));
+  client::ServingClientOptions options;
+  options.replicas = {{replica->address()}};
+  options.deadline = absl::Seconds(5);
+  options.attempt_timeout = absl::Seconds(2);
+  ASSERT_OK_AND_ASSIGN(auto serving, client::ServingClient::Connect(options));
+  const auto served_at = [&](uint64_t step) {
+    std::vector<client::ServingSlot> slots = {
+        {"t", kDim, keys, {}, proto::POOLING_NONE}};
+    std::vector<std::vector<float>> out;
+    uint64_t version = 0;
+    const absl::Time give_up = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < give_up) {
+      if (serving->Lookup(slots, &out, 0, &version).ok() && version >= step) {
+        return out[0];
+      }
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    std::string why;
+    for (const auto& shard : serving->Versions()) {
+      for (const auto& v : shard) why += v.ShortDebugString() + "; ";
+    }
+    ADD_FAILURE() << "version " << step << " never served (at " << version
+                  << "): " << why;
+    return std::vector<float>();
+  };
+  // A push, published at step 2: served through the primaries' streams.
+  ASSERT_OK(setup->Push(table, keys, grads));
+  ASSERT_OK(setup->Publish(2, "").status());
+  for (float v : served_at(2)) EXPECT_EQ(v, -1.0f);
+  // Shard 0's primary dies; the backup takes over. A checkpoint after the
+  // failover is the replica's way back onto the stream (the new primary's
+  // publisher is another one); rows published afterwards are served.
+  ASSERT_OK_AND_ASSIGN(const proto::ReplicaView before, View(0));
+  const int old = PrimaryIndex(before, 0);
+  replicas_[0][old]->Signal(SIGKILL);
+  replicas_[0][old]->Wait();
+  replicas_[0][old].reset();
+  ASSERT_OK(setup->Push(table, keys, grads));
+  checkpoint.step = 3;
+  ASSERT_OK(setup->Checkpoint(checkpoint).status());
+  ASSERT_OK(setup->Publish(3, "").status());
+  ASSERT_OK(setup->Push(table, keys, grads));
+  ASSERT_OK(setup->Publish(4, "").status());
+  for (float v : served_at(4)) EXPECT_EQ(v, -3.0f);
 }
 
 INSTANTIATE_TEST_SUITE_P(
