@@ -145,7 +145,9 @@ def test_the_config_map_is_the_local_jobs_config():
     assert config == (REPO / "deploy" / "local" / "dlrm_small.txtpb").read_text()
 
 
-def test_ps_server_starts_with_the_manifests_arguments(tmp_path):
+def secrets(tmp_path):
+    """make_certs.sh's certificates and tokens, and the embedps-tls Secret's
+    files (tls.crt, tls.key, ca.crt) as the manifests mount them."""
     certs = tmp_path / "certs"
     subprocess.run([str(REPO / "security" / "make_certs.sh"), str(certs)], check=True,
                    capture_output=True)
@@ -153,6 +155,11 @@ def test_ps_server_starts_with_the_manifests_arguments(tmp_path):
     tls.mkdir()
     for name, source in (("tls.crt", "node.pem"), ("tls.key", "node.key"), ("ca.crt", "ca.pem")):
         (tls / name).write_bytes((certs / source).read_bytes())
+    return certs, tls
+
+
+def test_ps_server_starts_with_the_manifests_arguments(tmp_path):
+    certs, tls = secrets(tmp_path)
     for directory in ("checkpoints", "data"):
         (tmp_path / directory).mkdir()
     container = by_kind("StatefulSet")["embedps-ps"]["spec"]["template"]["spec"]["containers"][0]
@@ -249,13 +256,7 @@ def test_replicated_shards_start_on_the_manifests_etcd(tmp_path):
     manifests' arguments (names and paths pointed at loopback and test
     directories); the replicas elect a primary in etcd and reach sync; one
     killed and started again (its StatefulSet's restart) catches up."""
-    certs = tmp_path / "certs"
-    subprocess.run([str(REPO / "security" / "make_certs.sh"), str(certs)], check=True,
-                   capture_output=True)
-    tls = tmp_path / "tls"
-    tls.mkdir()
-    for name, source in (("tls.crt", "node.pem"), ("tls.key", "node.key"), ("ca.crt", "ca.pem")):
-        (tls / name).write_bytes((certs / source).read_bytes())
+    certs, tls = secrets(tmp_path)
     for directory in ("checkpoints", "data-a", "data-b"):
         (tmp_path / directory).mkdir()
     sets = by_kind("StatefulSet", REPLICATED)
