@@ -104,12 +104,10 @@ struct EtcdDirectoryClient::State {
   proto::ReplicaView View(int32_t shard, int64_t ttl_seconds) const {
     proto::ReplicaView view;
     view.set_shard(shard);
+    view.set_epoch(static_cast<uint64_t>(primary_revision));
     if (has_primary && !primary.member.empty()) {
-      view.set_epoch(static_cast<uint64_t>(primary_revision));
       view.set_primary(primary.member);
       view.set_lineage(lineage);
-    } else {
-      view.set_epoch(static_cast<uint64_t>(primary_revision));
     }
     for (const Replica& replica : in_sync) view.add_in_sync(replica.member);
     view.set_lease_ms(static_cast<uint32_t>(ttl_seconds * 1000));
