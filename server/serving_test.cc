@@ -25,6 +25,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "proto/coordination.grpc.pb.h"
 #include "proto/serving.grpc.pb.h"
 #include "proto/stats.grpc.pb.h"
 #include "proto/tables.pb.h"
@@ -452,6 +453,20 @@ TEST_F(ServingTest, AReplicaRefusesWritesAndBadRequests) {
     request.set_step(4);
     proto::PublishResponse response;
     refused(training->Publish(&context, request, &response), "Publish");
+  }
+  // The Coordination store lives on training shards: a replica keeps no
+  // keys a worker could write.
+  {
+    auto coordination = proto::Coordination::NewStub(grpc::CreateChannel(
+        replica->address(), grpc::InsecureChannelCredentials()));
+    grpc::ClientContext context;
+    proto::SetRequest request;
+    request.set_key("rendezvous/0");
+    request.set_value("a worker's address");
+    proto::SetResponse response;
+    const grpc::Status status = coordination->Set(&context, request, &response);
+    refused(status, "Coordination.Set");
+    EXPECT_THAT(status.error_message(), HasSubstr("serving replica"));
   }
   // A method path of 4 KB (gRPC takes up to 8 KB of headers): refused,
   // quoting at most a few hundred bytes of it.
