@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "checkpoint/manifest.h"
+#include "common/connection_cap.h"
 #include "common/logging.h"
 #include "common/malloc_options.h"
 #include "common/program_usage.h"
@@ -393,6 +394,7 @@ int Run() {
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  RaiseServerDescriptorLimit();
   const absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<Shard>> shard = Shard::Start(*options);
   // A serving replica may start before training's first checkpoint.

@@ -247,6 +247,19 @@ std::string RenderPrometheus(const proto::StatsResponse& stats) {
          "(0: no limit).");
   absl::StrAppend(&out, "embedps_memory_limit_bytes ",
                   stats.memory_limit_bytes(), "\n");
+  Metric(out, "embedps_open_descriptors", "gauge",
+         "File descriptors the process has open.");
+  absl::StrAppend(&out, "embedps_open_descriptors ", stats.open_descriptors(),
+                  "\n");
+  Metric(out, "embedps_descriptor_limit", "gauge",
+         "The process's limit of open file descriptors.");
+  absl::StrAppend(&out, "embedps_descriptor_limit ", stats.descriptor_limit(),
+                  "\n");
+  Metric(out, "embedps_connections_shed_total", "counter",
+         "Connections closed at once: they would have taken the process "
+         "past its descriptor limit less a reserve.");
+  absl::StrAppend(&out, "embedps_connections_shed_total ",
+                  stats.connections_shed(), "\n");
   return out;
 }
 

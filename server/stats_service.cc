@@ -2,6 +2,7 @@
 
 #include <utility>
 
+#include "common/connection_cap.h"
 #include "wire/grpc_status.h"
 
 namespace embedps::server {
@@ -22,6 +23,9 @@ absl::Status StatsServiceImpl::Fill(const proto::StatsRequest& request,
     response->set_resident_bytes(memory_->resident_bytes());
     response->set_memory_limit_bytes(memory_->limit_bytes());
   }
+  response->set_open_descriptors(OpenDescriptors());
+  response->set_descriptor_limit(DescriptorLimit());
+  response->set_connections_shed(ConnectionsShed());
   metrics_->Fill(response);
   return status;
 }

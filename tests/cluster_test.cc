@@ -3,6 +3,7 @@
 // (client/client_test, server/embedding_service_test).
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "client/client.h"
 #include "client/coordination_client.h"
 #include "common/status_matchers.h"
@@ -33,6 +35,7 @@ namespace {
 using ::embedps::testing::ServerProcess;
 using ::embedps::testing::StatusIs;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr char kServer[] = "server/ps_server";
 constexpr int kDim = 8;
@@ -413,6 +416,56 @@ TEST(ServerProcessTest, UnauthenticatedPortsCannotBePinned) {
   for (Stream& stream : streams) stream.context->TryCancel();
   streams.clear();
   EXPECT_EQ(server->Stop(), 0);
+}
+
+// gRPC 1.51 closes its listener for good once accept fails with EMFILE
+// (grpc/grpc#20418): after one burst of connections past the descriptor
+// limit, a server took no new connection again. With the limit lowered to
+// 128 while the server runs, 400 connections at once: those past the cap
+// are closed at once, a client connected before keeps working, and after
+// the burst a new client connects and pulls.
+TEST_F(ClusterTest,
+       ABurstOfConnectionsPastTheDescriptorLimitLeavesItAccepting) {
+  StartShards(1, {"--metrics_port=0"});
+  auto before = Connect();
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table,
+                       before->CreateTable(SgdTable("burst")));
+  std::vector<float> values(kDim);
+  ASSERT_OK(
+      before->Pull(table, std::vector<uint64_t>{1}, absl::MakeSpan(values), 0));
+  const rlimit low{128, 128};
+  ASSERT_EQ(prlimit(servers_[0]->pid(), RLIMIT_NOFILE, &low, nullptr), 0);
+
+  const int port =
+      std::stoi(addresses_[0].substr(addresses_[0].rfind(':') + 1));
+  std::vector<int> burst;
+  for (int i = 0; i < 400; ++i) {
+    const int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    ASSERT_GE(fd, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = htons(static_cast<uint16_t>(port));
+    connect(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+    burst.push_back(fd);
+  }
+  absl::SleepFor(absl::Seconds(1));
+  EXPECT_OK(
+      before->Pull(table, std::vector<uint64_t>{2}, absl::MakeSpan(values), 0));
+  for (int fd : burst) close(fd);
+  // Its connection goes with it (gRPC would share it with the next client).
+  before.reset();
+  absl::SleepFor(absl::Milliseconds(500));
+
+  auto after = Connect();
+  EXPECT_OK(
+      after->Pull(table, std::vector<uint64_t>{3}, absl::MakeSpan(values), 0));
+  httplib::Client http("127.0.0.1", servers_[0]->metrics_port());
+  httplib::Result scrape = http.Get("/metrics");
+  ASSERT_TRUE(scrape) << httplib::to_string(scrape.error());
+  EXPECT_THAT(scrape->body, HasSubstr("embedps_descriptor_limit 128\n"));
+  EXPECT_THAT(scrape->body,
+              Not(HasSubstr("embedps_connections_shed_total 0\n")));
 }
 
 }  // namespace

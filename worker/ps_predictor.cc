@@ -19,6 +19,7 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/connection_cap.h"
 #include "common/logging.h"
 #include "common/program_usage.h"
 #include "common/status_macros.h"
@@ -124,6 +125,7 @@ int Run() {
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  RaiseServerDescriptorLimit();
   dense::SetDenseThreads(std::max(1, absl::GetFlag(FLAGS_blas_threads)));
   absl::StatusOr<std::unique_ptr<Predictor>> predictor =
       Predictor::Start(*std::move(options));
