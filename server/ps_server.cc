@@ -18,6 +18,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
@@ -25,6 +26,7 @@
 #include "common/connection_cap.h"
 #include "common/logging.h"
 #include "common/malloc_options.h"
+#include "common/process_memory.h"
 #include "common/program_usage.h"
 #include "common/status_macros.h"
 #include "common/text_proto.h"
@@ -95,11 +97,13 @@ ABSL_FLAG(uint64_t, max_expected_rows_mb, 8192,
           "(RESOURCE_EXHAUSTED above)");
 ABSL_FLAG(uint64_t, max_tables, 256,
           "most tables this server holds at once (DropTable frees a place)");
-ABSL_FLAG(uint64_t, memory_limit_mb, 0,
+ABSL_FLAG(std::string, memory_limit_mb, "auto",
           "resident memory (MiB) past which calls that would allocate "
-          "(Pull, Push, CreateTable) are refused with RESOURCE_EXHAUSTED "
-          "before allocating; 0: no limit. Set it below the container's "
-          "limit");
+          "(Pull, Push, CreateTable, a restore) are refused with "
+          "RESOURCE_EXHAUSTED before allocating; auto: 80% of the memory "
+          "this process may use (the machine's, or its container's limit); "
+          "0: no limit. Where several servers share a machine, give each "
+          "its share");
 ABSL_FLAG(uint64_t, max_coordination_keys, uint64_t{64} << 10,
           "most keys and barrier names the Coordination store holds");
 ABSL_FLAG(uint64_t, max_coordination_mb, 64,
@@ -180,6 +184,26 @@ absl::StatusOr<proto::TableConfigList> ReadTables(const std::string& path) {
   return list;
 }
 
+// --memory_limit_mb in bytes: auto, 0 (none) or MiB.
+absl::StatusOr<uint64_t> MemoryLimitFromFlag(const std::string& value) {
+  if (value == "auto") {
+    const uint64_t available = AvailableMemoryBytes();
+    if (available == 0) {
+      return absl::InvalidArgumentError(
+          "--memory_limit_mb=auto: the memory this process may use cannot "
+          "be read (/proc/meminfo); give the limit in MiB, or 0 for none");
+    }
+    return available / 10 * 8;
+  }
+  uint64_t mib = 0;
+  if (!absl::SimpleAtoi(value, &mib) || mib > (uint64_t{1} << 43)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--memory_limit_mb must be auto, 0 (no limit) or MiB, not '",
+        value.substr(0, 64), "'"));
+  }
+  return mib << 20;
+}
+
 // The flags as ShardOptions; INVALID_ARGUMENT naming a flag that cannot
 // work.
 absl::StatusOr<ShardOptions> OptionsFromFlags() {
@@ -255,8 +279,8 @@ absl::StatusOr<ShardOptions> OptionsFromFlags() {
   options.max_expected_rows_bytes = absl::GetFlag(FLAGS_max_expected_rows_mb)
                                     << 20;
   options.service.max_tables = absl::GetFlag(FLAGS_max_tables);
-  options.service.memory_limit_bytes = absl::GetFlag(FLAGS_memory_limit_mb)
-                                       << 20;
+  ASSIGN_OR_RETURN(options.service.memory_limit_bytes,
+                   MemoryLimitFromFlag(absl::GetFlag(FLAGS_memory_limit_mb)));
   options.coordination.max_entries = absl::GetFlag(FLAGS_max_coordination_keys);
   options.coordination.max_bytes = absl::GetFlag(FLAGS_max_coordination_mb)
                                    << 20;
@@ -395,6 +419,15 @@ int Run() {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   RaiseServerDescriptorLimit();
+  if (options->service.memory_limit_bytes == 0) {
+    log->info("no memory limit (--memory_limit_mb=0)");
+  } else {
+    log->info(
+        "memory limit {} MiB (--memory_limit_mb={}): calls that would "
+        "allocate past it are refused",
+        options->service.memory_limit_bytes >> 20,
+        absl::GetFlag(FLAGS_memory_limit_mb));
+  }
   const absl::Time start = absl::Now();
   absl::StatusOr<std::unique_ptr<Shard>> shard = Shard::Start(*options);
   // A serving replica may start before training's first checkpoint.

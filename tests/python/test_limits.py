@@ -3,11 +3,13 @@ refused with RESOURCE_EXHAUSTED before anything is allocated, what the
 server holds stays as it was, and it keeps serving. Real processes."""
 
 import os
+import subprocess
 
 import numpy as np
 import pytest
 
 import embedps
+from conftest import binary
 
 SGD = {"kind": "sgd", "learning_rate": 1.0}
 ZEROS = {"kind": "zeros"}
@@ -101,6 +103,31 @@ def test_tables_are_limited_and_drop_table_frees_a_place(start_servers):
     client.drop_table("t0")
     again = client.create_table(name="t0", dim=4, optimizer=SGD, initializer=ZEROS)
     np.testing.assert_array_equal(client.lookup(again, keys), np.zeros((100, 4), np.float32))
+
+
+def test_the_memory_limit_is_on_by_default(start_servers):
+    """Without --memory_limit_mb a server keeps to 80% of the memory it may
+    use (the machine's, or its container's limit): a table whose expected
+    rows would commit more is refused before anything is allocated (with
+    no limit, three such requests took a 24 GB machine down)."""
+    server = start_servers(1, "--max_expected_rows_mb=100000000")[0]
+    client = embedps.Client([server.address])
+    limit = client.stats()[0]["memory_limit_bytes"]
+    with open("/proc/meminfo") as meminfo:
+        total = int(meminfo.readline().split()[1]) * 1024
+    assert 0 < limit <= total * 0.8
+    rows = limit // (64 * 4) + 1_000_000
+    before = resident_mib(server)
+    with pytest.raises(embedps.ResourceExhaustedError, match="--memory_limit_mb"):
+        client.create_table(name="huge", dim=64, optimizer=SGD, expected_rows=rows)
+    assert resident_mib(server) < before + 16
+    assert client.stats()[0]["table"] == []
+    # The flag takes auto, 0 (no limit) or MiB; anything else is refused.
+    refused = subprocess.run([binary("server/ps_server"), "--port=0",
+                              "--memory_limit_mb=lots"],
+                             capture_output=True, text=True, timeout=30)
+    assert refused.returncode == 2
+    assert "--memory_limit_mb must be auto, 0 (no limit) or MiB" in refused.stderr
 
 
 def test_the_memory_limit_refuses_before_the_process_grows_past_it(start_servers):
