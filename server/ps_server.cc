@@ -104,6 +104,10 @@ ABSL_FLAG(std::string, memory_limit_mb, "auto",
           "this process may use (the machine's, or its container's limit); "
           "0: no limit. Where several servers share a machine, give each "
           "its share");
+ABSL_FLAG(uint64_t, max_unread_mb_per_peer, 1024,
+          "MiB of Pull answers built for one peer host that it has not read "
+          "yet; past it the host's Pulls are answered UNAVAILABLE (clients "
+          "retry) until it reads; a lone answer is always sent. 0: no bound");
 ABSL_FLAG(uint64_t, max_coordination_keys, uint64_t{64} << 10,
           "most keys and barrier names the Coordination store holds");
 ABSL_FLAG(uint64_t, max_coordination_mb, 64,
@@ -279,6 +283,8 @@ absl::StatusOr<ShardOptions> OptionsFromFlags() {
   options.max_expected_rows_bytes = absl::GetFlag(FLAGS_max_expected_rows_mb)
                                     << 20;
   options.service.max_tables = absl::GetFlag(FLAGS_max_tables);
+  options.service.max_unread_bytes_per_peer =
+      absl::GetFlag(FLAGS_max_unread_mb_per_peer) << 20;
   ASSIGN_OR_RETURN(options.service.memory_limit_bytes,
                    MemoryLimitFromFlag(absl::GetFlag(FLAGS_memory_limit_mb)));
   options.coordination.max_entries = absl::GetFlag(FLAGS_max_coordination_keys);

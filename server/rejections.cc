@@ -30,6 +30,8 @@ const char* RejectionName(Rejection reason) {
       return "late_step";
     case Rejection::kMalformedRequest:
       return "malformed_request";
+    case Rejection::kUnreadAnswers:
+      return "unread_answers";
     case Rejection::kCount:
       break;
   }

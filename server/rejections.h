@@ -29,6 +29,9 @@ enum class Rejection {
   kSpecConflict,
   kLateStep,
   kMalformedRequest,
+  // A Pull from a peer that has not read the answers it was given
+  // (TrainingServiceOptions::max_unread_bytes_per_peer).
+  kUnreadAnswers,
   kCount,  // number of reasons
 };
 // "unknown_table", "size_mismatch", ...: the name Stats reports it by.

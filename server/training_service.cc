@@ -37,7 +37,8 @@ TrainingServiceImpl::TrainingServiceImpl(
       memory_(memory),
       restored_step_(options_.restored_step < 0
                          ? std::string()
-                         : absl::StrCat(options_.restored_step)) {}
+                         : absl::StrCat(options_.restored_step)),
+      unread_(options_.max_unread_bytes_per_peer) {}
 
 void TrainingServiceImpl::Identify(grpc::CallbackServerContext* context) {
   // Trailing metadata: every answer ends with it, errors too.
@@ -217,6 +218,7 @@ grpc::Status TrainingServiceImpl::ParsePull(const grpc::ByteBuffer& request,
     return rejections_.Reject(Rejection::kOverLimit, room);
   }
   call->keys = *std::move(keys);
+  call->response_bytes = response_bytes;
   return grpc::Status::OK;
 }
 
@@ -597,14 +599,39 @@ void FinishBulkCall(grpc::ServerUnaryReactor* reactor,
 
 }  // namespace
 
+namespace {
+
+// A Pull's reactor: holds the answer's bytes against its peer's budget
+// until gRPC is done with the call (the answer sent, or the call gone).
+class PullReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit PullReactor(PeerBudget::Hold hold) : hold_(std::move(hold)) {}
+  void OnDone() override { delete this; }
+
+ private:
+  PeerBudget::Hold hold_;
+};
+
+}  // namespace
+
 grpc::ServerUnaryReactor* TrainingServiceImpl::Pull(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
     grpc::ByteBuffer* response) {
-  grpc::ServerUnaryReactor* const reactor = context->DefaultReactor();
   Identify(context);
   auto timer = std::make_unique<RpcMetrics::Timer>(metrics_, RpcMethod::kPull);
   auto call = std::make_unique<PullCall>();
   grpc::Status status = ParsePull(*request, call.get());
+  grpc::ServerUnaryReactor* reactor = nullptr;
+  if (status.ok()) {
+    absl::StatusOr<PeerBudget::Hold> hold =
+        unread_.Acquire(context->peer(), call->response_bytes);
+    if (hold.ok()) {
+      reactor = new PullReactor(*std::move(hold));
+    } else {
+      status = rejections_.Reject(Rejection::kUnreadAnswers, hold.status());
+    }
+  }
+  if (reactor == nullptr) reactor = context->DefaultReactor();
   // Usually the step is pullable when its Pull arrives; only a Pull that
   // must wait leaves gRPC's thread.
   if (status.ok() && call->entry.synchronizer != nullptr &&

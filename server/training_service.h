@@ -25,6 +25,7 @@
 #include "proto/training.grpc.pb.h"
 #include "server/checkpointer.h"
 #include "server/memory_guard.h"
+#include "server/peer_budget.h"
 #include "server/publisher.h"
 #include "server/push_deduplicator.h"
 #include "server/rejections.h"
@@ -45,6 +46,10 @@ struct TrainingServiceOptions {
   // 2 in float16): checked before anything is pulled. Default: 1 GiB
   // (ps_server: --max_message_bytes).
   uint64_t max_response_bytes = uint64_t{1} << 30;
+  // Bytes of Pull answers built for one peer host and not yet taken by it
+  // (peer_budget.h): past it the host's Pulls are answered UNAVAILABLE
+  // until it reads; 0: no bound. Default: 1 GiB.
+  uint64_t max_unread_bytes_per_peer = uint64_t{1} << 30;
   // Counters (a byte each) a table's admission sketch may ask for.
   // Default: 256 Mi.
   uint64_t max_sketch_counters = uint64_t{1} << 28;
@@ -155,6 +160,7 @@ class TrainingServiceImpl final : public TrainingServiceBase {
     proto::PullRequest header;  // all but the keys
     TableRegistry::Entry entry;
     std::vector<uint64_t> keys;
+    uint64_t response_bytes = 0;  // the values the answer will carry
   };
   grpc::Status ParsePull(const grpc::ByteBuffer& request, PullCall* call);
   grpc::Status ServePull(const PullCall& call, grpc::ByteBuffer* response);
@@ -187,6 +193,7 @@ class TrainingServiceImpl final : public TrainingServiceBase {
   // The values of the server-identity metadata.
   const std::string restored_step_;
   Rejections rejections_;
+  PeerBudget unread_;
   Mutex detached_mu_;
   CondVar detached_done_;
   int detached_running_ ABSL_GUARDED_BY(detached_mu_) = 0;

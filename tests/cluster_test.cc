@@ -7,6 +7,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <fstream>
 #include <iterator>
 #include <memory>
@@ -20,11 +21,13 @@
 #include "client/coordination_client.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "proto/health.grpc.pb.h"
 #include "proto/tables.pb.h"
+#include "proto/training.pb.h"
 #include "security/health_check.h"
 #include "testing/child_process.h"
 #include "testing/server_process.h"
@@ -35,7 +38,6 @@ namespace {
 using ::embedps::testing::ServerProcess;
 using ::embedps::testing::StatusIs;
 using ::testing::HasSubstr;
-using ::testing::Not;
 
 constexpr char kServer[] = "server/ps_server";
 constexpr int kDim = 8;
@@ -418,6 +420,24 @@ TEST(ServerProcessTest, UnauthenticatedPortsCannotBePinned) {
   EXPECT_EQ(server->Stop(), 0);
 }
 
+// The line of a /metrics page that starts with `name`, or "".
+std::string MetricLine(const std::string& page, const std::string& name) {
+  for (size_t at = page.find(name); at != std::string::npos;
+       at = page.find(name, at + 1)) {
+    if (at == 0 || page[at - 1] == '\n') {
+      return page.substr(at, page.find('\n', at) - at);
+    }
+  }
+  return "";
+}
+
+uint64_t ResidentBytesOf(pid_t pid) {
+  std::ifstream statm(absl::StrCat("/proc/", pid, "/statm"));
+  uint64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
 // gRPC 1.51 closes its listener for good once accept fails with EMFILE
 // (grpc/grpc#20418): after one burst of connections past the descriptor
 // limit, a server took no new connection again. With the limit lowered to
@@ -463,9 +483,98 @@ TEST_F(ClusterTest,
   httplib::Client http("127.0.0.1", servers_[0]->metrics_port());
   httplib::Result scrape = http.Get("/metrics");
   ASSERT_TRUE(scrape) << httplib::to_string(scrape.error());
-  EXPECT_THAT(scrape->body, HasSubstr("embedps_descriptor_limit 128\n"));
-  EXPECT_THAT(scrape->body,
-              Not(HasSubstr("embedps_connections_shed_total 0\n")));
+  EXPECT_EQ(MetricLine(scrape->body, "embedps_descriptor_limit "),
+            "embedps_descriptor_limit 128");
+  EXPECT_NE(MetricLine(scrape->body, "embedps_connections_shed_total "),
+            "embedps_connections_shed_total 0");
+}
+
+// A peer that opens Pull streams and never reads them: the server holds
+// at most --max_unread_mb_per_peer of their answers (64 MiB: 4 answers of
+// 16 MiB) and answers the rest UNAVAILABLE; once the streams go, the
+// host's Pulls are served again. Without the bound, each 32 KB request
+// held a 16 MiB answer.
+TEST_F(ClusterTest, APeerThatNeverReadsHoldsAtMostItsBudgetOfAnswers) {
+  StartShards(1, {"--metrics_port=0", "--max_unread_mb_per_peer=64"});
+  auto worker = Connect();
+  proto::TableConfig config = SgdTable("wide");
+  config.set_dim(1024);
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table, worker->CreateTable(config));
+  proto::PullRequest pull;
+  pull.set_table_id(table.shard_table_ids[0]);
+  pull.set_read_only(true);  // no rows made: the answers are what grows
+  std::string keys(4096 * sizeof(uint64_t), '\0');
+  for (uint64_t k = 0; k < 4096; ++k) {
+    std::memcpy(keys.data() + k * sizeof(uint64_t), &k, sizeof(k));
+  }
+  pull.set_keys(keys);
+  const std::string request = pull.SerializeAsString();
+  const uint64_t before = ResidentBytesOf(servers_[0]->pid());
+
+  // A small receive window, never read: the answers stay on the server.
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 65536);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  grpc::GenericStub stub(grpc::CreateCustomChannel(
+      addresses_[0], grpc::InsecureChannelCredentials(), args));
+  grpc::CompletionQueue queue;
+  struct Stuck {
+    grpc::ClientContext context;
+    std::unique_ptr<grpc::GenericClientAsyncReaderWriter> stream;
+    grpc::Status status;
+  };
+  const auto wait = [&queue] {
+    void* tag = nullptr;
+    bool ok = false;
+    return queue.Next(&tag, &ok) && ok;
+  };
+  std::vector<std::unique_ptr<Stuck>> streams;
+  for (int i = 0; i < 16; ++i) {
+    auto call = std::make_unique<Stuck>();
+    call->stream = stub.PrepareCall(
+        &call->context, "/embedps.proto.TrainingService/Pull", &queue);
+    call->stream->StartCall(call.get());
+    ASSERT_TRUE(wait());
+    grpc::Slice slice(request);
+    call->stream->Write(grpc::ByteBuffer(&slice, 1), call.get());
+    ASSERT_TRUE(wait());
+    call->stream->WritesDone(call.get());
+    ASSERT_TRUE(wait());
+    streams.push_back(std::move(call));
+  }
+  absl::SleepFor(absl::Seconds(2));
+  httplib::Client http("127.0.0.1", servers_[0]->metrics_port());
+  httplib::Result scrape = http.Get("/metrics");
+  ASSERT_TRUE(scrape) << httplib::to_string(scrape.error());
+  EXPECT_EQ(MetricLine(scrape->body,
+                       "embedps_rejected_requests_total{reason=\"unread_"
+                       "answers\"}"),
+            "embedps_rejected_requests_total{reason=\"unread_answers\"} 12");
+  const uint64_t grown = ResidentBytesOf(servers_[0]->pid()) - before;
+  EXPECT_LT(grown, uint64_t{128} << 20) << "16 answers of 16 MiB held";
+  // Meanwhile the host is asked to read before it pulls more.
+  std::vector<uint64_t> few = {1, 2, 3};
+  std::vector<float> values(few.size() * 1024);
+  EXPECT_THAT(worker->Pull(table, few, absl::MakeSpan(values), 0),
+              StatusIs(absl::StatusCode::kUnavailable,
+                       HasSubstr("--max_unread_mb_per_peer")));
+
+  for (auto& call : streams) call->context.TryCancel();
+  for (auto& call : streams) call->stream->Finish(&call->status, call.get());
+  for (size_t i = 0; i < streams.size(); ++i) {
+    void* tag = nullptr;
+    bool ok = false;
+    ASSERT_TRUE(queue.Next(&tag, &ok));
+  }
+  streams.clear();
+  absl::SleepFor(absl::Milliseconds(300));
+  EXPECT_OK(worker->Pull(table, few, absl::MakeSpan(values), 0));
+  queue.Shutdown();
+  void* tag = nullptr;
+  bool ok = false;
+  while (queue.Next(&tag, &ok)) {
+  }
 }
 
 }  // namespace
