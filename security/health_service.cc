@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "wire/peer_host.h"
 
 namespace embedps::security {
 namespace {
@@ -25,7 +26,10 @@ class Refused final : public grpc::ServerWriteReactor<HealthCheckResponse> {
 class HealthService::Watcher final
     : public grpc::ServerWriteReactor<HealthCheckResponse> {
  public:
-  explicit Watcher(HealthService* service) : service_(service) {}
+  Watcher(HealthService* service, std::string peer)
+      : service_(service), peer_(std::move(peer)) {}
+
+  const std::string& peer() const { return peer_; }
 
   // `last`: finish the stream once this status is written.
   void Tell(Status status, bool last) {
@@ -73,6 +77,7 @@ class HealthService::Watcher final
   }
 
   HealthService* const service_;
+  const std::string peer_;
   Mutex mu_;
   HealthCheckResponse response_ ABSL_GUARDED_BY(mu_);
   Status pending_ ABSL_GUARDED_BY(mu_) = HealthCheckResponse::UNKNOWN;
@@ -93,6 +98,8 @@ void HealthService::Shutdown() {
 void HealthService::Remove(Watcher* watcher) {
   MutexLock lock(&mu_);
   watchers_.erase(watcher);
+  auto it = per_peer_.find(watcher->peer());
+  if (it != per_peer_.end() && --it->second == 0) per_peer_.erase(it);
 }
 
 size_t HealthService::watches() {
@@ -122,8 +129,9 @@ grpc::ServerUnaryReactor* HealthService::Check(
 }
 
 grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(
-    grpc::CallbackServerContext*,
+    grpc::CallbackServerContext* context,
     const grpc::health::v1::HealthCheckRequest* request) {
+  std::string peer = wire::PeerHost(context->peer());
   MutexLock lock(&mu_);
   if (watchers_.size() >= max_watches_) {
     return new Refused(grpc::Status(
@@ -132,7 +140,16 @@ grpc::ServerWriteReactor<HealthCheckResponse>* HealthService::Watch(
                      " health Watch streams are open already; use Check "
                      "(or fewer watchers)")));
   }
-  auto* watcher = new Watcher(this);
+  size_t& of_peer = per_peer_[peer];
+  if (of_peer >= max_watches_per_peer_) {
+    return new Refused(grpc::Status(
+        grpc::StatusCode::RESOURCE_EXHAUSTED,
+        absl::StrCat(of_peer, " health Watch streams of ", peer.substr(0, 64),
+                     " are open already (at most ", max_watches_per_peer_,
+                     " a host); use Check (or fewer watchers)")));
+  }
+  ++of_peer;
+  auto* watcher = new Watcher(this, std::move(peer));
   watchers_.insert(watcher);
   if (!request->service().empty()) {
     watcher->Tell(HealthCheckResponse::SERVICE_UNKNOWN, /*last=*/!serving_);

@@ -17,8 +17,9 @@ using grpc::health::v1::HealthCheckResponse;
 
 class HealthServiceTest : public ::testing::Test {
  protected:
-  void Start(size_t max_watches) {
-    service_ = std::make_unique<HealthService>(max_watches);
+  void Start(size_t max_watches,
+             size_t per_peer = HealthService::kDefaultMaxWatchesPerPeer) {
+    service_ = std::make_unique<HealthService>(max_watches, per_peer);
     grpc::ServerBuilder builder;
     int port = 0;
     builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
@@ -124,6 +125,41 @@ TEST_F(HealthServiceTest, WatchStreamsAreBoundedAndEndAtShutdown) {
     absl::SleepFor(absl::Milliseconds(10));
   }
   EXPECT_EQ(service_->watches(), 0u);
+}
+
+// One host may not take every place: past its share its Watches are
+// refused while other hosts' would not be (all of this test's come from
+// 127.0.0.1), and a stream that ends frees its host's place.
+TEST_F(HealthServiceTest, WatchStreamsAreBoundedPerHost) {
+  Start(64, 2);
+  std::vector<Watching> open;
+  for (int i = 0; i < 2; ++i) {
+    open.push_back(Watch(""));
+    ASSERT_TRUE(open.back().answered);
+  }
+  Watching refused = Watch("");
+  EXPECT_FALSE(refused.answered);
+  const grpc::Status status = refused.reader->Finish();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(status.error_message().find(
+                "2 health Watch streams of ipv4:127.0.0.1 are open already "
+                "(at most 2 a host)"),
+            std::string::npos)
+      << status.error_message();
+  open[0].context->TryCancel();
+  open[0].reader->Finish();
+  for (int i = 0; i < 100 && service_->watches() != 1; ++i) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  Watching again = Watch("");
+  EXPECT_TRUE(again.answered);
+  service_->Shutdown();
+  for (Watching* w : {&open[1], &again}) {
+    HealthCheckResponse last;
+    while (w->reader->Read(&last)) {
+    }
+    EXPECT_TRUE(w->reader->Finish().ok());
+  }
 }
 
 }  // namespace

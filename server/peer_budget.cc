@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "wire/peer_host.h"
 
 namespace embedps::server {
 
@@ -24,22 +24,9 @@ void PeerBudget::Hold::Release() {
   budget_ = nullptr;
 }
 
-std::string PeerBudget::PeerHost(absl::string_view peer) {
-  if (!absl::StartsWith(peer, "ipv4:") && !absl::StartsWith(peer, "ipv6:")) {
-    return std::string(peer);
-  }
-  const size_t colon = peer.rfind(':');
-  // "ipv6:[::1]:50051": the port follows the bracket.
-  if (colon == absl::string_view::npos || colon < 5 ||
-      (absl::StartsWith(peer, "ipv6:[") && peer[colon - 1] != ']')) {
-    return std::string(peer);
-  }
-  return std::string(peer.substr(0, colon));
-}
-
 absl::StatusOr<PeerBudget::Hold> PeerBudget::Acquire(absl::string_view peer,
                                                      uint64_t bytes) {
-  std::string host = PeerHost(peer);
+  std::string host = wire::PeerHost(peer);
   MutexLock lock(&mu_);
   uint64_t& held = held_[host];
   if (bytes_per_peer_ != 0 && held != 0 && held + bytes > bytes_per_peer_) {
@@ -64,7 +51,7 @@ void PeerBudget::Release(const std::string& host, uint64_t bytes) {
 
 uint64_t PeerBudget::held(absl::string_view peer) const {
   MutexLock lock(&mu_);
-  auto it = held_.find(PeerHost(peer));
+  auto it = held_.find(wire::PeerHost(peer));
   return it == held_.end() ? 0 : it->second;
 }
 

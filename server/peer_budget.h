@@ -56,12 +56,8 @@ class PeerBudget {
   // --max_unread_mb_per_peer.
   absl::StatusOr<Hold> Acquire(absl::string_view peer, uint64_t bytes);
 
-  // Bytes held for the peer of `peer` now.
+  // Bytes held for the host of `peer` now (wire/peer_host.h).
   uint64_t held(absl::string_view peer) const;
-
-  // gRPC's peer string without the port: "ipv4:10.0.0.5", "ipv6:[::1]";
-  // other forms (unix sockets) as they are.
-  static std::string PeerHost(absl::string_view peer);
 
  private:
   void Release(const std::string& host, uint64_t bytes);

@@ -15,16 +15,6 @@ using ::testing::HasSubstr;
 
 constexpr uint64_t kMiB = uint64_t{1} << 20;
 
-TEST(PeerBudgetTest, APeerIsItsAddressWithoutThePort) {
-  EXPECT_EQ(PeerBudget::PeerHost("ipv4:10.0.0.5:41234"), "ipv4:10.0.0.5");
-  EXPECT_EQ(PeerBudget::PeerHost("ipv6:[::1]:50051"), "ipv6:[::1]");
-  EXPECT_EQ(PeerBudget::PeerHost("ipv6:[fe80::1%eth0]:7"),
-            "ipv6:[fe80::1%eth0]");
-  EXPECT_EQ(PeerBudget::PeerHost("unix:/tmp/socket"), "unix:/tmp/socket");
-  EXPECT_EQ(PeerBudget::PeerHost("ipv4:"), "ipv4:");
-  EXPECT_EQ(PeerBudget::PeerHost(""), "");
-}
-
 TEST(PeerBudgetTest, HoldsAreBoundedPerHostAndReleased) {
   PeerBudget budget(100 * kMiB);
   ASSERT_OK_AND_ASSIGN(PeerBudget::Hold first,
