@@ -37,10 +37,13 @@ namespace embedps::server {
 // One training shard: its replicas ("a|b": a replicated shard), of which
 // the subscription follows the one that serves it (the primary).
 struct Follower::Source {
+  int32_t shard = 0;
   std::string address;  // as given, for messages
+  // With find_primary: the primary found last (one replica, one stub).
   std::vector<std::string> replicas;
   std::vector<std::unique_ptr<proto::TrainingService::Stub>> stubs;
-  size_t current = 0;  // FollowStream's thread only
+  size_t current = 0;      // FollowStream's thread only
+  std::string find_error;  // the last find_primary error, logged once
   Mutex mu;
   grpc::ClientContext* active ABSL_GUARDED_BY(mu) = nullptr;
 };
@@ -153,8 +156,24 @@ absl::StatusOr<std::unique_ptr<Follower>> Follower::Start(
       [f = follower.get()] { f->PollCheckpoints(); });
   grpc::ChannelArguments args = security::ChannelArgumentsFor(o.security);
   args.SetMaxReceiveMessageSize(o.max_message_bytes);
+  follower->channel_credentials_ = credentials;
+  follower->channel_args_ = args;
+  if (o.find_primary) {
+    if (!o.training_servers.empty() || o.training_shards < 1) {
+      return absl::InvalidArgumentError(
+          "a serving replica that finds the training primaries in the "
+          "control plane needs their shard count and no training servers");
+    }
+    for (int32_t shard = 0; shard < o.training_shards; ++shard) {
+      auto source = std::make_unique<Source>();
+      source->shard = shard;
+      source->address = absl::StrCat("training shard ", shard);
+      follower->sources_.push_back(std::move(source));
+    }
+  }
   for (const std::string& address : o.training_servers) {
     auto source = std::make_unique<Source>();
+    source->shard = static_cast<int32_t>(follower->sources_.size());
     source->address = address;
     for (absl::string_view replica :
          absl::StrSplit(address, '|', absl::SkipEmpty())) {
@@ -611,6 +630,11 @@ void Follower::FollowStream(size_t index) {
       stop_cv_.WaitWithTimeout(&stop_mu_, absl::Milliseconds(200));
       continue;
     }
+    if (options_.find_primary && !FindPrimary(source)) {
+      MutexLock stop(&stop_mu_);
+      stop_cv_.WaitWithTimeout(&stop_mu_, absl::Milliseconds(200));
+      continue;
+    }
     grpc::ClientContext context;
     {
       MutexLock lock(&source.mu);
@@ -675,6 +699,29 @@ void Follower::FollowStream(size_t index) {
     MutexLock stop(&stop_mu_);
     stop_cv_.WaitWithTimeout(&stop_mu_, absl::Milliseconds(200));
   }
+}
+
+bool Follower::FindPrimary(Source& source) {
+  absl::StatusOr<std::string> primary = options_.find_primary(source.shard);
+  if (!primary.ok()) {
+    if (primary.status().ToString() != source.find_error) {
+      source.find_error = primary.status().ToString();
+      Logger("follower")
+          ->info("the primary of training shard {} is not known now: {}",
+                 source.shard, source.find_error);
+    }
+    return false;
+  }
+  source.find_error.clear();
+  if (source.replicas.empty() || source.replicas[0] != *primary) {
+    source.replicas = {*primary};
+    source.stubs.clear();
+    source.stubs.push_back(
+        proto::TrainingService::NewStub(grpc::CreateCustomChannel(
+            *primary, channel_credentials_, channel_args_)));
+    source.current = 0;
+  }
+  return true;
 }
 
 absl::Status Follower::TEST_Apply(

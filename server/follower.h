@@ -29,6 +29,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -53,6 +54,13 @@ struct FollowerOptions {
   // "host:port" of every training shard, in shard order; empty: follow
   // checkpoints only. Default: empty.
   std::vector<std::string> training_servers;
+  // Set: the training shards' primaries are found by asking it (ps_server
+  // --control_plane: etcd), shard by shard, before each subscription, in
+  // place of training_servers (which must then be empty); there are
+  // `training_shards` of them. An error (no primary now) is asked again a
+  // moment later. Default: unset.
+  std::function<absl::StatusOr<std::string>(int32_t shard)> find_primary;
+  int32_t training_shards = 0;
   // This replica's serving shard. Defaults: 0 of 1.
   int32_t shard_index = 0;
   int32_t num_shards = 1;
@@ -111,6 +119,9 @@ class Follower {
       const std::string& path, std::string* name);
   void PollCheckpoints();
   void FollowStream(size_t source);
+  // Points `source` at its shard's primary as find_primary says; false if
+  // it cannot say now.
+  bool FindPrimary(Source& source);
   // Applies one whole publication; sets *gap if it cannot be applied
   // without a newer checkpoint.
   absl::Status Apply(const std::vector<proto::Publication>& parts,
@@ -188,6 +199,9 @@ class Follower {
   Mutex stop_mu_;
   CondVar stop_cv_;
   std::vector<std::unique_ptr<Source>> sources_;
+  // How the training shards are reached (set by Start).
+  std::shared_ptr<grpc::ChannelCredentials> channel_credentials_;
+  grpc::ChannelArguments channel_args_;
   std::vector<std::thread> threads_;
 };
 

@@ -130,11 +130,15 @@ ABSL_FLAG(std::string, replica_directory, "",
           "\"Replication\"");
 ABSL_FLAG(
     std::string, control_plane, "",
-    "training: etcd's endpoints, etcd://host:port[,host:port...] (or "
-    "etcds://... over TLS: the CA of --tls_ca, the client certificate "
-    "of --tls_cert and --tls_key); set, this server is one replica of shard "
+    "etcd's endpoints, etcd://host:port[,host:port...] (or etcds://... over "
+    "TLS: the CA of --tls_ca, the client certificate of --tls_cert and "
+    "--tls_key). training: this server is one replica of shard "
     "--shard_index whose primary is elected in etcd, in place of "
-    "--replica_directory (docs/operations.md \"Replication\")");
+    "--replica_directory (docs/operations.md \"Replication\"); serving: "
+    "the training shards' primaries are found there (--training_shards of "
+    "them, of --cluster_id), in place of --training_servers");
+ABSL_FLAG(int32_t, training_shards, 0,
+          "serving with --control_plane: the training job's shard count");
 ABSL_FLAG(std::string, advertise, "",
           "training, replicated: this replica's address as clients and the "
           "other replicas reach it (default: --host:port)");
@@ -312,6 +316,22 @@ absl::StatusOr<ShardOptions> OptionsFromFlags() {
              absl::GetFlag(FLAGS_training_servers), ',', absl::SkipEmpty())) {
       options.follow.training_servers.emplace_back(server);
     }
+    options.follow_control_plane = absl::GetFlag(FLAGS_control_plane);
+    options.follow.training_shards = absl::GetFlag(FLAGS_training_shards);
+    if (!options.follow_control_plane.empty() &&
+        (options.follow.training_shards < 1 ||
+         !options.follow.training_servers.empty())) {
+      return absl::InvalidArgumentError(
+          "--role=serving --control_plane finds the training primaries in "
+          "etcd: give --training_shards (their count), not "
+          "--training_servers");
+    }
+    if (options.follow_control_plane.empty() &&
+        options.follow.training_shards != 0) {
+      return absl::InvalidArgumentError(
+          "--training_shards applies with --control_plane only (else "
+          "--training_servers lists the shards)");
+    }
     options.follow.shard_index = options.service.shard_index;
     options.follow.num_shards = options.service.num_shards;
     options.follow.pinned_step = absl::GetFlag(FLAGS_serve_step);
@@ -358,9 +378,10 @@ absl::StatusOr<ShardOptions> OptionsFromFlags() {
         "--serving_storage applies to --role=serving only");
   }
   const std::string control_plane = absl::GetFlag(FLAGS_control_plane);
-  if (!control_plane.empty() && role != "training") {
+  if (!control_plane.empty() && role == "coordinator") {
     return absl::InvalidArgumentError(
-        "--control_plane applies to --role=training (replicated shards)");
+        "--control_plane replaces the coordinator: it applies to "
+        "--role=training and --role=serving");
   }
   if (!control_plane.empty() &&
       !absl::GetFlag(FLAGS_replica_directory).empty()) {

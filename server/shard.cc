@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/metrics_http.h"
 #include "common/status_macros.h"
+#include "control/etcd_client.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -15,6 +16,7 @@
 #include "security/health_service.h"
 #include "server/checkpointer.h"
 #include "server/coordination_service.h"
+#include "server/etcd_directory_client.h"
 #include "server/expiry_sweeper.h"
 #include "server/role_refusal.h"
 #include "server/rpc_metrics.h"
@@ -216,7 +218,29 @@ absl::StatusOr<std::unique_ptr<TrainingParts>> AssembleTraining(
 absl::StatusOr<std::unique_ptr<ServingParts>> AssembleServing(
     const ShardOptions& options, RpcMetrics* metrics) {
   auto parts = std::make_unique<ServingParts>();
-  ASSIGN_OR_RETURN(parts->follower, Follower::Start(options.follow));
+  FollowerOptions follow = options.follow;
+  if (!options.follow_control_plane.empty()) {
+    control::EtcdOptions etcd;
+    etcd.endpoints = options.follow_control_plane;
+    etcd.security = follow.security;
+    ASSIGN_OR_RETURN(std::unique_ptr<control::EtcdClient> client,
+                     control::EtcdClient::Create(std::move(etcd)));
+    EtcdDirectoryOptions directory_options;
+    directory_options.cluster_id = options.cluster_id;
+    auto directory = std::make_shared<EtcdDirectoryClient>(std::move(client),
+                                                           directory_options);
+    follow.find_primary =
+        [directory](int32_t shard) -> absl::StatusOr<std::string> {
+      ASSIGN_OR_RETURN(const proto::ReplicaView view, directory->View(shard));
+      if (view.primary().empty()) {
+        return absl::UnavailableError(absl::StrCat("training shard ", shard,
+                                                   " has no primary in ",
+                                                   directory->Describe()));
+      }
+      return view.primary();
+    };
+  }
+  ASSIGN_OR_RETURN(parts->follower, Follower::Start(std::move(follow)));
   ServingServiceOptions serving;
   serving.shard_index = options.follow.shard_index;
   serving.num_shards = options.follow.num_shards;

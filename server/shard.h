@@ -110,6 +110,11 @@ struct ShardOptions {
   // kServing: what the replica follows (follower.h: follow.checkpoint_root
   // is required; follow's shard is this replica's serving shard).
   FollowerOptions follow;
+  // kServing: etcd's endpoints (etcd://h:p,... or etcds://); set, the
+  // training shards' primaries are found there (their keys under
+  // cluster_id), follow.training_shards of them, in place of
+  // follow.training_servers. Default: "" (none).
+  std::string follow_control_plane;
   // Keys one serving Lookup may carry. Default: 1 Mi.
   uint64_t max_lookup_keys = uint64_t{1} << 20;
   // What the Coordination store may hold. Default: see CoordinationLimits.

@@ -685,10 +685,11 @@ TEST_P(ReplicationTest, CheckpointAndRestoreWithReplication) {
   ASSERT_OK(restored->Push(again, keys, grads));
 }
 
-// A serving replica follows a replicated cluster (--training_servers with
-// a|b per shard): it subscribes to each shard's primary (a backup refuses
-// Publish and Subscribe), and after the primary of shard 0 is killed it
-// follows the new primary: rows published then are served.
+// A serving replica follows a replicated cluster (over etcd: the
+// primaries it finds there; with the coordinator: --training_servers with
+// a|b per shard, where a backup refuses Publish and Subscribe): it
+// subscribes to each shard's primary, and after the primary of shard 0 is
+// killed it follows the new primary: rows published then are served.
 TEST_P(ReplicationTest, AServingReplicaFollowsTheShardsPrimaries) {
   ASSERT_OK_AND_ASSIGN(Writer writer, ConnectWriter(Servers()));
   auto& [setup, table, keys, grads] = writer;
@@ -703,14 +704,20 @@ TEST_P(ReplicationTest, AServingReplicaFollowsTheShardsPrimaries) {
   checkpoint.root = root;
   checkpoint.step = 1;
   ASSERT_OK(setup->Checkpoint(checkpoint).status());
-  ASSERT_OK_AND_ASSIGN(
-      auto replica, ServerProcess::Start(
-                        kServer,
-                        {"--role=serving", "--follow_checkpoints=" + root,
-                         "--checkpoint_root=" + root,
-                         "--training_servers=" + absl::StrJoin(Servers(), ","),
-                         "--checkpoint_poll=100ms", "--log_level=warn"},
-                        absl::Seconds(60)));
+  // Over etcd the replica finds the primaries there; else it is given
+  // both replicas of each shard.
+  std::vector<std::string> args = {
+      "--role=serving", "--follow_checkpoints=" + root,
+      "--checkpoint_root=" + root, "--checkpoint_poll=100ms",
+      "--log_level=warn"};
+  if (etcd()) {
+    args.push_back(ControlPlaneFlag());
+    args.push_back(absl::StrCat("--training_shards=", kShards));
+  } else {
+    args.push_back("--training_servers=" + absl::StrJoin(Servers(), ","));
+  }
+  ASSERT_OK_AND_ASSIGN(auto replica,
+                       ServerProcess::Start(kServer, args, absl::Seconds(60)));
   client::ServingClientOptions options;
   options.replicas = {{replica->address()}};
   options.deadline = absl::Seconds(5);
