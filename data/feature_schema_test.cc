@@ -1,0 +1,254 @@
+#include "data/feature_schema.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_matchers.h"
+#include "data/criteo_reader.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace embedps::data {
+namespace {
+
+using ::embedps::testing::StatusIs;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// Criteo's layout as a schema: label, 13 log1p counts, 26 hex ids.
+FeatureSchemaSpec CriteoSpec() {
+  FeatureSchemaSpec spec;
+  spec.label = "0";
+  for (int j = 0; j < kCriteoDense; ++j) {
+    spec.dense.push_back({absl::StrCat(1 + j), DenseTransform::kLog1p});
+  }
+  for (int s = 0; s < kCriteoSlots; ++s) {
+    FeatureSchemaSpec::Sparse sparse;
+    sparse.column = absl::StrCat(1 + kCriteoDense + s);
+    sparse.id_format = IdFormat::kHex;
+    spec.sparse.push_back(sparse);
+  }
+  return spec;
+}
+
+std::string CriteoLine(int variant) {
+  std::string line = variant % 2 == 0 ? "1" : "0";
+  for (int j = 0; j < kCriteoDense; ++j) {
+    line +=
+        (j + variant) % 5 == 0 ? "\t" : absl::StrCat("\t", j * 7 - 3 + variant);
+  }
+  for (int s = 0; s < kCriteoSlots; ++s) {
+    line += (s + variant) % 7 == 0
+                ? "\t"
+                : absl::StrCat("\t", absl::Hex(uint32_t{0x9e3779b9} * (s + 1) *
+                                               (variant + 3)));
+  }
+  return line;
+}
+
+// The Criteo layout given as a schema makes the same features and keys
+// as CriteoReader.
+TEST(FeatureSchemaTest, CriteoAsASchemaMatchesTheCriteoParser) {
+  ASSERT_OK_AND_ASSIGN(const FeatureSchema schema,
+                       ResolveFeatureSchema(CriteoSpec()));
+  SchemaBatch batch;
+  batch.Reset(schema);
+  CriteoBatch criteo;
+  criteo.labels.resize(8);
+  criteo.dense.resize(8 * kCriteoDense);
+  criteo.keys.resize(8 * kCriteoSlots);
+  for (int i = 0; i < 8; ++i) {
+    const std::string line = CriteoLine(i);
+    ASSERT_OK(ParseCriteoLine(line.data(), line.size(), &criteo, i));
+    ASSERT_OK(ParseSchemaLine(schema, line, &batch));
+  }
+  ASSERT_EQ(batch.size, 8);
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(batch.labels[i], criteo.labels[i]);
+    for (int j = 0; j < kCriteoDense; ++j) {
+      EXPECT_EQ(batch.dense[i * kCriteoDense + j],
+                criteo.dense[i * kCriteoDense + j]);
+    }
+    for (int s = 0; s < kCriteoSlots; ++s) {
+      EXPECT_EQ(batch.slots[s].keys[i], criteo.keys[i * kCriteoSlots + s]);
+      EXPECT_EQ(batch.slots[s].offsets[i + 1], i + 1);
+    }
+  }
+}
+
+FeatureSchemaSpec MultiSpec() {
+  FeatureSchemaSpec spec;
+  spec.header = true;
+  spec.label = "label";
+  spec.dense = {{"count", DenseTransform::kLog1p},
+                {"price", DenseTransform::kStandardize}};
+  FeatureSchemaSpec::Sparse user;
+  user.column = "user";
+  FeatureSchemaSpec::Sparse history;
+  history.column = "history";
+  history.multi_valued = true;
+  history.max_values = 3;
+  FeatureSchemaSpec::Sparse tags;
+  tags.column = "tags";
+  tags.multi_valued = true;
+  tags.weighted = true;
+  tags.id_format = IdFormat::kDecimal;
+  spec.sparse = {user, history, tags};
+  return spec;
+}
+
+constexpr char kHeader[] = "label\tprice\tuser\thistory\tcount\ttags\tunused";
+
+TEST(FeatureSchemaTest, ListsWeightsAndNamesFromTheHeader) {
+  ASSERT_OK_AND_ASSIGN(const FeatureSchema schema,
+                       ResolveFeatureSchema(MultiSpec(), kHeader));
+  EXPECT_EQ(schema.num_fields, 7);
+  EXPECT_EQ(schema.label, 0);
+  EXPECT_EQ(schema.dense[0].field, 4);
+  EXPECT_EQ(schema.sparse[2].name, "tags");
+  SchemaBatch batch;
+  batch.Reset(schema);
+  ParseCounts counts;
+  ASSERT_OK(ParseSchemaLine(
+      schema, "1\t9.5\tu1\ta,b,c,d,e\t3\t7:0.25,8:0.75\tx", &batch, &counts));
+  ASSERT_OK(ParseSchemaLine(schema, "0\t\t\t\t\t\t\r", &batch, &counts));
+  ASSERT_OK(
+      ParseSchemaLine(schema, "0\t1\tu1\tb,,a\t0\t7:2\t", &batch, &counts));
+  EXPECT_EQ(batch.size, 3);
+  EXPECT_THAT(batch.labels, ElementsAre(1, 0, 0));
+  EXPECT_FLOAT_EQ(batch.dense[0], std::log1p(3.0f));
+  EXPECT_FLOAT_EQ(batch.dense[1], 9.5f);  // statistics not applied yet
+  EXPECT_THAT(batch.dense[2], 0);         // empty fields are 0
+  // One id a sample, the missing one a key of its own.
+  EXPECT_THAT(batch.slots[0].offsets, ElementsAre(0, 1, 2, 3));
+  EXPECT_EQ(batch.slots[0].keys[0], batch.slots[0].keys[2]);
+  EXPECT_EQ(batch.slots[0].keys[1], MissingFeatureKey(0));
+  // Lists: at most 3 ids (2 dropped), an empty list is an empty bag, and
+  // empty items are skipped.
+  EXPECT_THAT(batch.slots[1].offsets, ElementsAre(0, 3, 3, 5));
+  EXPECT_EQ(counts.values_dropped, 2);
+  EXPECT_EQ(batch.slots[1].keys[1], batch.slots[1].keys[3]);  // b
+  EXPECT_EQ(batch.slots[1].keys[0], batch.slots[1].keys[4]);  // a
+  // Weighted decimal ids.
+  EXPECT_THAT(batch.slots[2].offsets, ElementsAre(0, 2, 2, 3));
+  EXPECT_THAT(batch.slots[2].weights, ElementsAre(0.25f, 0.75f, 2.0f));
+  EXPECT_EQ(batch.slots[2].keys[0], FeatureKey(2, 7));
+  EXPECT_EQ(batch.slots[2].keys[2], FeatureKey(2, 7));
+  // The same text in another column is another key.
+  SchemaBatch other;
+  other.Reset(schema);
+  ASSERT_OK(ParseSchemaLine(schema, "1\t\ta\ta\t\t\t", &other));
+  EXPECT_NE(other.slots[0].keys[0], other.slots[1].keys[0]);
+  EXPECT_EQ(other.slots[1].keys[0], batch.slots[1].keys[0]);
+}
+
+// Keys of text ids are part of every checkpoint: their hash never
+// changes.
+TEST(FeatureSchemaTest, TextIdsHashTheSameEverywhere) {
+  FeatureSchemaSpec spec;
+  spec.label = "0";
+  spec.sparse = {{"1"}};
+  ASSERT_OK_AND_ASSIGN(const FeatureSchema schema, ResolveFeatureSchema(spec));
+  SchemaBatch batch;
+  batch.Reset(schema);
+  ASSERT_OK(ParseSchemaLine(schema, "1\titem_123456789", &batch));
+  ASSERT_OK(ParseSchemaLine(schema, "1\tx", &batch));
+  EXPECT_EQ(batch.slots[0].keys[0], uint64_t{3778370350273868726u});
+  EXPECT_EQ(batch.slots[0].keys[1], uint64_t{417444273559878892u});
+}
+
+TEST(FeatureSchemaTest, ABadLineLeavesTheBatchAsItWas) {
+  ASSERT_OK_AND_ASSIGN(const FeatureSchema schema,
+                       ResolveFeatureSchema(MultiSpec(), kHeader));
+  SchemaBatch batch;
+  batch.Reset(schema);
+  ASSERT_OK(ParseSchemaLine(schema, "1\t1\tu\ta,b\t2\t7:1\tx", &batch));
+  const struct {
+    std::string line;
+    std::string error;
+  } bad[] = {
+      {"1\t1\tu\ta,b\t2\t7:1", "6 fields; the schema reads 7"},
+      {"2\t1\tu\ta,b\t2\t7:1\tx", "label '2' is not 0 or 1"},
+      {"1\tcheap\tu\ta,b\t2\t7:1\tx", "dense column price: 'cheap' is not a"},
+      {"1\t1\tu\ta,b\tnan\t7:1\tx",
+       "dense column count: 'nan' is not a finite"},
+      {"1\t1\tu\ta,b\t2\t7:1,8\tx", "sparse column tags: '8' has no weight"},
+      {"1\t1\tu\ta,b\t2\t7:1,8:x\tx", "sparse column tags: 'x' is not a"},
+      {"1\t1\tu\ta,b\t2\t7:1,-8:1\tx",
+       "sparse column tags: '-8' is not a decimal"},
+  };
+  for (const auto& [line, error] : bad) {
+    EXPECT_THAT(ParseSchemaLine(schema, line, &batch),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(error)))
+        << line;
+    EXPECT_EQ(batch.size, 1);
+    EXPECT_EQ(batch.dense.size(), 2u);
+    for (const SchemaBatch::Bags& bags : batch.slots) {
+      EXPECT_EQ(bags.offsets.size(), 2u);
+      EXPECT_EQ(bags.keys.size(), static_cast<size_t>(bags.offsets.back()));
+    }
+    EXPECT_EQ(batch.slots[2].weights.size(), 1u);
+  }
+}
+
+TEST(FeatureSchemaTest, BadSchemasAreRefusedNamingTheColumn) {
+  FeatureSchemaSpec spec = MultiSpec();
+  EXPECT_THAT(ResolveFeatureSchema(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("header row; none was given")));
+  spec.sparse[0].column = "nobody";
+  EXPECT_THAT(ResolveFeatureSchema(spec, kHeader),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("sparse 0: column 'nobody' is not in the "
+                                 "header row")));
+  spec = MultiSpec();
+  spec.sparse[0].column = "count";
+  EXPECT_THAT(
+      ResolveFeatureSchema(spec, kHeader),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("used twice")));
+  spec = MultiSpec();
+  spec.sparse[0].weighted = true;
+  EXPECT_THAT(ResolveFeatureSchema(spec, kHeader),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("set multi_valued too")));
+  spec = MultiSpec();
+  spec.list_separator = '\t';
+  EXPECT_THAT(ResolveFeatureSchema(spec, kHeader),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("separators must differ")));
+  EXPECT_THAT(ResolveFeatureSchema(MultiSpec(), "label\tlabel"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("names column 'label' twice")));
+  spec = CriteoSpec();
+  spec.header = false;
+  spec.dense[0].column = "count";
+  EXPECT_THAT(ResolveFeatureSchema(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("not a 0-based position")));
+  spec = CriteoSpec();
+  spec.sparse.clear();
+  EXPECT_THAT(ResolveFeatureSchema(spec),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("no sparse column")));
+}
+
+TEST(FeatureSchemaTest, StandardizeUsesTheDataStatistics) {
+  ASSERT_OK_AND_ASSIGN(FeatureSchema schema,
+                       ResolveFeatureSchema(MultiSpec(), kHeader));
+  DenseStatistics statistics(schema);
+  for (const char* price : {"10", "20", "30", "", "bad"}) {
+    statistics.Add(absl::StrCat("1\t", price, "\tu\t\t1\t\tx"));
+  }
+  EXPECT_THAT(statistics.Apply(&schema), ElementsAre(0, 3));
+  EXPECT_DOUBLE_EQ(schema.dense[1].mean, 20);
+  EXPECT_DOUBLE_EQ(schema.dense[1].inv_std, 0.1);
+  SchemaBatch batch;
+  batch.Reset(schema);
+  ASSERT_OK(ParseSchemaLine(schema, "1\t35\tu\t\t1\t\tx", &batch));
+  EXPECT_FLOAT_EQ(batch.dense[1], 1.5f);
+}
+
+}  // namespace
+}  // namespace embedps::data
