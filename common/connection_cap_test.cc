@@ -15,8 +15,8 @@
 #include <thread>
 #include <vector>
 
-#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/mutex.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -46,7 +46,7 @@ class Acceptor {
         pollfd ready{listener_, POLLIN, 0};
         if (poll(&ready, 1, 20) <= 0) continue;
         const int fd = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
-        absl::MutexLock lock(&mu_);
+        MutexLock lock(&mu_);
         if (fd >= 0) {
           accepted_.push_back(fd);
         } else if (errno == EMFILE || errno == ENFILE) {
@@ -63,16 +63,16 @@ class Acceptor {
   }
   int port() const { return port_; }
   size_t accepted() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return accepted_.size();
   }
   // Whether accept ever failed for want of descriptors.
   bool ran_out() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     return ran_out_;
   }
   void CloseAccepted() {
-    absl::MutexLock lock(&mu_);
+    MutexLock lock(&mu_);
     for (int fd : accepted_) close(fd);
     accepted_.clear();
   }
@@ -81,7 +81,7 @@ class Acceptor {
   int listener_ = -1;
   int port_ = 0;
   std::atomic<bool> stop_{false};
-  absl::Mutex mu_;
+  Mutex mu_;
   std::vector<int> accepted_ ABSL_GUARDED_BY(mu_);
   bool ran_out_ ABSL_GUARDED_BY(mu_) = false;
   std::thread thread_;

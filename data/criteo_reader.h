@@ -1,6 +1,6 @@
 // CriteoReader: streams Criteo display-advertising text files (plain or
-// gzip) into training batches, parsing on its own thread so that the
-// trainer never waits on text.
+// gzip) into training batches (a BatchReader of CriteoFormat: sharding,
+// bad lines and damaged files as batch_reader.h says).
 //
 // Line format: label \t I1..I13 \t C1..C26 — integer features (may be
 // empty or negative) and categorical features as hex strings of up to 16
@@ -10,31 +10,16 @@
 //   keys[s] = FeatureKey(s, C_s): the value hashed together with its slot
 //             (an empty value is its own per-slot key).
 //
-// Sharding and steps: with W workers and batch B, step t of worker r is
-// lines [t·W·B + r·B, t·W·B + (r+1)·B) of the concatenated files, so every
-// worker runs the same number of steps, floor(lines / (W·B)) per epoch
-// (the lines counted when the reader opens; the tail is not trained on).
-// A malformed line — wrong field count, a non-integer integer, a bad hex
-// value, a label other than 0/1, a line over max_line_bytes — is logged
-// with its file and line number, counted and left out of its batch (so a
-// batch may hold fewer than B samples), or, with fatal_bad_lines, ends the
-// stream with INVALID_ARGUMENT naming it.
-//
 // Thread safety: Next() from one thread at a time; stats() from any.
 #ifndef EMBEDPS_DATA_CRITEO_READER_H_
 #define EMBEDPS_DATA_CRITEO_READER_H_
 
-#include <atomic>
 #include <cstdint>
-#include <deque>
-#include <memory>
-#include <optional>
-#include <string>
-#include <thread>
 #include <vector>
 
-#include "absl/status/statusor.h"
-#include "common/mutex.h"
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
+#include "data/batch_reader.h"
 
 namespace embedps::data {
 
@@ -54,77 +39,19 @@ struct CriteoBatch {
   std::vector<uint64_t> keys;  // size × 26, sample-major
 };
 
-struct CriteoReaderOptions {
-  // Read in order, as one stream. Required.
-  std::vector<std::string> files;
-  // Samples per worker per step. Default: 512.
-  int batch_size = 512;
-  // This worker and the number of workers. Defaults: 0, 1.
-  int worker_index = 0;
-  int num_workers = 1;
-  // Passes over the files. Default: 1.
-  int epochs = 1;
-  // Longer lines are malformed. Default: 4096.
-  size_t max_line_bytes = 4096;
-  // Stop at the first malformed line instead of skipping it. Default: no.
-  bool fatal_bad_lines = false;
-  // Parsed batches kept ready ahead of the trainer. Default: 8.
-  int prefetch_batches = 8;
-  // Also deliver the last, partial step of each epoch (for evaluation; a
-  // file shorter than one batch is then one partial step). Only with
-  // num_workers == 1. Default: no.
-  bool include_tail = false;
-  // Name used in log lines. Default: "train".
-  std::string name = "train";
+// Criteo's line format for BatchReader.
+struct CriteoFormat {
+  using Batch = CriteoBatch;
+  void Reset(CriteoBatch* batch, int64_t step, int capacity) const;
+  absl::Status Parse(absl::string_view line, CriteoBatch* batch) const;
+  void Finish(CriteoBatch* batch) const;
 };
 
-struct CriteoReaderStats {
-  int64_t lines_parsed = 0;  // this worker's lines
-  int64_t bad_lines = 0;
-  double parse_seconds = 0;  // reader thread time spent parsing
-};
-
-class CriteoReader {
- public:
-  // Counts the lines (one pass over the files) and starts the reader
-  // thread. NOT_FOUND naming a missing file; INVALID_ARGUMENT for bad
-  // options or files too short for one step.
-  static absl::StatusOr<std::unique_ptr<CriteoReader>> Open(
-      const CriteoReaderOptions& options);
-  ~CriteoReader();
-
-  // Lines in one pass over the files, and the steps per epoch.
-  int64_t total_lines() const { return total_lines_; }
-  int64_t steps_per_epoch() const { return steps_per_epoch_; }
-  int64_t total_steps() const { return steps_per_epoch_ * options_.epochs; }
-
-  // The next step's batch; nullopt after the last step. INVALID_ARGUMENT
-  // (with fatal_bad_lines) or an I/O error, naming the file and line.
-  absl::StatusOr<std::optional<CriteoBatch>> Next();
-
-  CriteoReaderStats stats() const;
-
- private:
-  CriteoReader(const CriteoReaderOptions& options, int64_t total_lines,
-               int64_t damaged_files);
-  void ReadLoop();
-  // Queues a finished batch or an error; false once the reader is closed.
-  bool Deliver(absl::StatusOr<CriteoBatch> item);
-
-  const CriteoReaderOptions options_;
-  const int64_t total_lines_;
-  const int64_t steps_per_epoch_;
-
-  Mutex mu_;
-  CondVar changed_;
-  std::deque<absl::StatusOr<CriteoBatch>> ready_ ABSL_GUARDED_BY(mu_);
-  bool finished_ ABSL_GUARDED_BY(mu_) = false;
-  bool closing_ ABSL_GUARDED_BY(mu_) = false;
-
-  std::atomic<int64_t> lines_parsed_{0}, bad_lines_{0};
-  std::atomic<int64_t> parse_nanos_{0};
-  std::thread thread_;
-};
+// Criteo's reader: BatchReader's options (a damaged gzip file is an error
+// unless damaged_files_are_bad_lines), stats and streaming.
+using CriteoReaderOptions = BatchReaderOptions;
+using CriteoReaderStats = BatchReaderStats;
+using CriteoReader = BatchReader<CriteoFormat>;
 
 // Parses one line (without its newline) into the i-th sample of `batch`
 // (whose vectors must have room). Exposed for tests. INVALID_ARGUMENT

@@ -271,7 +271,10 @@ TEST(CriteoReaderTest, WindowsFilesReadLikeUnixFiles) {
 
 // A gzip file cut short (a copy that did not finish) is not trained on
 // silently: its damaged end counts as a bad line, or is fatal.
-TEST(CriteoReaderTest, TruncatedGzipIsABadLineOrFatal) {
+// A truncated gzip file is an error by default (a job must not train on
+// part of its data and exit 0); asked to, the reader takes what is there
+// and counts the damage as one bad line.
+TEST(CriteoReaderTest, TruncatedGzipIsAnErrorOrABadLine) {
   std::vector<std::string> lines;
   for (int i = 0; i < 5000; ++i) lines.push_back(Line(i % 2, i));
   const std::string whole = WriteGzip("whole.txt.gz", lines);
@@ -285,6 +288,12 @@ TEST(CriteoReaderTest, TruncatedGzipIsABadLineOrFatal) {
   CriteoReaderOptions options;
   options.files = {cut};
   options.batch_size = 16;
+  EXPECT_THAT(CriteoReader::Open(options),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       AllOf(HasSubstr("malformed file " + cut),
+                             HasSubstr("ends early"))));
+
+  options.damaged_files_are_bad_lines = true;
   ASSERT_OK_AND_ASSIGN(auto reader, CriteoReader::Open(options));
   EXPECT_GT(reader->total_lines(), 0);
   EXPECT_LT(reader->total_lines(), 5000);
@@ -292,10 +301,9 @@ TEST(CriteoReaderTest, TruncatedGzipIsABadLineOrFatal) {
   EXPECT_EQ(reader->stats().bad_lines, 1);
 
   options.fatal_bad_lines = true;
-  EXPECT_THAT(CriteoReader::Open(options),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       AllOf(HasSubstr("malformed file " + cut),
-                             HasSubstr("ends early"))));
+  EXPECT_THAT(
+      CriteoReader::Open(options),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ends early")));
 }
 
 TEST(CriteoReaderTest, BadOptionsAndMissingFiles) {

@@ -1,0 +1,97 @@
+#include "data/schema_reader.h"
+
+#include <utility>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "data/line_reader.h"
+
+namespace embedps::data {
+namespace {
+
+// The first line of `path` ("" for an empty file).
+absl::StatusOr<std::string> FirstLine(const std::string& path) {
+  ASSIGN_OR_RETURN(std::unique_ptr<LineReader> reader,
+                   LineReader::Open(path, /*max_line_bytes=*/1 << 20));
+  absl::string_view line;
+  bool too_long = false;
+  ASSIGN_OR_RETURN(const bool any, reader->Next(&line, &too_long));
+  if (too_long) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": the header row is longer than 1 MiB"));
+  }
+  std::string first = any ? std::string(line) : std::string();
+  if (!first.empty() && first.back() == '\r') first.pop_back();
+  return first;
+}
+
+}  // namespace
+
+absl::Status CheckHeaders(const FeatureSchemaSpec& spec,
+                          const std::vector<std::string>& files) {
+  if (!spec.header || files.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(const std::string first, FirstLine(files[0]));
+  for (size_t f = 1; f < files.size(); ++f) {
+    ASSIGN_OR_RETURN(const std::string header, FirstLine(files[f]));
+    if (header != first) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          files[f], ": its header row '", absl::CEscape(header.substr(0, 200)),
+          "' is not the one of ", files[0], " ('",
+          absl::CEscape(first.substr(0, 200)), "')"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<FeatureSchema> PrepareFeatureSchema(
+    const FeatureSchemaSpec& spec, const std::vector<std::string>& files,
+    int64_t statistics_lines) {
+  if (files.empty()) return absl::InvalidArgumentError("no data files given");
+  std::optional<std::string> header;
+  if (spec.header) {
+    RETURN_IF_ERROR(CheckHeaders(spec, files));
+    ASSIGN_OR_RETURN(header, FirstLine(files[0]));
+  }
+  ASSIGN_OR_RETURN(FeatureSchema schema, ResolveFeatureSchema(spec, header));
+  bool standardized = false;
+  for (const FeatureSchema::Dense& d : schema.dense) {
+    standardized = standardized || d.transform == DenseTransform::kStandardize;
+  }
+  if (!standardized) return schema;
+  DenseStatistics statistics(schema);
+  int64_t read = 0;
+  for (const std::string& path : files) {
+    if (read >= statistics_lines) break;
+    ASSIGN_OR_RETURN(std::unique_ptr<LineReader> reader,
+                     LineReader::Open(path, /*max_line_bytes=*/1 << 20));
+    absl::string_view line;
+    bool too_long = false;
+    for (int64_t in_file = 0; read < statistics_lines; ++in_file) {
+      absl::StatusOr<bool> more = reader->Next(&line, &too_long);
+      if (!more.ok() || !*more) break;  // the reader reports damage later
+      if (spec.header && in_file == 0) continue;
+      if (!too_long) statistics.Add(line);
+      ++read;
+    }
+  }
+  statistics.Apply(&schema);
+  return schema;
+}
+
+void SchemaFormat::Reset(SchemaBatch* batch, int64_t step, int capacity) const {
+  batch->Reset(schema_);
+  batch->step = step;
+  batch->labels.reserve(capacity);
+  batch->dense.reserve(static_cast<size_t>(capacity) * schema_.dense.size());
+}
+
+absl::Status SchemaFormat::Parse(absl::string_view line,
+                                 SchemaBatch* batch) const {
+  ParseCounts counts;
+  RETURN_IF_ERROR(ParseSchemaLine(schema_, line, batch, &counts));
+  if (counts.values_dropped != 0) *dropped_ += counts.values_dropped;
+  return absl::OkStatus();
+}
+
+}  // namespace embedps::data

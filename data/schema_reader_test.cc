@@ -1,0 +1,197 @@
+#include "data/schema_reader.h"
+
+#include <zlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_matchers.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "testing/child_process.h"
+
+namespace embedps::data {
+namespace {
+
+using ::embedps::testing::StatusIs;
+using ::testing::HasSubstr;
+
+// schema_datagen's files in a directory of their own.
+std::string Generate(const std::string& name, const std::string& format) {
+  const std::string dir = ::testing::TempDir() + "/" + name;
+  absl::StatusOr<std::string> binary =
+      embedps::testing::LocateBinary("", "tools/schema_datagen");
+  EXPECT_OK(binary);
+  auto child = embedps::testing::ChildProcess::Spawn(
+      *binary, {"--output_dir=" + dir, "--train_rows=3000", "--test_rows=500",
+                "--format=" + format});
+  EXPECT_OK(child);
+  EXPECT_EQ((*child)->Wait(), 0);
+  return dir;
+}
+
+// The columns schema_datagen writes, as a schema.
+FeatureSchemaSpec GeneratedSpec(char column, char list) {
+  FeatureSchemaSpec spec;
+  spec.column_separator = column;
+  spec.list_separator = list;
+  spec.header = true;
+  spec.label = "label";
+  for (int j = 0; j < 4; ++j) {
+    spec.dense.push_back({absl::StrCat("i", j), DenseTransform::kLog1p});
+  }
+  spec.dense.push_back({"r0", DenseTransform::kStandardize});
+  for (int j = 0; j < 6; ++j) spec.sparse.push_back({absl::StrCat("s", j)});
+  for (int j = 0; j < 3; ++j) {
+    FeatureSchemaSpec::Sparse list_column;
+    list_column.column = absl::StrCat("m", j);
+    list_column.multi_valued = true;
+    spec.sparse.push_back(list_column);
+  }
+  FeatureSchemaSpec::Sparse weighted;
+  weighted.column = "w0";
+  weighted.multi_valued = true;
+  weighted.weighted = true;
+  spec.sparse.push_back(weighted);
+  return spec;
+}
+
+// Two workers read schema_datagen's TSV: every sample once, in equal
+// steps; lists are bags of their length, the weights sum to 1 a bag, and
+// the standardized column has mean 0 and deviation 1 on the training data.
+TEST(SchemaReaderTest, ReadsGeneratedColumnsAcrossWorkers) {
+  const std::string dir = Generate("tsv", "tsv");
+  const FeatureSchemaSpec spec = GeneratedSpec('\t', ',');
+  ASSERT_OK_AND_ASSIGN(
+      const FeatureSchema schema,
+      PrepareFeatureSchema(spec, {dir + "/train.tsv"}, 100000));
+  EXPECT_NE(schema.dense[4].inv_std, 1.0);
+  int64_t samples = 0, list_items = 0, lists = 0;
+  double sum = 0, square_sum = 0;
+  for (int worker = 0; worker < 2; ++worker) {
+    BatchReaderOptions options;
+    options.files = {dir + "/train.tsv"};
+    options.header = true;
+    options.batch_size = 100;
+    options.worker_index = worker;
+    options.num_workers = 2;
+    options.fatal_bad_lines = true;
+    ASSERT_OK_AND_ASSIGN(auto reader,
+                         SchemaReader::Open(options, SchemaFormat(schema)));
+    EXPECT_EQ(reader->total_lines(), 3000);
+    EXPECT_EQ(reader->total_steps(), 15);
+    int64_t steps = 0;
+    while (true) {
+      ASSERT_OK_AND_ASSIGN(std::optional<SchemaBatch> batch, reader->Next());
+      if (!batch.has_value()) break;
+      EXPECT_EQ(batch->step, steps++);
+      ASSERT_EQ(batch->size, 100);
+      samples += batch->size;
+      for (int i = 0; i < batch->size; ++i) {
+        const double x = batch->dense[i * 5 + 4];
+        sum += x;
+        square_sum += x * x;
+      }
+      for (size_t s = 6; s < 10; ++s) {
+        const SchemaBatch::Bags& bags = batch->slots[s];
+        ASSERT_EQ(bags.offsets.size(), 101u);
+        for (int i = 0; i < batch->size; ++i) {
+          const int length = bags.offsets[i + 1] - bags.offsets[i];
+          if (length == 0) continue;  // missing
+          ++lists;
+          list_items += length;
+          if (s == 9) {
+            double weights = 0;
+            for (int k = bags.offsets[i]; k < bags.offsets[i + 1]; ++k) {
+              weights += bags.weights[k];
+            }
+            EXPECT_NEAR(weights, 1.0, 0.002 * length);
+          }
+        }
+      }
+    }
+    EXPECT_EQ(steps, 15);
+    EXPECT_EQ(reader->stats().bad_lines, 0);
+  }
+  EXPECT_EQ(samples, 3000);
+  EXPECT_NEAR(static_cast<double>(list_items) / lists, 4.0, 0.25);
+  // The statistics come from the same lines: about 0 and 1 (empty fields
+  // read as 0).
+  EXPECT_NEAR(sum / samples, 0.0, 0.05);
+  EXPECT_NEAR(square_sum / samples, 0.95, 0.06);
+}
+
+TEST(SchemaReaderTest, CsvWithItsSeparatorsAndGzip) {
+  const std::string dir = Generate("csv", "csv");
+  const FeatureSchemaSpec spec = GeneratedSpec(',', '|');
+  // The same file, gzipped: read alike.
+  std::ifstream in(dir + "/test.csv", std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)),
+                          std::istreambuf_iterator<char>());
+  const std::string gz = dir + "/test.csv.gz";
+  gzFile out = gzopen(gz.c_str(), "wb");
+  gzwrite(out, bytes.data(), static_cast<unsigned>(bytes.size()));
+  gzclose(out);
+  ASSERT_OK_AND_ASSIGN(
+      const FeatureSchema schema,
+      PrepareFeatureSchema(spec, {dir + "/train.csv"}, 100000));
+  std::vector<std::vector<uint64_t>> keys;
+  for (const std::string& file : {dir + "/test.csv", gz}) {
+    BatchReaderOptions options;
+    options.files = {file};
+    options.header = true;
+    options.batch_size = 500;
+    options.fatal_bad_lines = true;
+    ASSERT_OK(CheckHeaders(spec, {dir + "/train.csv", file}));
+    ASSERT_OK_AND_ASSIGN(auto reader,
+                         SchemaReader::Open(options, SchemaFormat(schema)));
+    ASSERT_OK_AND_ASSIGN(std::optional<SchemaBatch> batch, reader->Next());
+    ASSERT_TRUE(batch.has_value());
+    EXPECT_EQ(batch->size, 500);
+    keys.push_back(batch->slots[7].keys);
+  }
+  EXPECT_EQ(keys[0], keys[1]);
+  EXPECT_FALSE(keys[0].empty());
+
+  // A truncated gzip file is an error (a job must not train on part of
+  // its data and exit 0).
+  const std::string cut = dir + "/cut.csv.gz";
+  std::ifstream whole(gz, std::ios::binary);
+  const std::string compressed((std::istreambuf_iterator<char>(whole)),
+                               std::istreambuf_iterator<char>());
+  std::ofstream(cut, std::ios::binary)
+      << compressed.substr(0, compressed.size() / 2);
+  BatchReaderOptions options;
+  options.files = {cut};
+  options.header = true;
+  options.batch_size = 10;
+  EXPECT_THAT(
+      SchemaReader::Open(options, SchemaFormat(schema)),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ends early")));
+}
+
+TEST(SchemaReaderTest, FilesWithAnotherHeaderAreRefused) {
+  const std::string dir = ::testing::TempDir() + "/headers";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/a.tsv") << "label\tx\n1\tu\n";
+  std::ofstream(dir + "/b.tsv") << "label\ty\n1\tu\n";
+  FeatureSchemaSpec spec;
+  spec.header = true;
+  spec.label = "label";
+  spec.sparse = {{"x"}};
+  EXPECT_THAT(PrepareFeatureSchema(spec, {dir + "/a.tsv", dir + "/b.tsv"}, 10),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr(dir + "/b.tsv: its header row 'label\\ty'")));
+  ASSERT_OK_AND_ASSIGN(const FeatureSchema schema,
+                       PrepareFeatureSchema(spec, {dir + "/a.tsv"}, 10));
+  EXPECT_EQ(schema.sparse[0].field, 1);
+}
+
+}  // namespace
+}  // namespace embedps::data
