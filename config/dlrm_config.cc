@@ -59,23 +59,106 @@ absl::StatusOr<dense::DenseOptimizerSpec> DenseOptimizerOf(
   return spec;
 }
 
+data::FeatureSchemaSpec FeatureSchemaSpecOf(const FeatureSchema& schema) {
+  data::FeatureSchemaSpec spec;
+  const bool csv = schema.format() == FeatureSchema::CSV;
+  spec.column_separator = csv ? ',' : '\t';
+  spec.list_separator = !schema.list_separator().empty()
+                            ? schema.list_separator()[0]
+                            : (csv ? '|' : ',');
+  spec.weight_separator =
+      !schema.weight_separator().empty() ? schema.weight_separator()[0] : ':';
+  spec.header = schema.header();
+  spec.label = schema.label();
+  for (const DenseColumnConfig& d : schema.dense()) {
+    data::DenseTransform transform = data::DenseTransform::kNone;
+    if (d.transform() == DenseColumnConfig::LOG1P) {
+      transform = data::DenseTransform::kLog1p;
+    } else if (d.transform() == DenseColumnConfig::STANDARDIZE) {
+      transform = data::DenseTransform::kStandardize;
+    }
+    spec.dense.push_back({d.column(), transform});
+  }
+  for (const SparseColumnConfig& s : schema.sparse()) {
+    data::FeatureSchemaSpec::Sparse sparse;
+    sparse.column = s.column();
+    sparse.multi_valued = s.multi_valued();
+    sparse.weighted = s.weighted();
+    sparse.max_values = s.max_values() > 0 ? s.max_values() : 256;
+    sparse.id_format = s.id_format() == SparseColumnConfig::HEX
+                           ? data::IdFormat::kHex
+                       : s.id_format() == SparseColumnConfig::DECIMAL
+                           ? data::IdFormat::kDecimal
+                           : data::IdFormat::kText;
+    spec.sparse.push_back(sparse);
+  }
+  return spec;
+}
+
+std::vector<std::string> SlotTables(const WorkerConfig& c) {
+  std::vector<std::string> tables;
+  if (c.has_schema()) {
+    for (const SparseColumnConfig& s : c.schema().sparse()) {
+      tables.push_back(s.table());
+    }
+  } else {
+    for (const SlotConfig& slot : c.slot()) tables.push_back(slot.table());
+  }
+  return tables;
+}
+
 dense::ModelSpec ModelSpecOf(const WorkerConfig& c) {
   dense::ModelSpec spec;
-  spec.num_dense = data::kCriteoDense;
+  spec.num_dense =
+      c.has_schema() ? c.schema().dense_size() : data::kCriteoDense;
   spec.bottom.assign(c.bottom().begin(), c.bottom().end());
   spec.top.assign(c.top().begin(), c.top().end());
   spec.embedding_dim = c.embedding_dim();
   spec.seed = c.seed();
-  for (const SlotConfig& slot : c.slot()) {
-    spec.slots.push_back(slot.pooling() == SlotConfig::MEAN
-                             ? dense::Pooling::kMean
-                             : dense::Pooling::kSum);
+  const auto pooling = [](SlotConfig::Pooling pooling, bool weighted) {
+    // A weighted bag's rows arrive scaled by their weights: summed.
+    return pooling == SlotConfig::MEAN && !weighted ? dense::Pooling::kMean
+                                                    : dense::Pooling::kSum;
+  };
+  if (c.has_schema()) {
+    for (const SparseColumnConfig& s : c.schema().sparse()) {
+      spec.slots.push_back(pooling(s.pooling(), s.weighted()));
+    }
+  } else {
+    for (const SlotConfig& slot : c.slot()) {
+      spec.slots.push_back(pooling(slot.pooling(), false));
+    }
   }
   return spec;
 }
 
 absl::Status ValidateWorkerConfig(const WorkerConfig& c) {
-  if (c.slot_size() != data::kCriteoSlots) {
+  if (c.has_schema()) {
+    if (c.slot_size() != 0) {
+      return absl::InvalidArgumentError(
+          "config has both slot and schema: with a schema, its sparse "
+          "columns are the slots (give each its table there)");
+    }
+    if (c.schema().dense_size() == 0) {
+      return absl::InvalidArgumentError(
+          "schema has no dense column: the model's bottom MLP needs at "
+          "least one");
+    }
+    // The columns themselves are checked against the files' header when
+    // the job opens them (data::PrepareFeatureSchema); what needs no file:
+    absl::StatusOr<data::FeatureSchema> resolved =
+        c.schema().header()
+            ? absl::StatusOr<data::FeatureSchema>(data::FeatureSchema())
+            : data::ResolveFeatureSchema(FeatureSchemaSpecOf(c.schema()));
+    if (!resolved.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("schema: ", resolved.status().message()));
+    }
+    if (c.schema().statistics_lines() < 0) {
+      return absl::InvalidArgumentError(
+          "schema.statistics_lines must not be negative");
+    }
+  } else if (c.slot_size() != data::kCriteoSlots) {
     return absl::InvalidArgumentError(absl::StrCat(
         "config has ", c.slot_size(), " slots; the Criteo format has ",
         data::kCriteoSlots, " categorical columns (one slot each)"));
@@ -95,11 +178,12 @@ absl::Status ValidateWorkerConfig(const WorkerConfig& c) {
                        " but embedding_dim is ", c.embedding_dim()));
     }
   }
-  for (int s = 0; s < c.slot_size(); ++s) {
-    if (!dims.contains(c.slot(s).table())) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("slot ", s, " names table '", c.slot(s).table(),
-                       "', which the config does not define"));
+  const std::vector<std::string> slot_tables = SlotTables(c);
+  for (size_t s = 0; s < slot_tables.size(); ++s) {
+    if (!dims.contains(slot_tables[s])) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          c.has_schema() ? "schema.sparse " : "slot ", s, " names table '",
+          slot_tables[s], "', which the config does not define"));
     }
   }
   if (c.train_files_size() == 0) {

@@ -8,10 +8,12 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "config/worker_config.pb.h"
+#include "data/feature_schema.h"
 #include "dense/dense_optimizer.h"
 #include "dense/model_spec.h"
 #include "proto/tables.pb.h"
@@ -30,9 +32,19 @@ absl::StatusOr<Mode> ParseMode(const std::string& text);
 absl::StatusOr<dense::DenseOptimizerSpec> DenseOptimizerOf(
     const DenseOptimizerConfig& config, int64_t total_steps);
 
-// The dense model of `config` (13 dense features, one pooled slot per
-// Criteo categorical column).
+// The dense model of `config`: Criteo's 13 dense features and one pooled
+// slot per categorical column, or the schema's dense and sparse columns
+// (a weighted column's bag is the sum of its rows scaled by their
+// weights).
 dense::ModelSpec ModelSpecOf(const WorkerConfig& config);
+
+// The schema of `schema` as the data readers take it (columns still by
+// name or position; data::PrepareFeatureSchema resolves them).
+data::FeatureSchemaSpec FeatureSchemaSpecOf(const FeatureSchema& schema);
+
+// The table of each slot, in slot order: `slot`'s, or the schema's sparse
+// columns'.
+std::vector<std::string> SlotTables(const WorkerConfig& config);
 
 // Validates the configuration against the Criteo format and itself.
 // INVALID_ARGUMENT naming the field.

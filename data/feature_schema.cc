@@ -102,6 +102,7 @@ absl::StatusOr<FeatureSchema> ResolveFeatureSchema(
     }
     absl::string_view line = *header;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    schema.header_line = std::string(line);
     for (absl::string_view name : absl::StrSplit(line, spec.column_separator)) {
       name = absl::StripAsciiWhitespace(name);
       if (!by_name.emplace(std::string(name), names.size()).second) {

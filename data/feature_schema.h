@@ -60,6 +60,8 @@ struct FeatureSchema {
   char list_separator = ',';
   char weight_separator = ':';
   bool header = false;
+  // With a header: the header row it was resolved against (without '\r').
+  std::string header_line;
   // Fields every line has: exactly (with a header) or at least.
   int num_fields = 0;
   bool exact_fields = false;

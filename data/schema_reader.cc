@@ -28,17 +28,16 @@ absl::StatusOr<std::string> FirstLine(const std::string& path) {
 
 }  // namespace
 
-absl::Status CheckHeaders(const FeatureSchemaSpec& spec,
+absl::Status CheckHeaders(const FeatureSchema& schema,
                           const std::vector<std::string>& files) {
-  if (!spec.header || files.empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const std::string first, FirstLine(files[0]));
-  for (size_t f = 1; f < files.size(); ++f) {
-    ASSIGN_OR_RETURN(const std::string header, FirstLine(files[f]));
-    if (header != first) {
+  if (!schema.header) return absl::OkStatus();
+  for (const std::string& file : files) {
+    ASSIGN_OR_RETURN(const std::string header, FirstLine(file));
+    if (header != schema.header_line) {
       return absl::InvalidArgumentError(absl::StrCat(
-          files[f], ": its header row '", absl::CEscape(header.substr(0, 200)),
-          "' is not the one of ", files[0], " ('",
-          absl::CEscape(first.substr(0, 200)), "')"));
+          file, ": its header row '", absl::CEscape(header.substr(0, 200)),
+          "' is not the schema's ('",
+          absl::CEscape(schema.header_line.substr(0, 200)), "')"));
     }
   }
   return absl::OkStatus();
@@ -50,10 +49,10 @@ absl::StatusOr<FeatureSchema> PrepareFeatureSchema(
   if (files.empty()) return absl::InvalidArgumentError("no data files given");
   std::optional<std::string> header;
   if (spec.header) {
-    RETURN_IF_ERROR(CheckHeaders(spec, files));
     ASSIGN_OR_RETURN(header, FirstLine(files[0]));
   }
   ASSIGN_OR_RETURN(FeatureSchema schema, ResolveFeatureSchema(spec, header));
+  RETURN_IF_ERROR(CheckHeaders(schema, files));
   bool standardized = false;
   for (const FeatureSchema::Dense& d : schema.dense) {
     standardized = standardized || d.transform == DenseTransform::kStandardize;

@@ -26,16 +26,17 @@
 namespace embedps::data {
 
 // Resolves `spec` against the first line of `files[0]` (with spec.header;
-// every other file's first line must be the same: INVALID_ARGUMENT naming
-// the file otherwise) and sets the STANDARDIZE columns' statistics from
-// the first `statistics_lines` samples of the files.
+// every other file's first line must be the same: CheckHeaders) and sets
+// the STANDARDIZE columns' statistics from the first `statistics_lines`
+// samples of the files.
 absl::StatusOr<FeatureSchema> PrepareFeatureSchema(
     const FeatureSchemaSpec& spec, const std::vector<std::string>& files,
     int64_t statistics_lines);
 
 // INVALID_ARGUMENT naming the first of `files` whose header row is not
-// `schema`'s (with a header), or OK.
-absl::Status CheckHeaders(const FeatureSchemaSpec& spec,
+// the one `schema` was resolved against (schema.header_line), or OK (also
+// for a schema without header rows).
+absl::Status CheckHeaders(const FeatureSchema& schema,
                           const std::vector<std::string>& files);
 
 class SchemaFormat {

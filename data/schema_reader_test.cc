@@ -148,7 +148,7 @@ TEST(SchemaReaderTest, CsvWithItsSeparatorsAndGzip) {
     options.header = true;
     options.batch_size = 500;
     options.fatal_bad_lines = true;
-    ASSERT_OK(CheckHeaders(spec, {dir + "/train.csv", file}));
+    ASSERT_OK(CheckHeaders(schema, {file}));
     ASSERT_OK_AND_ASSIGN(auto reader,
                          SchemaReader::Open(options, SchemaFormat(schema)));
     ASSERT_OK_AND_ASSIGN(std::optional<SchemaBatch> batch, reader->Next());
@@ -187,7 +187,8 @@ TEST(SchemaReaderTest, FilesWithAnotherHeaderAreRefused) {
   spec.sparse = {{"x"}};
   EXPECT_THAT(PrepareFeatureSchema(spec, {dir + "/a.tsv", dir + "/b.tsv"}, 10),
               StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr(dir + "/b.tsv: its header row 'label\\ty'")));
+                       HasSubstr(dir + "/b.tsv: its header row 'label\\ty' "
+                                       "is not the schema's ('label\\tx')")));
   ASSERT_OK_AND_ASSIGN(const FeatureSchema schema,
                        PrepareFeatureSchema(spec, {dir + "/a.tsv"}, 10));
   EXPECT_EQ(schema.sparse[0].field, 1);

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <future>
 #include <memory>
+#include <optional>
 #include <system_error>
 
 #include "absl/container/flat_hash_map.h"
@@ -21,11 +22,12 @@
 #include "common/file_io.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
-#include "data/criteo_reader.h"
+#include "data/feature_schema.h"
 #include "dense/blas.h"
 #include "dense/data_parallel.h"
 #include "dense/eval_metrics.h"
 #include "worker/collective.h"
+#include "worker/job_data.h"
 #include "worker/worker_metrics.h"
 
 namespace embedps::worker {
@@ -47,10 +49,11 @@ struct TableBatch {
 };
 
 struct PreparedStep {
-  data::CriteoBatch batch;
+  data::SchemaBatch batch;
   std::vector<TableBatch> tables;
-  // size × slots: the position of the sample's key in its table's unique.
-  std::vector<int32_t> index;
+  // Per slot, per key of its bags: the key's position in its table's
+  // unique.
+  std::vector<std::vector<int32_t>> index;
   std::vector<std::future<absl::Status>> pulls;
   // The step's Pushes, in flight while the next step computes.
   std::vector<std::future<absl::Status>> pushes;
@@ -66,7 +69,7 @@ class DlrmWorker {
   absl::Status Setup();
   // Groups the batch's keys by table, deduplicates them and starts the
   // Pulls (step `pull_step`; read-only Lookups for an evaluation).
-  std::unique_ptr<PreparedStep> Prepare(data::CriteoBatch batch,
+  std::unique_ptr<PreparedStep> Prepare(data::SchemaBatch batch,
                                         uint64_t pull_step,
                                         bool read_only = false);
   absl::Status AwaitPulls(PreparedStep& step);
@@ -106,7 +109,10 @@ class DlrmWorker {
   std::unique_ptr<dense::DenseOptimizer> optimizer_;
   std::unique_ptr<dense::Communicator> communicator_;
   std::unique_ptr<dense::DataParallelTrainer> trainer_;
-  std::unique_ptr<data::CriteoReader> reader_;
+  // The schema of the data (prepared from the training files), if not
+  // Criteo's layout.
+  std::optional<data::FeatureSchema> schema_;
+  std::unique_ptr<JobData> reader_;
   config::Mode mode_;
   int64_t total_steps_ = 0;
   // Restore.
@@ -123,7 +129,6 @@ class DlrmWorker {
   // In the model's host memory (page-locked for CUDA); grow-only, a step
   // uses the first n × dim floats of each.
   std::vector<dense::HostArray> slot_rows_, slot_grads_;
-  std::vector<int32_t> offsets_;
   std::vector<float> logits_;
 
   // Progress.
@@ -133,7 +138,7 @@ class DlrmWorker {
   int64_t loss_count_ = 0;
   std::deque<std::pair<float, float>> window_;  // (logit, label)
   std::vector<std::string> history_;
-  std::vector<data::CriteoBatch> test_batches_;  // rank 0, after the first eval
+  std::vector<data::SchemaBatch> test_batches_;  // rank 0, after the first eval
   WorkerMetrics metrics_;
   std::unique_ptr<MetricsEndpoint> endpoint_;
 };
@@ -182,19 +187,20 @@ absl::Status DlrmWorker::Setup() {
     table_names_.push_back(table.name());
     handles_.push_back(*handle);
   }
-  for (const config::SlotConfig& slot : c_.slot()) {
-    slot_table_.push_back(table_index.at(slot.table()));
+  for (const std::string& table : config::SlotTables(c_)) {
+    slot_table_.push_back(table_index.at(table));
   }
   dedup_.resize(handles_.size());
 
-  data::CriteoReaderOptions reader;
+  ASSIGN_OR_RETURN(schema_, JobData::PrepareSchema(c_));
+  data::BatchReaderOptions reader;
   reader.files.assign(c_.train_files().begin(), c_.train_files().end());
   reader.batch_size = c_.batch_size() > 0 ? c_.batch_size() : 512;
   reader.worker_index = o_.job.rank;
   reader.num_workers = o_.job.world_size;
   reader.epochs = c_.epochs() > 0 ? c_.epochs() : 1;
   reader.fatal_bad_lines = c_.fatal_bad_lines();
-  ASSIGN_OR_RETURN(reader_, data::CriteoReader::Open(reader));
+  ASSIGN_OR_RETURN(reader_, JobData::Open(reader, schema_));
   total_steps_ = reader_->total_steps();
   if (c_.max_steps() > 0) total_steps_ = std::min(total_steps_, c_.max_steps());
   metrics_.total_steps = total_steps_;
@@ -220,25 +226,26 @@ absl::Status DlrmWorker::Setup() {
   return absl::OkStatus();
 }
 
-std::unique_ptr<PreparedStep> DlrmWorker::Prepare(data::CriteoBatch batch,
+std::unique_ptr<PreparedStep> DlrmWorker::Prepare(data::SchemaBatch batch,
                                                   uint64_t pull_step,
                                                   bool read_only) {
   auto step = std::make_unique<PreparedStep>();
   step->batch = std::move(batch);
   step->tables.resize(handles_.size());
-  const int n = step->batch.size;
   const int slots = static_cast<int>(slot_table_.size());
-  step->index.resize(static_cast<size_t>(n) * slots);
+  step->index.resize(slots);
   for (auto& map : dedup_) map.clear();
-  for (int i = 0; i < n; ++i) {
-    for (int s = 0; s < slots; ++s) {
-      const int t = slot_table_[s];
-      const uint64_t key = step->batch.keys[static_cast<size_t>(i) * slots + s];
-      std::vector<uint64_t>& unique = step->tables[t].unique;
+  for (int s = 0; s < slots; ++s) {
+    const int t = slot_table_[s];
+    const std::vector<uint64_t>& keys = step->batch.slots[s].keys;
+    std::vector<int32_t>& index = step->index[s];
+    index.resize(keys.size());
+    std::vector<uint64_t>& unique = step->tables[t].unique;
+    for (size_t k = 0; k < keys.size(); ++k) {
       const auto [it, inserted] =
-          dedup_[t].try_emplace(key, static_cast<int32_t>(unique.size()));
-      if (inserted) unique.push_back(key);
-      step->index[static_cast<size_t>(i) * slots + s] = it->second;
+          dedup_[t].try_emplace(keys[k], static_cast<int32_t>(unique.size()));
+      if (inserted) unique.push_back(keys[k]);
+      index[k] = it->second;
     }
   }
   for (size_t t = 0; t < handles_.size(); ++t) {
@@ -282,23 +289,28 @@ absl::StatusOr<dense::Batch<float>> DlrmWorker::ModelBatch(PreparedStep& step) {
   const int n = step.batch.size;
   const int slots = static_cast<int>(slot_table_.size());
   slot_rows_.resize(slots);
-  offsets_.resize(n + 1);
-  for (int i = 0; i <= n; ++i) offsets_[i] = i;
   dense::Batch<float> batch;
   batch.size = n;
   batch.dense = step.batch.dense;
   batch.labels = step.batch.labels;
   for (int s = 0; s < slots; ++s) {
     const std::vector<float>& rows = step.tables[slot_table_[s]].rows;
-    const size_t size = static_cast<size_t>(n) * dim_;
+    const data::SchemaBatch::Bags& bags = step.batch.slots[s];
+    const std::vector<int32_t>& index = step.index[s];
+    const size_t size = index.size() * dim_;
     RETURN_IF_ERROR(Reserve(*model_, slot_rows_[s], size));
     const absl::Span<float> out = slot_rows_[s].span().first(size);
-    for (int i = 0; i < n; ++i) {
-      const int32_t u = step.index[static_cast<size_t>(i) * slots + s];
-      std::copy_n(rows.data() + static_cast<size_t>(u) * dim_, dim_,
-                  out.data() + static_cast<size_t>(i) * dim_);
+    for (size_t k = 0; k < index.size(); ++k) {
+      const float* row = rows.data() + static_cast<size_t>(index[k]) * dim_;
+      float* to = out.data() + k * dim_;
+      if (bags.weights.empty()) {
+        std::copy_n(row, dim_, to);
+      } else {
+        // A weighted bag is the sum of its rows scaled by their weights.
+        for (int d = 0; d < dim_; ++d) to[d] = bags.weights[k] * row[d];
+      }
     }
-    batch.slots.push_back({out, offsets_});
+    batch.slots.push_back({out, bags.offsets});
   }
   return batch;
 }
@@ -316,7 +328,7 @@ absl::StatusOr<float> DlrmWorker::TrainOn(PreparedStep& step) {
   slot_grads_.resize(slots);
   std::vector<absl::Span<float>> grads;
   for (int s = 0; s < slots; ++s) {
-    const size_t size = static_cast<size_t>(n) * dim_;
+    const size_t size = step.index[s].size() * dim_;
     RETURN_IF_ERROR(Reserve(*model_, slot_grads_[s], size));
     grads.push_back(slot_grads_[s].span().first(size));
   }
@@ -335,11 +347,15 @@ absl::StatusOr<float> DlrmWorker::TrainOn(PreparedStep& step) {
     }
     for (int s = 0; s < slots; ++s) {
       std::vector<float>& out = step.tables[slot_table_[s]].grads;
-      for (int i = 0; i < n; ++i) {
-        const int32_t u = step.index[static_cast<size_t>(i) * slots + s];
-        const float* g = slot_grads_[s].data() + static_cast<size_t>(i) * dim_;
-        float* target = out.data() + static_cast<size_t>(u) * dim_;
-        for (int k = 0; k < dim_; ++k) target[k] += scale * g[k];
+      const std::vector<int32_t>& index = step.index[s];
+      const std::vector<float>& weights = step.batch.slots[s].weights;
+      for (size_t k = 0; k < index.size(); ++k) {
+        // The model's gradient is the scaled row's: times the weight for
+        // the row itself.
+        const float by = weights.empty() ? scale : scale * weights[k];
+        const float* g = slot_grads_[s].data() + k * dim_;
+        float* target = out.data() + static_cast<size_t>(index[k]) * dim_;
+        for (int d = 0; d < dim_; ++d) target[d] += by * g[d];
       }
     }
     for (size_t t = 0; t < handles_.size(); ++t) {
@@ -389,21 +405,21 @@ absl::Status DlrmWorker::AwaitPushes(PreparedStep& step) {
 absl::StatusOr<EvalPoint> DlrmWorker::Evaluate(int64_t trained_steps) {
   if (test_batches_.empty()) {
     // Parsed once, kept for every later evaluation.
-    data::CriteoReaderOptions options;
+    data::BatchReaderOptions options;
     options.files.assign(c_.test_files().begin(), c_.test_files().end());
     options.batch_size = kEvalBatch;
     options.include_tail = true;
     options.name = "test";
-    ASSIGN_OR_RETURN(std::unique_ptr<data::CriteoReader> reader,
-                     data::CriteoReader::Open(options));
+    ASSIGN_OR_RETURN(std::unique_ptr<JobData> reader,
+                     JobData::Open(options, schema_));
     while (true) {
-      ASSIGN_OR_RETURN(std::optional<data::CriteoBatch> batch, reader->Next());
+      ASSIGN_OR_RETURN(std::optional<data::SchemaBatch> batch, reader->Next());
       if (!batch.has_value()) break;
       if (batch->size > 0) test_batches_.push_back(std::move(*batch));
     }
   }
   std::vector<float> logits, labels, batch_logits;
-  for (const data::CriteoBatch& batch : test_batches_) {
+  for (const data::SchemaBatch& batch : test_batches_) {
     // Read-only, at the next step: the evaluation changes no table (no rows
     // for test-only keys), and SYNC/SSP wait for the steps trained so far.
     std::unique_ptr<PreparedStep> step =
@@ -479,7 +495,7 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
   // A resumed run skips the batches the checkpoint has seen.
   for (int64_t skipped = 0; skipped < start_step_ && skipped < total_steps_;
        ++skipped) {
-    ASSIGN_OR_RETURN(std::optional<data::CriteoBatch> batch, reader_->Next());
+    ASSIGN_OR_RETURN(std::optional<data::SchemaBatch> batch, reader_->Next());
     if (!batch.has_value()) break;
   }
   const bool checkpoints = !c_.checkpoint_dir().empty();
@@ -491,7 +507,7 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
   if (publishes) RETURN_IF_ERROR(Publish(start_step_));
   std::unique_ptr<PreparedStep> current, pushing;
   if (start_step_ < total_steps_) {
-    ASSIGN_OR_RETURN(std::optional<data::CriteoBatch> first, reader_->Next());
+    ASSIGN_OR_RETURN(std::optional<data::SchemaBatch> first, reader_->Next());
     if (!first.has_value()) {
       return absl::InternalError("the reader ended before its first step");
     }
@@ -506,7 +522,7 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
     // The next batch's Pull runs while this one computes.
     std::unique_ptr<PreparedStep> next;
     if (step + 1 < total_steps_) {
-      ASSIGN_OR_RETURN(std::optional<data::CriteoBatch> batch, reader_->Next());
+      ASSIGN_OR_RETURN(std::optional<data::SchemaBatch> batch, reader_->Next());
       if (!batch.has_value()) {
         return absl::InternalError(
             absl::StrCat("the reader ended at step ", step + 1));
@@ -576,8 +592,14 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
           ? samples_ * o_.job.world_size / result.train_seconds
           : 0;
   result.final_train_loss = tail_count > 0 ? tail_sum / tail_count : 0;
-  const data::CriteoReaderStats stats = reader_->stats();
+  const data::BatchReaderStats stats = reader_->stats();
   result.bad_lines = stats.bad_lines;
+  if (const int64_t dropped = reader_->values_dropped(); dropped > 0) {
+    log_->warn(
+        "worker {}: {} ids left out past their column's max_values "
+        "(schema.sparse)",
+        o_.job.rank, dropped);
+  }
   result.parse_lines_per_second =
       stats.parse_seconds > 0 ? stats.lines_parsed / stats.parse_seconds : 0;
   result.pull_wait_seconds = metrics_.pull_wait_seconds;

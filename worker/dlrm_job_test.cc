@@ -2,8 +2,11 @@
 
 #include <fstream>
 #include <sstream>
+#include <string>
 
+#include "absl/strings/str_cat.h"
 #include "common/status_matchers.h"
+#include "config/dlrm_config.h"
 #include "gmock/gmock.h"
 #include "google/protobuf/text_format.h"
 #include "gtest/gtest.h"
@@ -14,9 +17,10 @@ namespace {
 using ::embedps::testing::StatusIs;
 using ::testing::HasSubstr;
 
-// The local job's configuration, which must be valid.
-config::WorkerConfig LocalConfig() {
-  std::ifstream in("deploy/local/dlrm_small.txtpb");
+// A configuration of deploy/local, which must be valid.
+config::WorkerConfig LocalConfig(
+    const std::string& path = "deploy/local/dlrm_small.txtpb") {
+  std::ifstream in(path);
   std::stringstream text;
   text << in.rdbuf();
   config::WorkerConfig config;
@@ -27,6 +31,46 @@ config::WorkerConfig LocalConfig() {
 
 TEST(ValidateWorkerConfigTest, TheLocalConfigIsValid) {
   EXPECT_OK(config::ValidateWorkerConfig(LocalConfig()));
+}
+
+// A schema's mistakes that need no data file are named at once; the
+// model's dense width and poolings follow the schema's columns.
+TEST(ValidateWorkerConfigTest, ASchemaConfig) {
+  const std::string path = "deploy/local/schema_small.txtpb";
+  ASSERT_OK(config::ValidateWorkerConfig(LocalConfig(path)));
+  const dense::ModelSpec spec = config::ModelSpecOf(LocalConfig(path));
+  EXPECT_EQ(spec.num_dense, 5);
+  ASSERT_EQ(spec.slots.size(), 10u);
+  EXPECT_EQ(spec.slots[6], dense::Pooling::kMean);  // a list
+  EXPECT_EQ(spec.slots[9], dense::Pooling::kSum);   // the weighted list
+  const auto refused = [](config::WorkerConfig c, const std::string& what) {
+    EXPECT_THAT(config::ValidateWorkerConfig(c),
+                StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(what)));
+  };
+  config::WorkerConfig c = LocalConfig(path);
+  c.add_slot()->set_table("ids");
+  refused(c, "both slot and schema");
+  c = LocalConfig(path);
+  c.mutable_schema()->clear_dense();
+  refused(c, "no dense column");
+  c = LocalConfig(path);
+  c.mutable_schema()->mutable_sparse(2)->set_table("nowhere");
+  refused(c, "schema.sparse 2 names table 'nowhere'");
+  c = LocalConfig(path);
+  c.mutable_schema()->set_header(false);
+  refused(c, "column 'label' is not a 0-based position");
+  c = LocalConfig(path);
+  c.mutable_schema()->set_header(false);
+  c.mutable_schema()->set_label("0");
+  for (int d = 0; d < c.schema().dense_size(); ++d) {
+    c.mutable_schema()->mutable_dense(d)->set_column(absl::StrCat(1 + d));
+  }
+  for (int s = 0; s < c.schema().sparse_size(); ++s) {
+    c.mutable_schema()->mutable_sparse(s)->set_column(absl::StrCat(6 + s));
+  }
+  EXPECT_OK(config::ValidateWorkerConfig(c));
+  c.mutable_schema()->mutable_sparse(0)->set_weighted(true);
+  refused(c, "set multi_valued too");
 }
 
 TEST(ValidateWorkerConfigTest, EachMistakeIsNamed) {

@@ -62,6 +62,12 @@ Predictor::Predictor(PredictorOptions options) : options_(std::move(options)) {}
 absl::StatusOr<std::unique_ptr<Predictor>> Predictor::Start(
     PredictorOptions options) {
   RETURN_IF_ERROR(config::ValidateWorkerConfig(options.config));
+  if (options.config.has_schema()) {
+    return absl::UnimplementedError(
+        "the predictor reads requests in Criteo's layout; a model trained on "
+        "a schema's columns is not served by it (look its rows up with a "
+        "ServingClient and run the dense model yourself)");
+  }
   std::unique_ptr<Predictor> predictor(new Predictor(std::move(options)));
   const config::WorkerConfig& config = predictor->options_.config;
   predictor->spec_ = config::ModelSpecOf(config);
