@@ -115,6 +115,15 @@ struct EtcdDirectoryClient::State {
   }
 };
 
+absl::StatusOr<std::unique_ptr<EtcdDirectoryClient>>
+EtcdDirectoryClient::Connect(control::EtcdOptions etcd,
+                             EtcdDirectoryOptions options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<control::EtcdClient> client,
+                   control::EtcdClient::Create(std::move(etcd)));
+  return std::make_unique<EtcdDirectoryClient>(std::move(client),
+                                               std::move(options));
+}
+
 EtcdDirectoryClient::EtcdDirectoryClient(
     std::unique_ptr<control::EtcdClient> etcd, EtcdDirectoryOptions options)
     : etcd_(std::move(etcd)), options_(std::move(options)) {}

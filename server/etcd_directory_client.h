@@ -58,6 +58,10 @@ class EtcdDirectoryClient final : public DirectoryClient {
  public:
   EtcdDirectoryClient(std::unique_ptr<control::EtcdClient> etcd,
                       EtcdDirectoryOptions options);
+  // Over a new client of `etcd` (endpoints, TLS): EtcdClient::Create's
+  // errors.
+  static absl::StatusOr<std::unique_ptr<EtcdDirectoryClient>> Connect(
+      control::EtcdOptions etcd, EtcdDirectoryOptions options);
 
   absl::StatusOr<proto::ReplicaView> Heartbeat(
       const proto::HeartbeatRequest& request, absl::Time deadline) override;

@@ -68,15 +68,13 @@ absl::StatusOr<std::unique_ptr<Replicator>> Replicator::Create(
       security::MakeChannelCredentials(replicator->options_.security));
   const ReplicationOptions& o = replicator->options_;
   if (!o.control_plane.empty()) {
-    control::EtcdOptions etcd_options;
-    etcd_options.endpoints = o.control_plane;
-    etcd_options.security = o.security;
-    ASSIGN_OR_RETURN(std::unique_ptr<control::EtcdClient> etcd,
-                     control::EtcdClient::Create(std::move(etcd_options)));
+    control::EtcdOptions etcd;
+    etcd.endpoints = o.control_plane;
+    etcd.security = o.security;
     EtcdDirectoryOptions directory;
     directory.cluster_id = o.cluster_id;
-    replicator->directory_ =
-        std::make_unique<EtcdDirectoryClient>(std::move(etcd), directory);
+    ASSIGN_OR_RETURN(replicator->directory_,
+                     EtcdDirectoryClient::Connect(std::move(etcd), directory));
   } else {
     replicator->directory_ = NewGrpcDirectoryClient(
         o.directory,

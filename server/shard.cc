@@ -223,12 +223,11 @@ absl::StatusOr<std::unique_ptr<ServingParts>> AssembleServing(
     control::EtcdOptions etcd;
     etcd.endpoints = options.follow_control_plane;
     etcd.security = follow.security;
-    ASSIGN_OR_RETURN(std::unique_ptr<control::EtcdClient> client,
-                     control::EtcdClient::Create(std::move(etcd)));
     EtcdDirectoryOptions directory_options;
     directory_options.cluster_id = options.cluster_id;
-    auto directory = std::make_shared<EtcdDirectoryClient>(std::move(client),
-                                                           directory_options);
+    ASSIGN_OR_RETURN(
+        std::shared_ptr<EtcdDirectoryClient> directory,
+        EtcdDirectoryClient::Connect(std::move(etcd), directory_options));
     follow.find_primary =
         [directory](int32_t shard) -> absl::StatusOr<std::string> {
       ASSIGN_OR_RETURN(const proto::ReplicaView view, directory->View(shard));
