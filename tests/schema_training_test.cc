@@ -53,7 +53,9 @@ std::string Train(const std::string& data, int servers, int workers) {
   for (auto& rank : ranks) {
     absl::StatusOr<int> code = rank->WaitFor(absl::Seconds(300));
     EXPECT_OK(code.status());
-    if (code.ok()) EXPECT_EQ(*code, 0);
+    if (code.ok()) {
+      EXPECT_EQ(*code, 0);
+    }
   }
   return ReadFile(out + "/summary.json");
 }

@@ -251,16 +251,24 @@ class ServingJobTest : public ::testing::Test {
 ServingJobTest::Suite* ServingJobTest::s_ = nullptr;
 
 TEST_F(ServingJobTest, ReplicasFollowTheJobAndEndEqualToItsLastCheckpoint) {
-  // While the job ran, the version served moved on.
+  // While the job ran, the version served moved on, through publications:
+  // checkpoints come every 40 steps, so a version of any other step was
+  // made by one.
   EXPECT_GE(s_->steps_while_training.size(), 2u)
       << "steps seen: " << absl::StrJoin(s_->steps_while_training, ",");
+  EXPECT_TRUE(std::any_of(s_->steps_while_training.begin(),
+                          s_->steps_while_training.end(),
+                          [](uint64_t step) { return step % 40 != 0; }))
+      << "the hot path was not used; steps seen: "
+      << absl::StrJoin(s_->steps_while_training, ",");
   ASSERT_TRUE(s_->AwaitStep(s_->final_step, {0, 1}));
   ASSERT_OK_AND_ASSIGN(auto client,
                        client::ServingClient::Connect(s_->Serving({0, 1})));
   const auto versions = client->Versions();
   for (const auto& v : versions[0]) {
+    // (The last step may come as its publication or, when the replica polls
+    // the root first, as the final checkpoint of the same step.)
     EXPECT_EQ(v.step(), static_cast<uint64_t>(s_->final_step));
-    EXPECT_GT(v.publications_applied(), 0u) << "the hot path was not used";
     EXPECT_EQ(v.last_error(), "");
   }
   // The job's last checkpoint, restored on a fresh training-role server,
