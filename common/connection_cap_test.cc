@@ -141,19 +141,35 @@ void Kill(pid_t child) {
   waitpid(child, nullptr, 0);
 }
 
+// The process's descriptor limit lowered to what it has open plus 100
+// while in scope (restored however the test ends).
+class LowLimit {
+ public:
+  LowLimit() {
+    getrlimit(RLIMIT_NOFILE, &original_);
+    low_ = original_;
+    low_.rlim_cur = OpenDescriptors() + 100;
+    EXPECT_EQ(setrlimit(RLIMIT_NOFILE, &low_), 0);
+  }
+  ~LowLimit() { EXPECT_EQ(setrlimit(RLIMIT_NOFILE, &original_), 0); }
+  const rlimit& original() const { return original_; }
+  const rlimit& low() const { return low_; }
+
+ private:
+  rlimit original_{};
+  rlimit low_{};
+};
+
 // A burst of connections past the limit: those beyond the cap are closed
 // at once, accept never fails for want of descriptors (gRPC 1.51 would
 // close its listener), and the next connection after the burst is taken.
 TEST(ConnectionCapTest, ABurstPastTheLimitIsCappedAndAcceptGoesOn) {
   Acceptor acceptor;
-  rlimit original{};
-  getrlimit(RLIMIT_NOFILE, &original);
-  rlimit low = original;
-  low.rlim_cur = OpenDescriptors() + 100;
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  const LowLimit limit;
   SetConnectionReserve(32);
   const uint64_t shed_before = ConnectionsShed();
-  const pid_t clients = ConnectFromAnotherProcess(acceptor.port(), original);
+  const pid_t clients =
+      ConnectFromAnotherProcess(acceptor.port(), limit.original());
   ASSERT_GT(clients, 0);
   // Accepting all 300 would take 300 descriptors here.
   EXPECT_TRUE(WaitFor(
@@ -165,7 +181,7 @@ TEST(ConnectionCapTest, ABurstPastTheLimitIsCappedAndAcceptGoesOn) {
   EXPECT_LE(acceptor.accepted(), 100u - 32u);
   EXPECT_GT(ConnectionsShed() - shed_before, 200u);
   EXPECT_GT(OpenDescriptors(), 30u);
-  EXPECT_LT(OpenDescriptors(), low.rlim_cur - 32 + 1);
+  EXPECT_LT(OpenDescriptors(), limit.low().rlim_cur - 32 + 1);
 
   Kill(clients);
   acceptor.CloseAccepted();
@@ -176,7 +192,6 @@ TEST(ConnectionCapTest, ABurstPastTheLimitIsCappedAndAcceptGoesOn) {
   close(late);
   acceptor.CloseAccepted();
   SetConnectionReserve(0);
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &original), 0);
 }
 
 // Files took every descriptor: a pending connection is taken with the
@@ -184,17 +199,14 @@ TEST(ConnectionCapTest, ABurstPastTheLimitIsCappedAndAcceptGoesOn) {
 // close connections are accepted again.
 TEST(ConnectionCapTest, NoDescriptorLeftClosesAPendingConnection) {
   Acceptor acceptor;
-  rlimit original{};
-  getrlimit(RLIMIT_NOFILE, &original);
-  rlimit low = original;
-  low.rlim_cur = OpenDescriptors() + 100;
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  const LowLimit limit;
   std::vector<int> files;
   for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) {
     files.push_back(fd);
   }
   const uint64_t shed_before = ConnectionsShed();
-  const pid_t clients = ConnectFromAnotherProcess(acceptor.port(), original);
+  const pid_t clients =
+      ConnectFromAnotherProcess(acceptor.port(), limit.original());
   ASSERT_GT(clients, 0);
   EXPECT_TRUE(WaitFor([&] { return ConnectionsShed() > shed_before; },
                       absl::Seconds(10)));
@@ -208,7 +220,6 @@ TEST(ConnectionCapTest, NoDescriptorLeftClosesAPendingConnection) {
   EXPECT_TRUE(
       WaitFor([&] { return acceptor.accepted() >= 1; }, absl::Seconds(5)));
   close(late);
-  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &original), 0);
   EXPECT_FALSE(acceptor.ran_out());
 }
 
