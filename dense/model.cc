@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
+#include "dense/blas.h"
 #include "dense/cpu_model.h"
 #include "dense/cuda_model.h"
 #include "dense/dense_model.pb.h"
@@ -76,8 +77,66 @@ class CpuBackendModel final : public Model {
   absl::Status ApplyOptimizer(DenseOptimizer& optimizer) override {
     return optimizer.Step(model_->parameters(), model_->gradients());
   }
+  absl::StatusOr<float> TrainStepOnUniqueRows(
+      const UniqueRowsBatch& batch, float gradient_scale,
+      absl::Span<const absl::Span<float>> table_gradients,
+      const std::function<void()>& ready) override {
+    RETURN_IF_ERROR(
+        ValidateUniqueRowsBatch(spec(), batch, /*with_labels=*/true));
+    RETURN_IF_ERROR(ValidateTableGradients(batch, table_gradients));
+    ASSIGN_OR_RETURN(const Batch<float> gathered, GatherOnHost(batch));
+    const int dim = spec().embedding_dim;
+    slot_gradients_.resize(batch.slots.size());
+    std::vector<absl::Span<float>> gradients;
+    std::vector<absl::Span<const float>> summed_from;
+    for (size_t s = 0; s < batch.slots.size(); ++s) {
+      const size_t size = batch.slots[s].index.size() * dim;
+      if (slot_gradients_[s].size() < size) {
+        ASSIGN_OR_RETURN(slot_gradients_[s], NewHostArray(size));
+      }
+      gradients.push_back(slot_gradients_[s].span().first(size));
+      summed_from.push_back(gradients.back());
+    }
+    return TrainStep(gathered, gradients, [&] {
+      SumUniqueRowGradients(batch, dim, summed_from, gradient_scale,
+                            table_gradients, DenseThreads());
+      if (ready) ready();
+    });
+  }
+
+  absl::Status PredictOnUniqueRows(const UniqueRowsBatch& batch,
+                                   absl::Span<float> logits) override {
+    RETURN_IF_ERROR(
+        ValidateUniqueRowsBatch(spec(), batch, /*with_labels=*/false));
+    ASSIGN_OR_RETURN(const Batch<float> gathered, GatherOnHost(batch));
+    return Predict(gathered, logits);
+  }
 
  private:
+  // The bags' rows, gathered from a UniqueRowsBatch, as a Batch.
+  absl::StatusOr<Batch<float>> GatherOnHost(const UniqueRowsBatch& batch) {
+    const int dim = spec().embedding_dim;
+    Batch<float> out;
+    out.size = batch.size;
+    out.dense = batch.dense;
+    out.labels = batch.labels;
+    slot_rows_.resize(batch.slots.size());
+    std::vector<absl::Span<float>> rows;
+    for (size_t s = 0; s < batch.slots.size(); ++s) {
+      const size_t size = batch.slots[s].index.size() * dim;
+      if (slot_rows_[s].size() < size) {
+        ASSIGN_OR_RETURN(slot_rows_[s], NewHostArray(size));
+      }
+      rows.push_back(slot_rows_[s].span().first(size));
+      out.slots.push_back({rows.back(), batch.slots[s].offsets});
+    }
+    GatherSlotRows(batch, dim, rows, DenseThreads());
+    return out;
+  }
+
+  // The bag-layout rows and their gradients of the host stages
+  // (grow-only).
+  std::vector<HostArray> slot_rows_, slot_gradients_;
   std::unique_ptr<CpuModel<float>> model_;
 };
 

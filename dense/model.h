@@ -21,6 +21,7 @@
 #include "dense/dense_optimizer.h"
 #include "dense/host_array.h"
 #include "dense/model_spec.h"
+#include "dense/unique_rows.h"
 
 namespace embedps::dense {
 
@@ -74,6 +75,27 @@ class Model {
       const Batch<float>& batch,
       absl::Span<const absl::Span<float>> row_gradients,
       const std::function<void()>& row_gradients_ready = nullptr) = 0;
+
+  // TrainStep on a batch of unique rows (unique_rows.h): every bag pools
+  // its keys' rows from their table's unique rows, and
+  // `table_gradients[t]` (one span per table, the size of its unique rows)
+  // receives, per unique row, the sum over the keys that name it of
+  // gradient_scale × weight × d loss / d row, in (slot, key) order: what a
+  // worker pushes. `ready` as row_gradients_ready, once the table
+  // gradients are final. INVALID_ARGUMENT (nothing changes) for a batch or
+  // buffers that do not fit.
+  //
+  // kCpu runs the host stages of unique_rows.h around TrainStep on
+  // DenseThreads() threads; kCuda runs them on the device, moving only the
+  // unique rows up and their gradients down.
+  virtual absl::StatusOr<float> TrainStepOnUniqueRows(
+      const UniqueRowsBatch& batch, float gradient_scale,
+      absl::Span<const absl::Span<float>> table_gradients,
+      const std::function<void()>& ready = nullptr) = 0;
+
+  // Predict on a batch of unique rows (labels are ignored).
+  virtual absl::Status PredictOnUniqueRows(const UniqueRowsBatch& batch,
+                                           absl::Span<float> logits) = 0;
 
   // Copies the logits of the last TrainStep's or Predict's batch into
   // `host` (e.g. for a running AUC without a second forward pass).

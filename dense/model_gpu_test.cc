@@ -14,6 +14,7 @@
 #include "common/status_matchers.h"
 #include "dense/device.h"
 #include "dense/model.h"
+#include "dense/unique_rows_testing.h"
 #include "gtest/gtest.h"
 
 namespace embedps::dense {
@@ -117,6 +118,82 @@ TEST_P(ModelParityTest, CpuAndCudaAgree) {
 }
 
 ModelSpec Dlrm();
+
+// On the device, the unique-rows step (pooling from unique rows, sums per
+// unique row after a sort) gives what the bag-layout step gives with the
+// host's sums, and what the CPU backend gives; for several optimizer
+// steps, with weighted and mean bags over two tables.
+TEST(CudaUniqueRowsTest, TheDeviceStagesGiveTheHostStagesSteps) {
+  absl::StatusOr<std::vector<CudaDeviceInfo>> devices = ListCudaDevices();
+  if (!devices.ok()) GTEST_SKIP() << "no CUDA device: " << devices.status();
+  const ModelSpec spec = Dlrm();
+  ModelOptions options;
+  options.backend = Backend::kCuda;
+  ASSERT_OK_AND_ASSIGN(auto device_stages, CreateModel(spec, options));
+  ASSERT_OK_AND_ASSIGN(auto host_stages, CreateModel(spec, options));
+  ASSERT_OK_AND_ASSIGN(auto cpu, CreateModel(spec, {}));
+  const size_t n = cpu->num_parameters();
+  DenseOptimizerSpec adam;
+  adam.learning_rate = 1e-2;
+  std::vector<std::unique_ptr<DenseOptimizer>> optimizers;
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK_AND_ASSIGN(auto optimizer, DenseOptimizer::Create(adam, n));
+    optimizers.push_back(std::move(optimizer));
+  }
+  const float scale = 0.5f;
+  for (uint32_t step = 0; step < 4; ++step) {
+    const RandomUniqueRows data(spec, 300 + step, step);
+    const UniqueRowsBatch batch = data.Batch();
+    auto tables = [&] {
+      return std::vector<std::vector<float>>{
+          std::vector<float>(data.table_floats(0), -1.0f),
+          std::vector<float>(data.table_floats(1), -1.0f)};
+    };
+    auto spans = [](std::vector<std::vector<float>>& v) {
+      return std::vector<absl::Span<float>>{absl::MakeSpan(v[0]),
+                                            absl::MakeSpan(v[1])};
+    };
+    std::vector<std::vector<float>> on_device = tables(), on_host = tables(),
+                                    on_cpu = tables();
+    ASSERT_OK_AND_ASSIGN(const float loss, device_stages->TrainStepOnUniqueRows(
+                                               batch, scale, spans(on_device)));
+    ASSERT_OK_AND_ASSIGN(
+        const float cpu_loss,
+        cpu->TrainStepOnUniqueRows(batch, scale, spans(on_cpu)));
+    std::vector<std::vector<float>> rows(spec.slots.size());
+    std::vector<absl::Span<float>> row_spans;
+    std::vector<absl::Span<const float>> summed;
+    for (size_t s = 0; s < spec.slots.size(); ++s) {
+      rows[s].resize(data.keys(s) * spec.embedding_dim);
+      row_spans.push_back(absl::MakeSpan(rows[s]));
+      summed.push_back(rows[s]);
+    }
+    ASSERT_OK_AND_ASSIGN(const float host_loss,
+                         host_stages->TrainStep(data.BagLayout(), row_spans));
+    SumUniqueRowGradients(batch, spec.embedding_dim, summed, scale,
+                          spans(on_host), 1);
+    EXPECT_NEAR(loss, host_loss, 1e-6 * std::abs(host_loss)) << step;
+    EXPECT_NEAR(loss, cpu_loss, 1e-4 * std::abs(cpu_loss)) << step;
+    for (int t = 0; t < 2; ++t) {
+      EXPECT_LT(RelativeError(on_device[t], on_host[t]), 1e-6)
+          << "table " << t << ", step " << step;
+      EXPECT_LT(RelativeError(on_device[t], on_cpu[t]), 1e-4)
+          << "table " << t << ", step " << step;
+    }
+    std::vector<float> logits(batch.size), cpu_logits(batch.size);
+    ASSERT_OK(
+        device_stages->PredictOnUniqueRows(batch, absl::MakeSpan(logits)));
+    ASSERT_OK(cpu->PredictOnUniqueRows(batch, absl::MakeSpan(cpu_logits)));
+    EXPECT_LT(RelativeError(logits, cpu_logits), 1e-4) << step;
+    ASSERT_OK(device_stages->ApplyOptimizer(*optimizers[0]));
+    ASSERT_OK(host_stages->ApplyOptimizer(*optimizers[1]));
+    ASSERT_OK(cpu->ApplyOptimizer(*optimizers[2]));
+  }
+  std::vector<float> p_device(n), p_cpu(n);
+  ASSERT_OK(device_stages->GetParameters(absl::MakeSpan(p_device)));
+  ASSERT_OK(cpu->GetParameters(absl::MakeSpan(p_cpu)));
+  EXPECT_LT(RelativeError(p_device, p_cpu), 1e-4);
+}
 
 // Batches in the model's page-locked host arrays (whose copies are
 // asynchronous DMA) give the steps that the same batches in pageable

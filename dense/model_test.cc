@@ -8,6 +8,7 @@
 
 #include "common/status_matchers.h"
 #include "dense/device.h"
+#include "dense/unique_rows_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -92,6 +93,74 @@ TEST(ModelTest, CpuTrainStepAndOptimizer) {
               StatusIs(absl::StatusCode::kInvalidArgument));
   EXPECT_THAT(model->SetParameters(std::vector<float>(3)),
               StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs")));
+}
+
+// The unique-rows step is the bag-layout step around the host stages,
+// bit for bit: same loss, logits, dense gradients and per-row sums.
+TEST(ModelTest, CpuUniqueRowsStepIsTheBagStepWithItsRowsSummed) {
+  ModelSpec spec = Spec();
+  spec.slots = {Pooling::kSum, Pooling::kMean, Pooling::kSum};
+  ASSERT_OK_AND_ASSIGN(auto unique_model, CreateModel(spec, {}));
+  ASSERT_OK_AND_ASSIGN(auto bag_model, CreateModel(spec, {}));
+  const float scale = 0.5f;
+  for (uint32_t step = 0; step < 3; ++step) {
+    const RandomUniqueRows data(spec, 37, step);
+    const UniqueRowsBatch batch = data.Batch();
+    std::vector<float> got[2] = {std::vector<float>(data.table_floats(0)),
+                                 std::vector<float>(data.table_floats(1))};
+    bool ready = false;
+    ASSERT_OK_AND_ASSIGN(
+        const float loss,
+        unique_model->TrainStepOnUniqueRows(
+            batch, scale, {absl::MakeSpan(got[0]), absl::MakeSpan(got[1])},
+            [&] { ready = true; }));
+    EXPECT_TRUE(ready);
+    std::vector<std::vector<float>> rows(spec.slots.size());
+    std::vector<absl::Span<float>> row_spans;
+    std::vector<absl::Span<const float>> summed;
+    for (size_t s = 0; s < spec.slots.size(); ++s) {
+      rows[s].resize(data.keys(s) * spec.embedding_dim);
+      row_spans.push_back(absl::MakeSpan(rows[s]));
+      summed.push_back(rows[s]);
+    }
+    ASSERT_OK_AND_ASSIGN(const float want_loss,
+                         bag_model->TrainStep(data.BagLayout(), row_spans));
+    std::vector<float> want[2] = {std::vector<float>(data.table_floats(0)),
+                                  std::vector<float>(data.table_floats(1))};
+    SumUniqueRowGradients(batch, spec.embedding_dim, summed, scale,
+                          {absl::MakeSpan(want[0]), absl::MakeSpan(want[1])},
+                          1);
+    EXPECT_EQ(loss, want_loss);
+    EXPECT_EQ(got[0], want[0]);
+    EXPECT_EQ(got[1], want[1]);
+    std::vector<float> g_unique(unique_model->num_parameters()),
+        g_bag(bag_model->num_parameters());
+    ASSERT_OK(unique_model->GetGradients(absl::MakeSpan(g_unique)));
+    ASSERT_OK(bag_model->GetGradients(absl::MakeSpan(g_bag)));
+    EXPECT_EQ(g_unique, g_bag);
+    std::vector<float> p_unique(37), p_bag(37);
+    ASSERT_OK(
+        unique_model->PredictOnUniqueRows(batch, absl::MakeSpan(p_unique)));
+    ASSERT_OK(bag_model->Predict(data.BagLayout(), absl::MakeSpan(p_bag)));
+    EXPECT_EQ(p_unique, p_bag);
+  }
+  // A batch that does not fit changes nothing.
+  const RandomUniqueRows data(spec, 5, 9);
+  UniqueRowsBatch bad = data.Batch();
+  bad.slots.pop_back();
+  std::vector<float> before(unique_model->num_parameters()),
+      after(unique_model->num_parameters());
+  ASSERT_OK(unique_model->GetGradients(absl::MakeSpan(before)));
+  std::vector<float> g0(data.table_floats(0)), g1(data.table_floats(1));
+  EXPECT_THAT(unique_model->TrainStepOnUniqueRows(
+                  bad, 1.0f, {absl::MakeSpan(g0), absl::MakeSpan(g1)}),
+              StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("slots")));
+  EXPECT_THAT(unique_model->TrainStepOnUniqueRows(data.Batch(), 1.0f,
+                                                  {absl::MakeSpan(g0)}),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("1 table gradients for 2 tables")));
+  ASSERT_OK(unique_model->GetGradients(absl::MakeSpan(after)));
+  EXPECT_EQ(before, after);
 }
 
 TEST(ModelTest, CpuHostArraysHoldABatchLikeAnyMemory) {

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <functional>
 #include <limits>
 #include <utility>
 #include <vector>
@@ -20,6 +21,8 @@
 #include "common/status_macros.h"
 #include "dense/cuda/cuda_status.h"
 #include "dense/cuda/model_kernels.cuh"
+#include "dense/cuda/unique_rows_kernels.cuh"
+#include "dense/unique_rows.h"
 
 namespace embedps::dense {
 namespace {
@@ -118,41 +121,20 @@ class CudaModel final : public Model {
     RETURN_IF_ERROR(MakeCurrent());
     const int n = batch.size, f = layout_.num_features, d = layout_.z0_dim;
     RETURN_IF_ERROR(Upload(batch, /*with_labels=*/true));
-    RETURN_IF_ERROR(Forward(batch));
-
-    RETURN_IF_ERROR(losses_.Resize(n));
-    RETURN_IF_ERROR(delta_.Resize(n));
-    LaunchBinaryCrossEntropy(top_activations_.back().data(), labels_.data(), n,
-                             losses_.data(), delta_.data(), stream_);
-    // Below the top MLP: nothing to do for a plain MLP; without slots the
-    // top input's gradient is d loss / d z0 itself.
-    const bool need_dz0 = !spec_.slots.empty() || !layout_.bottom.empty();
-    RETURN_IF_ERROR(
-        dinteraction_.Resize(static_cast<size_t>(n) * layout_.interaction_dim));
-    RETURN_IF_ERROR(StackBackward(layout_.top, top_activations_, top_input_, n,
-                                  need_dz0 ? dinteraction_.data() : nullptr));
-    if (spec_.slots.empty()) {
-      std::swap(delta_, dinteraction_);
-    } else {
-      RETURN_IF_ERROR(dfeatures_.Resize(features_.size()));
-      LaunchInteractBackward(features_.data(), dinteraction_.data(), n, f, d,
-                             dfeatures_.data(), stream_);
+    RETURN_IF_ERROR(Forward(n, [&](size_t s) {
+      LaunchPoolBags(spec_.slots[s] == Pooling::kMean, rows_[s].data(),
+                     offsets_[s].data(), n, d, static_cast<int>(s), f,
+                     features_.data(), stream_);
+    }));
+    RETURN_IF_ERROR(Backward(n, [&]() -> absl::Status {
       for (size_t s = 0; s < spec_.slots.size(); ++s) {
         RETURN_IF_ERROR(row_gradients_[s].Resize(rows_[s].size()));
         LaunchUnpoolBags(spec_.slots[s] == Pooling::kMean, dfeatures_.data(),
                          offsets_[s].data(), n, d, static_cast<int>(s), f,
                          row_gradients_[s].data(), stream_);
       }
-      if (!layout_.bottom.empty()) {
-        RETURN_IF_ERROR(delta_.Resize(static_cast<size_t>(n) * d));
-        LaunchCopyFeatureZero(delta_.data(), dfeatures_.data(), n, f, d,
-                              /*to_features=*/false, stream_);
-      }
-    }
-    if (!layout_.bottom.empty()) {
-      RETURN_IF_ERROR(StackBackward(layout_.bottom, bottom_activations_,
-                                    dense_.data(), n, nullptr));
-    }
+      return absl::OkStatus();
+    }));
     for (size_t s = 0; s < spec_.slots.size(); ++s) {
       RETURN_IF_ERROR(CudaStatus(
           cudaMemcpyAsync(row_gradients[s].data(), row_gradients_[s].data(),
@@ -160,32 +142,105 @@ class CudaModel final : public Model {
                           cudaMemcpyDeviceToHost, stream_),
           "copying row gradients to the host"));
     }
-    // BCE terms are never negative, so their absolute sum is the sum.
-    float loss_sum = 0;
-    RETURN_IF_ERROR(CublasStatus(
-        cublasSasum(cublas_, n, losses_.data(), 1, &loss_sum), "cublasSasum"));
-    RETURN_IF_ERROR(Synchronize("TrainStep"));
+    ASSIGN_OR_RETURN(const float loss, MeanLoss(n));
     if (row_gradients_ready) row_gradients_ready();
-    return loss_sum / static_cast<float>(n);
+    return loss;
+  }
+
+  // The bags pooled from the tables' unique rows on the device; the row
+  // gradients summed per unique row there (a stable radix sort of the
+  // keys' rows gives every row its keys in (slot, key) order), and only
+  // the sums copied back.
+  absl::StatusOr<float> TrainStepOnUniqueRows(
+      const UniqueRowsBatch& batch, float gradient_scale,
+      absl::Span<const absl::Span<float>> table_gradients,
+      const std::function<void()>& ready) override {
+    RETURN_IF_ERROR(
+        ValidateUniqueRowsBatch(spec_, batch, /*with_labels=*/true));
+    RETURN_IF_ERROR(ValidateTableGradients(batch, table_gradients));
+    RETURN_IF_ERROR(MakeCurrent());
+    const int n = batch.size;
+    RETURN_IF_ERROR(UploadUnique(batch, /*with_labels=*/true));
+    RETURN_IF_ERROR(Forward(n, [&](size_t s) { PoolUnique(batch, s); }));
+    RETURN_IF_ERROR(Backward(n, [&]() -> absl::Status {
+      for (size_t s = 0; s < batch.slots.size(); ++s) {
+        const UniqueRowsBatch::Slot& slot = batch.slots[s];
+        const size_t first = key_first_[s];
+        LaunchKeySources(spec_.slots[s] == Pooling::kMean, offsets_[s].data(),
+                         slot.weights.empty() ? nullptr : weights_[s].data(),
+                         gradient_scale, n, static_cast<int>(s),
+                         layout_.num_features, key_source_.data() + first,
+                         key_by_.data() + first, key_unpool_.data() + first,
+                         stream_);
+      }
+      return absl::OkStatus();
+    }));
+    // Per table: its keys' rows sorted (with their positions), then one
+    // sum per unique row.
+    for (size_t t = 0; t < batch.tables.size(); ++t) {
+      const int keys = static_cast<int>(table_keys_[t]);
+      const int rows =
+          static_cast<int>(batch.tables[t].size() / spec_.embedding_dim);
+      const size_t at = table_first_[t];
+      RETURN_IF_ERROR(table_gradients_[t].Resize(batch.tables[t].size()));
+      if (keys > 0) {
+        int bits = 1;
+        while (bits < 31 && (int64_t{1} << bits) < rows) ++bits;
+        LaunchIota(positions_.data() + at, keys, stream_);
+        size_t bytes = 0;
+        RETURN_IF_ERROR(
+            CudaStatus(SortPairs(nullptr, bytes, nullptr, nullptr, nullptr,
+                                 nullptr, keys, bits, stream_),
+                       "sizing the key sort"));
+        RETURN_IF_ERROR(sort_scratch_.Resize(bytes));
+        RETURN_IF_ERROR(CudaStatus(
+            SortPairs(sort_scratch_.data(), bytes, index_.data() + at,
+                      sorted_index_.data() + at, positions_.data() + at,
+                      sorted_positions_.data() + at, keys, bits, stream_),
+            "sorting the keys by row"));
+      }
+      // Positions count from the table's first key: so do the sources.
+      LaunchSumUniqueGradients(
+          sorted_index_.data() + at, sorted_positions_.data() + at, keys, rows,
+          spec_.embedding_dim, key_source_.data() + at, key_by_.data() + at,
+          key_unpool_.data() + at, dfeatures_.data(),
+          table_gradients_[t].data(), stream_);
+      RETURN_IF_ERROR(CudaStatus(
+          cudaMemcpyAsync(table_gradients[t].data(), table_gradients_[t].data(),
+                          table_gradients[t].size() * sizeof(float),
+                          cudaMemcpyDeviceToHost, stream_),
+          "copying unique-row gradients to the host"));
+    }
+    ASSIGN_OR_RETURN(const float loss, MeanLoss(n));
+    if (ready) ready();
+    return loss;
+  }
+
+  absl::Status PredictOnUniqueRows(const UniqueRowsBatch& batch,
+                                   absl::Span<float> logits) override {
+    RETURN_IF_ERROR(
+        ValidateUniqueRowsBatch(spec_, batch, /*with_labels=*/false));
+    RETURN_IF_ERROR(CheckPredictSize(batch.size, logits));
+    RETURN_IF_ERROR(MakeCurrent());
+    RETURN_IF_ERROR(UploadUnique(batch, /*with_labels=*/false));
+    RETURN_IF_ERROR(
+        Forward(batch.size, [&](size_t s) { PoolUnique(batch, s); }));
+    return CopyLogits(logits);
   }
 
   absl::Status Predict(const Batch<float>& batch,
                        absl::Span<float> logits) override {
     RETURN_IF_ERROR(ValidateBatch(spec_, batch, /*with_labels=*/false));
-    if (logits.size() != static_cast<size_t>(batch.size)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Predict needs room for ", batch.size, " logits, got ",
-                       logits.size()));
-    }
+    RETURN_IF_ERROR(CheckPredictSize(batch.size, logits));
     RETURN_IF_ERROR(MakeCurrent());
     RETURN_IF_ERROR(Upload(batch, /*with_labels=*/false));
-    RETURN_IF_ERROR(Forward(batch));
-    RETURN_IF_ERROR(CudaStatus(
-        cudaMemcpyAsync(logits.data(), top_activations_.back().data(),
-                        logits.size() * sizeof(float), cudaMemcpyDeviceToHost,
-                        stream_),
-        "copying logits to the host"));
-    return Synchronize("Predict");
+    const int n = batch.size, f = layout_.num_features, d = layout_.z0_dim;
+    RETURN_IF_ERROR(Forward(n, [&](size_t s) {
+      LaunchPoolBags(spec_.slots[s] == Pooling::kMean, rows_[s].data(),
+                     offsets_[s].data(), n, d, static_cast<int>(s), f,
+                     features_.data(), stream_);
+    }));
+    return CopyLogits(logits);
   }
 
   absl::Status LastLogits(absl::Span<float> host) override {
@@ -390,8 +445,10 @@ class CudaModel final : public Model {
     return absl::OkStatus();
   }
 
-  absl::Status Forward(const Batch<float>& batch) {
-    const int n = batch.size, f = layout_.num_features, d = layout_.z0_dim;
+  // The forward pass of n samples whose dense features are uploaded;
+  // pool(s) enqueues slot s's pooling into features_.
+  absl::Status Forward(int n, const std::function<void(size_t)>& pool) {
+    const int f = layout_.num_features, d = layout_.z0_dim;
     const float* z0 = dense_.data();
     if (!layout_.bottom.empty()) {
       RETURN_IF_ERROR(StackForward(layout_.bottom, bottom_activations_, z0, n));
@@ -402,11 +459,7 @@ class CudaModel final : public Model {
       RETURN_IF_ERROR(features_.Resize(static_cast<size_t>(n) * f * d));
       LaunchCopyFeatureZero(const_cast<float*>(z0), features_.data(), n, f, d,
                             /*to_features=*/true, stream_);
-      for (size_t s = 0; s < spec_.slots.size(); ++s) {
-        LaunchPoolBags(spec_.slots[s] == Pooling::kMean, rows_[s].data(),
-                       offsets_[s].data(), n, d, static_cast<int>(s), f,
-                       features_.data(), stream_);
-      }
+      for (size_t s = 0; s < spec_.slots.size(); ++s) pool(s);
       RETURN_IF_ERROR(interaction_.Resize(static_cast<size_t>(n) *
                                           layout_.interaction_dim));
       LaunchInteract(features_.data(), n, f, d, interaction_.data(), stream_);
@@ -414,6 +467,133 @@ class CudaModel final : public Model {
     }
     last_batch_size_ = n;
     return StackForward(layout_.top, top_activations_, top_input_, n);
+  }
+
+  // The backward pass after Forward (labels uploaded): the loss terms,
+  // the weight gradients into gradients_, and d loss / d features in
+  // dfeatures_, from which `rows` enqueues what the slots' rows need
+  // (before the bottom MLP's backward pass overwrites nothing it reads).
+  absl::Status Backward(int n, const std::function<absl::Status()>& rows) {
+    const int f = layout_.num_features, d = layout_.z0_dim;
+    RETURN_IF_ERROR(losses_.Resize(n));
+    RETURN_IF_ERROR(delta_.Resize(n));
+    LaunchBinaryCrossEntropy(top_activations_.back().data(), labels_.data(), n,
+                             losses_.data(), delta_.data(), stream_);
+    // Below the top MLP: nothing to do for a plain MLP; without slots the
+    // top input's gradient is d loss / d z0 itself.
+    const bool need_dz0 = !spec_.slots.empty() || !layout_.bottom.empty();
+    RETURN_IF_ERROR(
+        dinteraction_.Resize(static_cast<size_t>(n) * layout_.interaction_dim));
+    RETURN_IF_ERROR(StackBackward(layout_.top, top_activations_, top_input_, n,
+                                  need_dz0 ? dinteraction_.data() : nullptr));
+    if (spec_.slots.empty()) {
+      std::swap(delta_, dinteraction_);
+    } else {
+      RETURN_IF_ERROR(dfeatures_.Resize(features_.size()));
+      LaunchInteractBackward(features_.data(), dinteraction_.data(), n, f, d,
+                             dfeatures_.data(), stream_);
+      RETURN_IF_ERROR(rows());
+      if (!layout_.bottom.empty()) {
+        RETURN_IF_ERROR(delta_.Resize(static_cast<size_t>(n) * d));
+        LaunchCopyFeatureZero(delta_.data(), dfeatures_.data(), n, f, d,
+                              /*to_features=*/false, stream_);
+      }
+    }
+    if (!layout_.bottom.empty()) {
+      RETURN_IF_ERROR(StackBackward(layout_.bottom, bottom_activations_,
+                                    dense_.data(), n, nullptr));
+    }
+    return absl::OkStatus();
+  }
+
+  // The mean of the loss terms; waits for the step.
+  absl::StatusOr<float> MeanLoss(int n) {
+    // BCE terms are never negative, so their absolute sum is the sum.
+    float loss_sum = 0;
+    RETURN_IF_ERROR(CublasStatus(
+        cublasSasum(cublas_, n, losses_.data(), 1, &loss_sum), "cublasSasum"));
+    RETURN_IF_ERROR(Synchronize("TrainStep"));
+    return loss_sum / static_cast<float>(n);
+  }
+
+  static absl::Status CheckPredictSize(int n, absl::Span<float> logits) {
+    if (logits.size() != static_cast<size_t>(n)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Predict needs room for ", n, " logits, got ", logits.size()));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status CopyLogits(absl::Span<float> logits) {
+    RETURN_IF_ERROR(CudaStatus(
+        cudaMemcpyAsync(logits.data(), top_activations_.back().data(),
+                        logits.size() * sizeof(float), cudaMemcpyDeviceToHost,
+                        stream_),
+        "copying logits to the host"));
+    return Synchronize("Predict");
+  }
+
+  // Uploads a UniqueRowsBatch: the dense features (and labels), every
+  // table's unique rows, and per slot its offsets, weights and keys' rows
+  // (the latter into one array per table, slot after slot, at
+  // key_first_[s]; table t's keys start at table_first_[t]).
+  absl::Status UploadUnique(const UniqueRowsBatch& batch, bool with_labels) {
+    RETURN_IF_ERROR(UploadSpan(batch.dense, dense_, "dense features"));
+    if (with_labels) {
+      RETURN_IF_ERROR(UploadSpan(batch.labels, labels_, "labels"));
+    }
+    table_rows_.resize(batch.tables.size());
+    table_gradients_.resize(batch.tables.size());
+    for (size_t t = 0; t < batch.tables.size(); ++t) {
+      RETURN_IF_ERROR(
+          UploadSpan(batch.tables[t], table_rows_[t], "unique rows"));
+    }
+    table_first_.assign(batch.tables.size(), 0);
+    table_keys_.assign(batch.tables.size(), 0);
+    for (const UniqueRowsBatch::Slot& slot : batch.slots) {
+      table_keys_[slot.table] += slot.index.size();
+    }
+    size_t keys = 0;
+    for (size_t t = 0; t < batch.tables.size(); ++t) {
+      table_first_[t] = keys;
+      keys += table_keys_[t];
+    }
+    RETURN_IF_ERROR(index_.Resize(keys));
+    RETURN_IF_ERROR(positions_.Resize(keys));
+    RETURN_IF_ERROR(sorted_index_.Resize(keys));
+    RETURN_IF_ERROR(sorted_positions_.Resize(keys));
+    RETURN_IF_ERROR(key_source_.Resize(keys));
+    RETURN_IF_ERROR(key_by_.Resize(keys));
+    RETURN_IF_ERROR(key_unpool_.Resize(keys));
+    key_first_.resize(batch.slots.size());
+    weights_.resize(batch.slots.size());
+    std::vector<size_t> next = table_first_;
+    for (size_t s = 0; s < batch.slots.size(); ++s) {
+      const UniqueRowsBatch::Slot& slot = batch.slots[s];
+      key_first_[s] = next[slot.table];
+      next[slot.table] += slot.index.size();
+      if (!slot.index.empty()) {
+        RETURN_IF_ERROR(CudaStatus(
+            cudaMemcpyAsync(index_.data() + key_first_[s], slot.index.data(),
+                            slot.index.size() * sizeof(int32_t),
+                            cudaMemcpyHostToDevice, stream_),
+            "copying the keys' rows to the device"));
+      }
+      RETURN_IF_ERROR(UploadSpan(slot.offsets, offsets_[s], "bag offsets"));
+      RETURN_IF_ERROR(UploadSpan(slot.weights, weights_[s], "key weights"));
+    }
+    return absl::OkStatus();
+  }
+
+  // Enqueues slot s's pooling from its table's unique rows.
+  void PoolUnique(const UniqueRowsBatch& batch, size_t s) {
+    const UniqueRowsBatch::Slot& slot = batch.slots[s];
+    LaunchPoolUniqueBags(
+        spec_.slots[s] == Pooling::kMean, table_rows_[slot.table].data(),
+        index_.data() + key_first_[s],
+        slot.weights.empty() ? nullptr : weights_[s].data(), offsets_[s].data(),
+        batch.size, layout_.z0_dim, static_cast<int>(s), layout_.num_features,
+        features_.data(), stream_);
   }
 
   const ModelSpec spec_;
@@ -430,6 +610,17 @@ class CudaModel final : public Model {
   std::vector<DeviceArray<float>> row_gradients_;
   DeviceArray<float> features_, interaction_, dinteraction_, dfeatures_;
   DeviceArray<float> losses_, delta_, scratch_;
+  // A UniqueRowsBatch: per table its unique rows and their gradients; per
+  // key (all tables' keys, table after table) its row, its position, both
+  // sorted by row, and where its gradient comes from (KeySources); the
+  // sort's scratch; per slot its weights.
+  std::vector<DeviceArray<float>> table_rows_, table_gradients_;
+  DeviceArray<int32_t> index_, positions_, sorted_index_, sorted_positions_,
+      key_source_;
+  DeviceArray<float> key_by_, key_unpool_;
+  DeviceArray<char> sort_scratch_;
+  std::vector<DeviceArray<float>> weights_;
+  std::vector<size_t> key_first_, table_first_, table_keys_;
   // The top MLP's input of the current batch: the interaction, or z0
   // when there are no slots.
   const float* top_input_ = nullptr;
