@@ -124,8 +124,9 @@ void LaunchKeySources(bool mean, const int32_t* offsets, const float* weights,
 
 void LaunchIota(int32_t* out, int n, cudaStream_t stream) {
   if (n == 0) return;
-  const int blocks = (n + kThreads - 1) / kThreads;
-  IotaKernel < <<blocks<65535 ? blocks : 65535, kThreads, 0, stream>>>(out, n);
+  const int needed = (n + kThreads - 1) / kThreads;
+  const int blocks = needed < 65535 ? needed : 65535;
+  IotaKernel<<<blocks, kThreads, 0, stream>>>(out, n);
 }
 
 cudaError_t SortPairs(void* temp, size_t& temp_bytes, const int32_t* keys_in,
