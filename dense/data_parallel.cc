@@ -28,8 +28,18 @@ absl::StatusOr<float> DataParallelTrainer::Step(
     const Batch<float>& batch,
     absl::Span<const absl::Span<float>> row_gradients,
     const std::function<void()>& row_gradients_ready) {
-  absl::StatusOr<float> loss =
-      model_->TrainStep(batch, row_gradients, row_gradients_ready);
+  return Finish(model_->TrainStep(batch, row_gradients, row_gradients_ready));
+}
+
+absl::StatusOr<float> DataParallelTrainer::StepOnUniqueRows(
+    const UniqueRowsBatch& batch, float gradient_scale,
+    absl::Span<const absl::Span<float>> table_gradients,
+    const std::function<void()>& ready) {
+  return Finish(model_->TrainStepOnUniqueRows(batch, gradient_scale,
+                                              table_gradients, ready));
+}
+
+absl::StatusOr<float> DataParallelTrainer::Finish(absl::StatusOr<float> loss) {
   if (!loss.ok()) return loss.status();
   if (communicator_->world_size() > 1) {
     if (absl::Status s = communicator_->AllReduce(model_->gradient_buffer(),

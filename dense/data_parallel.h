@@ -45,9 +45,19 @@ class DataParallelTrainer {
       absl::Span<const absl::Span<float>> row_gradients,
       const std::function<void()>& row_gradients_ready = nullptr);
 
+  // Step on a batch of unique rows (Model::TrainStepOnUniqueRows): the
+  // same, with `ready` called once `table_gradients` are final.
+  absl::StatusOr<float> StepOnUniqueRows(
+      const UniqueRowsBatch& batch, float gradient_scale,
+      absl::Span<const absl::Span<float>> table_gradients,
+      const std::function<void()>& ready = nullptr);
+
   int64_t steps() const { return optimizer_->steps(); }
 
  private:
+  // The AllReduce and optimizer step after a model's step.
+  absl::StatusOr<float> Finish(absl::StatusOr<float> loss);
+
   DataParallelTrainer(Model* model, Communicator* communicator,
                       DenseOptimizer* optimizer)
       : model_(model), communicator_(communicator), optimizer_(optimizer) {}

@@ -10,6 +10,7 @@
 #include <memory>
 #include <optional>
 #include <system_error>
+#include <thread>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
@@ -26,8 +27,10 @@
 #include "dense/blas.h"
 #include "dense/data_parallel.h"
 #include "dense/eval_metrics.h"
+#include "dense/unique_rows.h"
 #include "worker/collective.h"
 #include "worker/job_data.h"
+#include "worker/key_dedup.h"
 #include "worker/worker_metrics.h"
 
 namespace embedps::worker {
@@ -42,10 +45,12 @@ constexpr int kEvalBatch = 4096;
 constexpr const char* kDenseFile = checkpoint::kDenseParametersFile;
 
 // One step's batch, its unique keys per table, and their rows.
+// The rows and gradients are in the model's host memory (page-locked for
+// CUDA), grow-only: a step uses the first unique × dim floats of each.
 struct TableBatch {
   std::vector<uint64_t> unique;
-  std::vector<float> rows;
-  std::vector<float> grads;
+  dense::HostArray rows;
+  dense::HostArray grads;
 };
 
 struct PreparedStep {
@@ -69,12 +74,19 @@ class DlrmWorker {
   absl::Status Setup();
   // Groups the batch's keys by table, deduplicates them and starts the
   // Pulls (step `pull_step`; read-only Lookups for an evaluation).
-  std::unique_ptr<PreparedStep> Prepare(data::SchemaBatch batch,
-                                        uint64_t pull_step,
-                                        bool read_only = false);
+  absl::StatusOr<std::unique_ptr<PreparedStep>> Prepare(data::SchemaBatch batch,
+                                                        uint64_t pull_step,
+                                                        bool read_only = false);
   absl::Status AwaitPulls(PreparedStep& step);
-  // The model's input for a prepared batch: one row per bag.
-  absl::StatusOr<dense::Batch<float>> ModelBatch(PreparedStep& step);
+  // A step done with (its Pushes finished) goes back for reuse.
+  void Recycle(std::unique_ptr<PreparedStep> step);
+  // The model's input for a prepared batch (after its Pulls).
+  dense::UniqueRowsBatch ModelBatch(const PreparedStep& step) const;
+  // DlrmJobOptions::stages_on_host: the step with the host's stages.
+  absl::StatusOr<float> StepWithHostStages(
+      const dense::UniqueRowsBatch& batch, float scale,
+      absl::Span<const absl::Span<float>> table_gradients,
+      const std::function<void()>& ready);
   // Trains on the step and starts its Pushes (AwaitPushes finishes them).
   absl::StatusOr<float> TrainOn(PreparedStep& step);
   absl::Status AwaitPushes(PreparedStep& step);
@@ -124,10 +136,11 @@ class DlrmWorker {
   // when it reaches full_checkpoint_every).
   int32_t since_full_checkpoint_ = -1;
 
-  // Scratch reused across steps.
-  std::vector<absl::flat_hash_map<uint64_t, int32_t>> dedup_;
-  // In the model's host memory (page-locked for CUDA); grow-only, a step
-  // uses the first n × dim floats of each.
+  std::unique_ptr<KeyDeduplicator> dedup_;
+  std::vector<std::vector<uint64_t>> unique_scratch_;
+  // Steps done with, and their buffers, for the next ones.
+  std::vector<std::unique_ptr<PreparedStep>> spare_steps_;
+  // stages_on_host: the bags' rows and their gradients (grow-only).
   std::vector<dense::HostArray> slot_rows_, slot_grads_;
   std::vector<float> logits_;
 
@@ -190,7 +203,10 @@ absl::Status DlrmWorker::Setup() {
   for (const std::string& table : config::SlotTables(c_)) {
     slot_table_.push_back(table_index.at(table));
   }
-  dedup_.resize(handles_.size());
+  dedup_ = std::make_unique<KeyDeduplicator>(
+      slot_table_, static_cast<int>(handles_.size()),
+      static_cast<int>(
+          std::clamp(std::thread::hardware_concurrency(), 1u, 8u)));
 
   ASSIGN_OR_RETURN(schema_, JobData::PrepareSchema(c_));
   data::BatchReaderOptions reader;
@@ -226,40 +242,56 @@ absl::Status DlrmWorker::Setup() {
   return absl::OkStatus();
 }
 
-std::unique_ptr<PreparedStep> DlrmWorker::Prepare(data::SchemaBatch batch,
-                                                  uint64_t pull_step,
-                                                  bool read_only) {
-  auto step = std::make_unique<PreparedStep>();
+// `array` with room for `size` floats: a new one from `model` when it has
+// less (a quarter more, so that steps of varying sizes soon stop growing).
+absl::Status Reserve(dense::Model& model, dense::HostArray& array,
+                     size_t size) {
+  if (array.size() >= size) return absl::OkStatus();
+  ASSIGN_OR_RETURN(array, model.NewHostArray(size + size / 4));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<PreparedStep>> DlrmWorker::Prepare(
+    data::SchemaBatch batch, uint64_t pull_step, bool read_only) {
+  std::unique_ptr<PreparedStep> step;
+  if (spare_steps_.empty()) {
+    step = std::make_unique<PreparedStep>();
+  } else {
+    step = std::move(spare_steps_.back());
+    spare_steps_.pop_back();
+  }
   step->batch = std::move(batch);
   step->tables.resize(handles_.size());
-  const int slots = static_cast<int>(slot_table_.size());
-  step->index.resize(slots);
-  for (auto& map : dedup_) map.clear();
-  for (int s = 0; s < slots; ++s) {
-    const int t = slot_table_[s];
-    const std::vector<uint64_t>& keys = step->batch.slots[s].keys;
-    std::vector<int32_t>& index = step->index[s];
-    index.resize(keys.size());
-    std::vector<uint64_t>& unique = step->tables[t].unique;
-    for (size_t k = 0; k < keys.size(); ++k) {
-      const auto [it, inserted] =
-          dedup_[t].try_emplace(keys[k], static_cast<int32_t>(unique.size()));
-      if (inserted) unique.push_back(keys[k]);
-      index[k] = it->second;
-    }
+  std::vector<absl::Span<const uint64_t>> keys;
+  for (const data::SchemaBatch::Bags& bags : step->batch.slots) {
+    keys.push_back(bags.keys);
+  }
+  dedup_->Run(keys, unique_scratch_, step->index);
+  // Every buffer first: no Pull is in flight when one cannot be had.
+  for (size_t t = 0; t < handles_.size(); ++t) {
+    TableBatch& table = step->tables[t];
+    table.unique.swap(unique_scratch_[t]);
+    RETURN_IF_ERROR(Reserve(*model_, table.rows, table.unique.size() * dim_));
   }
   for (size_t t = 0; t < handles_.size(); ++t) {
     TableBatch& table = step->tables[t];
-    table.rows.resize(table.unique.size() * dim_);
+    const absl::Span<float> rows =
+        table.rows.span().first(table.unique.size() * dim_);
     step->pulls.push_back(
-        read_only ? client_->LookupAsync(handles_[t], table.unique,
-                                         absl::MakeSpan(table.rows), pull_step,
-                                         client::Client::Keys::kUnique)
-                  : client_->PullAsync(handles_[t], table.unique,
-                                       absl::MakeSpan(table.rows), pull_step,
-                                       client::Client::Keys::kUnique));
+        read_only
+            ? client_->LookupAsync(handles_[t], table.unique, rows, pull_step,
+                                   client::Client::Keys::kUnique)
+            : client_->PullAsync(handles_[t], table.unique, rows, pull_step,
+                                 client::Client::Keys::kUnique));
   }
   return step;
+}
+
+void DlrmWorker::Recycle(std::unique_ptr<PreparedStep> step) {
+  if (step == nullptr) return;
+  step->pulls.clear();
+  step->pushes.clear();
+  spare_steps_.push_back(std::move(step));
 }
 
 absl::Status DlrmWorker::AwaitPulls(PreparedStep& step) {
@@ -276,43 +308,52 @@ absl::Status DlrmWorker::AwaitPulls(PreparedStep& step) {
   return first;
 }
 
-// `array` with room for `size` floats: a new one from `model` when it has
-// less.
-absl::Status Reserve(dense::Model& model, dense::HostArray& array,
-                     size_t size) {
-  if (array.size() >= size) return absl::OkStatus();
-  ASSIGN_OR_RETURN(array, model.NewHostArray(size));
-  return absl::OkStatus();
-}
-
-absl::StatusOr<dense::Batch<float>> DlrmWorker::ModelBatch(PreparedStep& step) {
-  const int n = step.batch.size;
-  const int slots = static_cast<int>(slot_table_.size());
-  slot_rows_.resize(slots);
-  dense::Batch<float> batch;
-  batch.size = n;
+dense::UniqueRowsBatch DlrmWorker::ModelBatch(const PreparedStep& step) const {
+  dense::UniqueRowsBatch batch;
+  batch.size = step.batch.size;
   batch.dense = step.batch.dense;
   batch.labels = step.batch.labels;
-  for (int s = 0; s < slots; ++s) {
-    const std::vector<float>& rows = step.tables[slot_table_[s]].rows;
+  for (const TableBatch& table : step.tables) {
+    batch.tables.push_back(table.rows.span().first(table.unique.size() * dim_));
+  }
+  for (size_t s = 0; s < slot_table_.size(); ++s) {
     const data::SchemaBatch::Bags& bags = step.batch.slots[s];
-    const std::vector<int32_t>& index = step.index[s];
-    const size_t size = index.size() * dim_;
-    RETURN_IF_ERROR(Reserve(*model_, slot_rows_[s], size));
-    const absl::Span<float> out = slot_rows_[s].span().first(size);
-    for (size_t k = 0; k < index.size(); ++k) {
-      const float* row = rows.data() + static_cast<size_t>(index[k]) * dim_;
-      float* to = out.data() + k * dim_;
-      if (bags.weights.empty()) {
-        std::copy_n(row, dim_, to);
-      } else {
-        // A weighted bag is the sum of its rows scaled by their weights.
-        for (int d = 0; d < dim_; ++d) to[d] = bags.weights[k] * row[d];
-      }
-    }
-    batch.slots.push_back({out, bags.offsets});
+    batch.slots.push_back(
+        {slot_table_[s], step.index[s], bags.offsets, bags.weights});
   }
   return batch;
+}
+
+absl::StatusOr<float> DlrmWorker::StepWithHostStages(
+    const dense::UniqueRowsBatch& batch, float scale,
+    absl::Span<const absl::Span<float>> table_gradients,
+    const std::function<void()>& ready) {
+  RETURN_IF_ERROR(dense::ValidateUniqueRowsBatch(model_->spec(), batch,
+                                                 /*with_labels=*/true));
+  const size_t slots = batch.slots.size();
+  slot_rows_.resize(slots);
+  slot_grads_.resize(slots);
+  dense::Batch<float> bags;
+  bags.size = batch.size;
+  bags.dense = batch.dense;
+  bags.labels = batch.labels;
+  std::vector<absl::Span<float>> rows, grads;
+  std::vector<absl::Span<const float>> summed;
+  for (size_t s = 0; s < slots; ++s) {
+    const size_t size = batch.slots[s].index.size() * dim_;
+    RETURN_IF_ERROR(Reserve(*model_, slot_rows_[s], size));
+    RETURN_IF_ERROR(Reserve(*model_, slot_grads_[s], size));
+    rows.push_back(slot_rows_[s].span().first(size));
+    grads.push_back(slot_grads_[s].span().first(size));
+    summed.push_back(grads.back());
+    bags.slots.push_back({rows.back(), batch.slots[s].offsets});
+  }
+  dense::GatherSlotRows(batch, dim_, rows, dense::DenseThreads());
+  return trainer_->Step(bags, grads, [&] {
+    dense::SumUniqueRowGradients(batch, dim_, summed, scale, table_gradients,
+                                 dense::DenseThreads());
+    ready();
+  });
 }
 
 absl::StatusOr<float> DlrmWorker::TrainOn(PreparedStep& step) {
@@ -323,14 +364,12 @@ absl::StatusOr<float> DlrmWorker::TrainOn(PreparedStep& step) {
         " has no valid line (every line of its batch was malformed); the "
         "data-parallel step cannot run without samples"));
   }
-  const int slots = static_cast<int>(slot_table_.size());
-  ASSIGN_OR_RETURN(const dense::Batch<float> batch, ModelBatch(step));
-  slot_grads_.resize(slots);
+  const dense::UniqueRowsBatch batch = ModelBatch(step);
   std::vector<absl::Span<float>> grads;
-  for (int s = 0; s < slots; ++s) {
-    const size_t size = step.index[s].size() * dim_;
-    RETURN_IF_ERROR(Reserve(*model_, slot_grads_[s], size));
-    grads.push_back(slot_grads_[s].span().first(size));
+  for (TableBatch& table : step.tables) {
+    const size_t size = table.unique.size() * dim_;
+    RETURN_IF_ERROR(Reserve(*model_, table.grads, size));
+    grads.push_back(table.grads.span().first(size));
   }
   const absl::Time compute_start = absl::Now();
   // Row gradients summed per unique key, and the Pushes started as soon as
@@ -342,29 +381,15 @@ absl::StatusOr<float> DlrmWorker::TrainOn(PreparedStep& step) {
                           ? 1.0f / static_cast<float>(o_.job.world_size)
                           : 1.0f;
   const auto push = [&] {
-    for (TableBatch& table : step.tables) {
-      table.grads.assign(table.unique.size() * dim_, 0.0f);
-    }
-    for (int s = 0; s < slots; ++s) {
-      std::vector<float>& out = step.tables[slot_table_[s]].grads;
-      const std::vector<int32_t>& index = step.index[s];
-      const std::vector<float>& weights = step.batch.slots[s].weights;
-      for (size_t k = 0; k < index.size(); ++k) {
-        // The model's gradient is the scaled row's: times the weight for
-        // the row itself.
-        const float by = weights.empty() ? scale : scale * weights[k];
-        const float* g = slot_grads_[s].data() + k * dim_;
-        float* target = out.data() + static_cast<size_t>(index[k]) * dim_;
-        for (int d = 0; d < dim_; ++d) target[d] += by * g[d];
-      }
-    }
     for (size_t t = 0; t < handles_.size(); ++t) {
-      step.pushes.push_back(client_->PushAsync(
-          handles_[t], step.tables[t].unique, step.tables[t].grads,
-          step.batch.step, client::Client::Keys::kUnique));
+      step.pushes.push_back(
+          client_->PushAsync(handles_[t], step.tables[t].unique, grads[t],
+                             step.batch.step, client::Client::Keys::kUnique));
     }
   };
-  absl::StatusOr<float> loss = trainer_->Step(batch, grads, push);
+  absl::StatusOr<float> loss =
+      o_.stages_on_host ? StepWithHostStages(batch, scale, grads, push)
+                        : trainer_->StepOnUniqueRows(batch, scale, grads, push);
   logits_.resize(n);
   if (loss.ok()) {
     if (absl::Status s = model_->LastLogits(absl::MakeSpan(logits_)); !s.ok()) {
@@ -422,16 +447,17 @@ absl::StatusOr<EvalPoint> DlrmWorker::Evaluate(int64_t trained_steps) {
   for (const data::SchemaBatch& batch : test_batches_) {
     // Read-only, at the next step: the evaluation changes no table (no rows
     // for test-only keys), and SYNC/SSP wait for the steps trained so far.
-    std::unique_ptr<PreparedStep> step =
-        Prepare(batch, static_cast<uint64_t>(trained_steps),
-                /*read_only=*/true);
+    ASSIGN_OR_RETURN(std::unique_ptr<PreparedStep> step,
+                     Prepare(batch, static_cast<uint64_t>(trained_steps),
+                             /*read_only=*/true));
     RETURN_IF_ERROR(AwaitPulls(*step));
-    ASSIGN_OR_RETURN(const dense::Batch<float> model_batch, ModelBatch(*step));
-    batch_logits.resize(model_batch.size);
-    RETURN_IF_ERROR(model_->Predict(model_batch, absl::MakeSpan(batch_logits)));
+    batch_logits.resize(step->batch.size);
+    RETURN_IF_ERROR(model_->PredictOnUniqueRows(ModelBatch(*step),
+                                                absl::MakeSpan(batch_logits)));
     logits.insert(logits.end(), batch_logits.begin(), batch_logits.end());
     labels.insert(labels.end(), step->batch.labels.begin(),
                   step->batch.labels.end());
+    Recycle(std::move(step));
   }
   EvalPoint point;
   point.step = trained_steps;
@@ -511,7 +537,8 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
     if (!first.has_value()) {
       return absl::InternalError("the reader ended before its first step");
     }
-    current = Prepare(std::move(*first), static_cast<uint64_t>(start_step_));
+    ASSIGN_OR_RETURN(current, Prepare(std::move(*first),
+                                      static_cast<uint64_t>(start_step_)));
   }
   for (int64_t step = start_step_; step < total_steps_; ++step) {
     const absl::Time pull_start = absl::Now();
@@ -522,12 +549,25 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
     // The next batch's Pull runs while this one computes.
     std::unique_ptr<PreparedStep> next;
     if (step + 1 < total_steps_) {
+      const absl::Time read_start = absl::Now();
       ASSIGN_OR_RETURN(std::optional<data::SchemaBatch> batch, reader_->Next());
       if (!batch.has_value()) {
         return absl::InternalError(
             absl::StrCat("the reader ended at step ", step + 1));
       }
-      next = Prepare(std::move(*batch), static_cast<uint64_t>(step + 1));
+      const absl::Time prepare_start = absl::Now();
+      result.read_seconds += absl::ToDoubleSeconds(prepare_start - read_start);
+      absl::StatusOr<std::unique_ptr<PreparedStep>> prepared =
+          Prepare(std::move(*batch), static_cast<uint64_t>(step + 1));
+      result.prepare_seconds +=
+          absl::ToDoubleSeconds(absl::Now() - prepare_start);
+      if (!prepared.ok()) {
+        // In-flight calls borrow the steps' buffers: done before they go.
+        AwaitPulls(*current).IgnoreError();
+        if (pushing != nullptr) AwaitPushes(*pushing).IgnoreError();
+        return prepared.status();
+      }
+      next = *std::move(prepared);
     }
     absl::StatusOr<float> loss = TrainOn(*current);
     if (!loss.ok()) {
@@ -537,6 +577,12 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
           absl::StrCat("step ", step, ": ", loss.status().message()));
     }
     samples_ += current->batch.size;
+    for (const data::SchemaBatch::Bags& bags : current->batch.slots) {
+      result.keys += static_cast<int64_t>(bags.keys.size());
+    }
+    for (const TableBatch& table : current->tables) {
+      result.keys_pulled += static_cast<int64_t>(table.unique.size());
+    }
     metrics_.steps = step + 1;
     metrics_.samples = samples_;
     metrics_.bad_lines = reader_->stats().bad_lines;
@@ -549,6 +595,7 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
     // This step's Pushes run while the next step computes; the previous
     // step's must be done by now.
     if (pushing != nullptr) RETURN_IF_ERROR(AwaitPushes(*pushing));
+    Recycle(std::move(pushing));
     pushing = std::move(current);
     current = std::move(next);
     Progress(step + 1, total_steps_, step + 1 == total_steps_);
@@ -605,6 +652,14 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
   result.pull_wait_seconds = metrics_.pull_wait_seconds;
   result.compute_seconds = metrics_.compute_seconds;
   result.push_seconds = metrics_.push_seconds;
+  {
+    const dense::ModelSpec spec = config::ModelSpecOf(c_);
+    const double bags =
+        static_cast<double>(samples_) * std::max<size_t>(1, spec.slots.size());
+    result.flops_per_sample = dense::TrainingFlopsPerSample(
+        spec, dense::LayoutOf(spec),
+        samples_ > 0 ? static_cast<double>(result.keys) / bags : 1.0);
+  }
   if (evaluates) {
     ASSIGN_OR_RETURN(EvalPoint point, Evaluate(total_steps_));
     log_->info(

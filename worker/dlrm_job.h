@@ -4,12 +4,15 @@
 //
 // One step t:
 //   read this worker's batch (data::CriteoReader, parsed on its own thread)
-//   → per table, the batch's unique keys → Pull (issued while step t−1
+//   → per table, the batch's unique keys (worker/key_dedup, over threads)
+//     → Pull into the model's host memory (issued while step t−1
 //     computes: the next batch's rows arrive during the current compute,
 //     within what the mode allows — SYNC Pulls wait on the server until
 //     step t−1 is applied everywhere)
-//   → pooled slot embeddings → dense forward/backward
-//   → row gradients summed per unique key → Push (SYNC: scaled by
+//   → Model::TrainStepOnUniqueRows: the bags pooled from the unique rows,
+//     dense forward/backward, row gradients summed per unique key (on the
+//     device for CUDA: only unique rows go up and their gradients down)
+//   → Push (SYNC: scaled by
 //     1/workers, so that the server's sum is the gradient of the mean loss
 //     over the global batch)
 //   → AllReduce(mean) of the dense gradients → dense optimizer.
@@ -46,6 +49,10 @@ struct DlrmJobOptions {
   // How long client calls keep retrying an unreachable server.
   absl::Duration retry_deadline = absl::Seconds(60);
   dense::ModelOptions model;
+  // Gather the bags' rows and sum their gradients per unique row on the
+  // host (DenseThreads() threads) even where the backend runs them itself
+  // (CUDA): for comparisons. Results equal to float rounding.
+  bool stages_on_host = false;
   // Rewrite one progress line in place (a terminal) instead of logging.
   bool progress_in_place = false;
   // Serve Prometheus metrics on this port (-1: off; 0: pick one) of
@@ -83,6 +90,17 @@ struct DlrmJobResult {
   double pull_wait_seconds = 0;
   double compute_seconds = 0;
   double push_seconds = 0;
+  // Waiting for the reader's next batch, and preparing it (deduplicating
+  // its keys, starting its Pulls), on the training thread.
+  double read_seconds = 0;
+  double prepare_seconds = 0;
+  // This worker's keys (ids of all its bags) and the unique keys it
+  // pulled, all steps: pulled ÷ samples is the traffic per sample.
+  int64_t keys = 0;
+  int64_t keys_pulled = 0;
+  // The dense model's FLOPs per trained sample (forward and backward, at
+  // the keys per bag seen): samples/s × this ÷ a device's peak is its MFU.
+  double flops_per_sample = 0;
   // The step this run started from (0, or the restored checkpoint's).
   int64_t start_step = 0;
   std::string restored_from;

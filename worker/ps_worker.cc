@@ -66,6 +66,13 @@ ABSL_FLAG(std::string, restore, "",
 ABSL_FLAG(int32_t, retry_deadline_s, 60,
           "how long calls to an unreachable server keep retrying "
           "before the worker fails");
+ABSL_FLAG(int32_t, blas_threads, 0,
+          "overrides the config's blas_threads: the threads of the CPU "
+          "model and of the host's batch stages");
+ABSL_FLAG(bool, stages_on_host, false,
+          "gather the bags' rows and sum their gradients per unique row on "
+          "the host even with --device=cuda (which runs them on the device): "
+          "for comparisons");
 ABSL_FLAG(int32_t, metrics_port, -1,
           "serve Prometheus metrics on this port (-1: off, 0: pick "
           "one)");
@@ -120,6 +127,9 @@ absl::Status Configure(DlrmJobOptions& options, JobFromFlags& job) {
   if (absl::GetFlag(FLAGS_epochs) > 0) {
     config.set_epochs(absl::GetFlag(FLAGS_epochs));
   }
+  if (absl::GetFlag(FLAGS_blas_threads) > 0) {
+    config.set_blas_threads(absl::GetFlag(FLAGS_blas_threads));
+  }
   if (absl::GetFlag(FLAGS_checkpoint_every_steps) >= 0) {
     config.set_checkpoint_every_steps(
         absl::GetFlag(FLAGS_checkpoint_every_steps));
@@ -144,6 +154,7 @@ absl::Status Configure(DlrmJobOptions& options, JobFromFlags& job) {
   options.job = job.job;
   options.retry_deadline = absl::Seconds(absl::GetFlag(FLAGS_retry_deadline_s));
   ASSIGN_OR_RETURN(options.model, ReadModelFlags());
+  options.stages_on_host = absl::GetFlag(FLAGS_stages_on_host);
   options.progress_in_place = isatty(STDERR_FILENO) != 0;
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.metrics_host = absl::GetFlag(FLAGS_metrics_host);

@@ -10,9 +10,11 @@
 #     model parity CPU vs CUDA, NCCL), each with its log;
 #  3. dense/model_benchmark: DLRM samples/s and MFU on the GPU next to the
 #     CPU in the same run, FP32 and TF32;
-#  4. the DLRM job end to end (datagen, 1 ps_server, 1 ps_worker) on CUDA
-#     and on the CPU with the same data and config: samples/s and test AUC
-#     side by side; then the CUDA job with its tables across 4 ps_servers.
+#  4. the DLRM job end to end (datagen, 1 or 4 ps_servers, 1 ps_worker),
+#     batch 4096 and 8192: on CUDA with the batch stages on the device and,
+#     in the same run, with them on the host (--stages_on_host); then on
+#     the CPU. Samples/s, MFU, test AUC, the time per step by stage, and
+#     the keys pulled per sample.
 # Writes one log per step under OUTDIR and a summary (OUTDIR/summary.txt).
 # Exits non-zero if a test failed or a job did not finish.
 set -uo pipefail
@@ -31,7 +33,8 @@ say "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 
 say "== tests"
 for t in device_gpu_test model_gpu_test nccl_gpu_test device_test model_test \
-         nccl_communicator_test cpu_model_test data_parallel_test; do
+         nccl_communicator_test cpu_model_test data_parallel_test \
+         unique_rows_test key_dedup_test; do
   if ! command -v "$t" >/dev/null; then
     say "$t: not in the bundle"
     failed=1
@@ -54,15 +57,18 @@ model_benchmark --devices=cuda --allow_tf32 --seconds=2 \
   >"$out/model_benchmark_tf32.log" 2>&1 || failed=1
 tee -a "$summary" <"$out/model_benchmark_tf32.log"
 
-say "== DLRM job (dlrm_large, 1 ps_server + 1 ps_worker): cuda vs cpu"
+say "== DLRM job (dlrm_large, ps_servers on this host + 1 ps_worker)"
 work=$(mktemp -d)
-datagen --output_dir="$work/data" --train_rows=400000 --test_rows=50000 \
-  --vocab=100,10000,300000,3000000 --seed=3 >"$out/datagen.log" 2>&1 || failed=1
-# One job: DEVICE BATCH SERVERS (that many ps_server processes, the tables
-# hash-partitioned across them).
+datagen --output_dir="$work/data" --train_rows="${TRAIN_ROWS:-1000000}" \
+  --test_rows=50000 --vocab=100,10000,300000,3000000 --seed=3 \
+  >"$out/datagen.log" 2>&1 || failed=1
+gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)
+# One job: DEVICE BATCH SERVERS LABEL [worker flags...] (SERVERS ps_server
+# processes, the tables hash-partitioned across them).
 run_job() {
-  local device=$1 batch=$2 nservers=$3
-  local run="$work/$device-$batch-$nservers" servers="" pids=() i rc
+  local device=$1 batch=$2 nservers=$3 label=$4
+  shift 4
+  local run="$work/$label-$batch-$nservers" servers="" pids=() i rc
   mkdir -p "$run"
   for i in $(seq "$nservers"); do
     ps_server --host=127.0.0.1 --port=0 --metrics_port=-1 \
@@ -74,42 +80,53 @@ run_job() {
     for _ in $(seq 100); do [ -s "$run/port$i" ] && break; sleep 0.1; done
     servers="$servers${servers:+,}127.0.0.1:$(sed -n 1p "$run/port$i")"
   done
-  local name="${device}_${batch}_${nservers}s"
+  local name="${label}_${batch}_${nservers}s"
   timeout 300 ps_worker --config=deploy/local/dlrm_large.txtpb \
     --servers="$servers" --device="$device" --batch_size="$batch" \
     --train_data="$work/data/train.txt" --test_data="$work/data/test.txt" \
     --bayes_metrics="$work/data/meta.json" --output_dir="$run/out" \
-    --job_name="gpu-$name" --log_level=warn \
+    --job_name="gpu-$name" --log_level=warn "$@" \
     >"$run/summary.json" 2>"$out/worker_$name.log"
   rc=$?
   kill -TERM "${pids[@]}" 2>/dev/null
   wait "${pids[@]}" 2>/dev/null
   if [ "$rc" -ne 0 ]; then
-    say "$device batch $batch, $nservers server(s): worker failed (rc $rc)"
+    say "$label batch $batch, $nservers server(s): worker failed (rc $rc)"
     tail -n 5 "$out/worker_$name.log" | tee -a "$summary"
     failed=1
     return
   fi
   cp "$run/summary.json" "$out/summary_$name.json"
-  python3 - "$run/summary.json" "$device" "$batch" "$nservers" <<'PY' | tee -a "$summary"
+  python3 - "$run/summary.json" "$label" "$batch" "$nservers" "$gpu_name" \
+    "$device" <<'PY' | tee -a "$summary"
 import json, sys
 s = json.load(open(sys.argv[1]))
-wait = s.get("pull_wait_seconds")
-wait = f", pull wait {wait:.1f} s" if wait is not None else ""
-print(f"{sys.argv[2]} batch {sys.argv[3]}, {sys.argv[4]} server(s): "
-      f"{s['samples_per_second']:,.0f} samples/s, test AUC {s['test_auc']:.4f}, "
-      f"{s['samples']:,} samples in {s['train_seconds']:.1f} s{wait}")
+label, batch, nservers, gpu, device = sys.argv[2:7]
+# NVIDIA data sheets, dense FP32 (the job runs without TF32).
+peaks = [("H100 PCIe", 51.2), ("H100", 66.9), ("H200", 66.9), ("A100", 19.5)]
+peak = next((p for n, p in peaks if n in gpu), 0) if device == "cuda" else 0
+sps = s["samples_per_second"]
+mfu = f", MFU {100 * sps * s['flops_per_sample'] / (peak * 1e12):.2f}%" if peak else ""
+steps = max(s["steps"], 1)
+per = lambda k: 1000 * s[k] / steps
+print(f"{label} batch {batch}, {nservers} server(s): {sps:,.0f} samples/s{mfu}, "
+      f"test AUC {s['test_auc']:.4f}, {s['samples']:,} samples in "
+      f"{s['train_seconds']:.1f} s; per step (ms): read {per('read_seconds'):.1f}, "
+      f"prepare {per('prepare_seconds'):.1f}, pull wait {per('pull_wait_seconds'):.1f}, "
+      f"compute {per('compute_seconds'):.1f}, push wait {per('push_seconds'):.1f}; "
+      f"keys pulled/sample {s['keys_pulled_per_sample']:.2f} of {s['keys_per_sample']:.1f}")
 PY
 }
-for device in cuda cpu; do
-  for batch in 512 4096; do
-    run_job "$device" "$batch" 1
+# The device's stages against the host's, same data, same lease.
+for nservers in 1 4; do
+  for batch in 4096 8192; do
+    run_job cuda "$batch" "$nservers" cuda --blas_threads="$(nproc)"
+    run_job cuda "$batch" "$nservers" cuda-host-stages --stages_on_host \
+      --blas_threads="$(nproc)"
   done
 done
-say "== DLRM job on cuda with the tables across 4 ps_servers"
-for batch in 512 4096; do
-  run_job cuda "$batch" 4
-done
+say "== the same job on the host's $(nproc) cores (60 steps)"
+run_job cpu 4096 4 cpu --max_steps=60 --blas_threads="$(nproc)"
 rm -rf "$work"
 say "== done: $([ $failed -eq 0 ] && echo all passed || echo FAILURES)"
 exit $failed
