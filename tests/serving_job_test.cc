@@ -194,6 +194,15 @@ class ServingJobTest : public ::testing::Test {
           return "cannot read the config";
         }
       }
+      // Publications every 0.2 s (the config's 2 s can outlast the job on
+      // a quiet machine): several come between checkpoints.
+      config.set_publish_every_seconds(0.2);
+      const std::string job_config = TestTempPath("job.txtpb");
+      {
+        std::string text;
+        google::protobuf::TextFormat::PrintToString(config, &text);
+        std::ofstream(job_config) << text;
+      }
       if (absl::Status generated = WritePlantedData(data, 150000, 5000);
           !generated.ok()) {
         return generated.ToString();
@@ -210,9 +219,8 @@ class ServingJobTest : public ::testing::Test {
       training = *std::move(shard);
       auto job = ChildProcess::Spawn(
           kWorker,
-          {std::string("--config=") + kConfig,
-           "--servers=" + training->address(), "--mode=async",
-           "--train_data=" + data + "/train.txt",
+          {"--config=" + job_config, "--servers=" + training->address(),
+           "--mode=async", "--train_data=" + data + "/train.txt",
            "--test_data=" + data + "/test.txt", "--output_dir=" + out,
            "--checkpoint_dir=" + checkpoints, "--checkpoint_every_steps=40",
            "--log_level=warn"},
@@ -251,9 +259,9 @@ class ServingJobTest : public ::testing::Test {
 ServingJobTest::Suite* ServingJobTest::s_ = nullptr;
 
 TEST_F(ServingJobTest, ReplicasFollowTheJobAndEndEqualToItsLastCheckpoint) {
-  // While the job ran, the version served moved on, through publications:
-  // checkpoints come every 40 steps, so a version of any other step was
-  // made by one.
+  // While the job ran, the version served moved on, through publications
+  // (every 0.2 s): checkpoints come every 40 steps, so a version of any
+  // other step was made by one.
   EXPECT_GE(s_->steps_while_training.size(), 2u)
       << "steps seen: " << absl::StrJoin(s_->steps_while_training, ",");
   EXPECT_TRUE(std::any_of(s_->steps_while_training.begin(),

@@ -87,9 +87,19 @@ class Cluster:
                     self.out / f"ps{shard}-{host}.log")
                 addresses.append(f"{ip[host]}:{port}")
             self.servers.append("|".join(addresses))
-        for shard in REPLICAS:
-            self.wait(lambda: len(self.in_sync(shard)) == 2,
-                      f"shard {shard}'s replicas never reached sync")
+        try:
+            for shard in REPLICAS:
+                self.wait(lambda: len(self.in_sync(shard)) == 2,
+                          f"shard {shard}'s replicas never reached sync", seconds=120)
+        except AssertionError as e:
+            # What the servers said, and nothing left running.
+            logs = "".join(f"\n--- {log.name}:\n" + log.read_text()[-1500:]
+                           for log in sorted(self.out.glob("ps*.log")))
+            self.close()
+            raise AssertionError(f"{e}; in_sync lists read from etcd, server logs:{logs}") from None
+        except BaseException:
+            self.close()
+            raise
 
     def read(self, key):
         """The value at `key` (from w0), "" if absent, None if etcd did not
