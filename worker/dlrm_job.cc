@@ -54,12 +54,27 @@ struct TableBatch {
 };
 
 struct PreparedStep {
+  // Calls still in flight borrow the step's buffers: a step that goes
+  // (the job stopping on an error) ends its Pulls and waits for its calls.
+  ~PreparedStep() {
+    if (canceller != nullptr) canceller->Cancel();
+    for (std::future<absl::Status>& call : pulls) {
+      if (call.valid()) call.wait();
+    }
+    for (std::future<absl::Status>& call : pushes) {
+      if (call.valid()) call.wait();
+    }
+  }
+
   data::SchemaBatch batch;
   std::vector<TableBatch> tables;
   // Per slot, per key of its bags: the key's position in its table's
   // unique.
   std::vector<std::vector<int32_t>> index;
   std::vector<std::future<absl::Status>> pulls;
+  // Ends the Pulls early when the job stops (a SYNC Pull of the next step
+  // waits for a step that will not come).
+  std::unique_ptr<client::Client::CallCanceller> canceller;
   // The step's Pushes, in flight while the next step computes.
   std::vector<std::future<absl::Status>> pushes;
 };
@@ -78,6 +93,8 @@ class DlrmWorker {
                                                         uint64_t pull_step,
                                                         bool read_only = false);
   absl::Status AwaitPulls(PreparedStep& step);
+  // Cancels the step's Pulls still in flight and waits for them.
+  void CancelPulls(PreparedStep& step);
   // A step done with (its Pushes finished) goes back for reuse.
   void Recycle(std::unique_ptr<PreparedStep> step);
   // The model's input for a prepared batch (after its Pulls).
@@ -273,18 +290,25 @@ absl::StatusOr<std::unique_ptr<PreparedStep>> DlrmWorker::Prepare(
     table.unique.swap(unique_scratch_[t]);
     RETURN_IF_ERROR(Reserve(*model_, table.rows, table.unique.size() * dim_));
   }
+  step->canceller = std::make_unique<client::Client::CallCanceller>();
   for (size_t t = 0; t < handles_.size(); ++t) {
     TableBatch& table = step->tables[t];
     const absl::Span<float> rows =
         table.rows.span().first(table.unique.size() * dim_);
     step->pulls.push_back(
-        read_only
-            ? client_->LookupAsync(handles_[t], table.unique, rows, pull_step,
-                                   client::Client::Keys::kUnique)
-            : client_->PullAsync(handles_[t], table.unique, rows, pull_step,
-                                 client::Client::Keys::kUnique));
+        read_only ? client_->LookupAsync(
+                        handles_[t], table.unique, rows, pull_step,
+                        client::Client::Keys::kUnique, step->canceller.get())
+                  : client_->PullAsync(handles_[t], table.unique, rows,
+                                       pull_step, client::Client::Keys::kUnique,
+                                       step->canceller.get()));
   }
   return step;
+}
+
+void DlrmWorker::CancelPulls(PreparedStep& step) {
+  if (step.canceller != nullptr) step.canceller->Cancel();
+  AwaitPulls(step).IgnoreError();
 }
 
 void DlrmWorker::Recycle(std::unique_ptr<PreparedStep> step) {
@@ -563,7 +587,6 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
           absl::ToDoubleSeconds(absl::Now() - prepare_start);
       if (!prepared.ok()) {
         // In-flight calls borrow the steps' buffers: done before they go.
-        AwaitPulls(*current).IgnoreError();
         if (pushing != nullptr) AwaitPushes(*pushing).IgnoreError();
         return prepared.status();
       }
@@ -571,7 +594,8 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
     }
     absl::StatusOr<float> loss = TrainOn(*current);
     if (!loss.ok()) {
-      if (next != nullptr) AwaitPulls(*next).IgnoreError();
+      if (next != nullptr) CancelPulls(*next);
+      if (pushing != nullptr) AwaitPushes(*pushing).IgnoreError();
       return absl::Status(
           loss.status().code(),
           absl::StrCat("step ", step, ": ", loss.status().message()));

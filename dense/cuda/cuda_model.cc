@@ -372,11 +372,14 @@ class CudaModel final : public Model {
       RETURN_IF_ERROR(
           UploadSpan(batch.slots[s].offsets, offsets_[s], "bag offsets"));
     }
-    if (ones_.size() < static_cast<size_t>(batch.size)) {
-      const std::vector<float> ones(batch.size, 1.0f);
-      RETURN_IF_ERROR(UploadSpan(absl::Span<const float>(ones), ones_, "ones"));
-    }
-    return absl::OkStatus();
+    return UploadOnes(batch.size);
+  }
+
+  // At least n ones in ones_ (the bias gradients' sums over the batch).
+  absl::Status UploadOnes(int n) {
+    if (ones_.size() >= static_cast<size_t>(n)) return absl::OkStatus();
+    const std::vector<float> ones(n, 1.0f);
+    return UploadSpan(absl::Span<const float>(ones), ones_, "ones");
   }
 
   // Row-major C[m×n] = alpha·op(A)·op(B) + beta·C through column-major
@@ -582,7 +585,7 @@ class CudaModel final : public Model {
       RETURN_IF_ERROR(UploadSpan(slot.offsets, offsets_[s], "bag offsets"));
       RETURN_IF_ERROR(UploadSpan(slot.weights, weights_[s], "key weights"));
     }
-    return absl::OkStatus();
+    return UploadOnes(batch.size);
   }
 
   // Enqueues slot s's pooling from its table's unique rows.
