@@ -29,11 +29,13 @@
 #include "dense/eval_metrics.h"
 #include "dense/unique_rows.h"
 #include "worker/collective.h"
+#include "worker/dlrm_worker.h"
 #include "worker/job_data.h"
 #include "worker/key_dedup.h"
 #include "worker/worker_metrics.h"
 
 namespace embedps::worker {
+namespace dlrm_internal {
 namespace {
 
 // Predictions kept for the running training AUC.
@@ -41,137 +43,7 @@ constexpr size_t kAucWindow = 1 << 16;
 // Test batches: large, forward only.
 constexpr int kEvalBatch = 4096;
 
-// The dense parameters' file in a checkpoint.
-constexpr const char* kDenseFile = checkpoint::kDenseParametersFile;
-
-// One step's batch, its unique keys per table, and their rows.
-// The rows and gradients are in the model's host memory (page-locked for
-// CUDA), grow-only: a step uses the first unique × dim floats of each.
-struct TableBatch {
-  std::vector<uint64_t> unique;
-  dense::HostArray rows;
-  dense::HostArray grads;
-};
-
-struct PreparedStep {
-  // Calls still in flight borrow the step's buffers: a step that goes
-  // (the job stopping on an error) ends its Pulls and waits for its calls.
-  ~PreparedStep() {
-    if (canceller != nullptr) canceller->Cancel();
-    for (std::future<absl::Status>& call : pulls) {
-      if (call.valid()) call.wait();
-    }
-    for (std::future<absl::Status>& call : pushes) {
-      if (call.valid()) call.wait();
-    }
-  }
-
-  data::SchemaBatch batch;
-  std::vector<TableBatch> tables;
-  // Per slot, per key of its bags: the key's position in its table's
-  // unique.
-  std::vector<std::vector<int32_t>> index;
-  std::vector<std::future<absl::Status>> pulls;
-  // Ends the Pulls early when the job stops (a SYNC Pull of the next step
-  // waits for a step that will not come).
-  std::unique_ptr<client::Client::CallCanceller> canceller;
-  // The step's Pushes, in flight while the next step computes.
-  std::vector<std::future<absl::Status>> pushes;
-};
-
-class DlrmWorker {
- public:
-  DlrmWorker(const DlrmJobOptions& options) : o_(options), c_(options.config) {}
-
-  absl::StatusOr<DlrmJobResult> Run();
-
- private:
-  absl::Status Setup();
-  // Groups the batch's keys by table, deduplicates them and starts the
-  // Pulls (step `pull_step`; read-only Lookups for an evaluation).
-  absl::StatusOr<std::unique_ptr<PreparedStep>> Prepare(data::SchemaBatch batch,
-                                                        uint64_t pull_step,
-                                                        bool read_only = false);
-  absl::Status AwaitPulls(PreparedStep& step);
-  // Cancels the step's Pulls still in flight and waits for them.
-  void CancelPulls(PreparedStep& step);
-  // A step done with (its Pushes finished) goes back for reuse.
-  void Recycle(std::unique_ptr<PreparedStep> step);
-  // The model's input for a prepared batch (after its Pulls).
-  dense::UniqueRowsBatch ModelBatch(const PreparedStep& step) const;
-  // DlrmJobOptions::stages_on_host: the step with the host's stages.
-  absl::StatusOr<float> StepWithHostStages(
-      const dense::UniqueRowsBatch& batch, float scale,
-      absl::Span<const absl::Span<float>> table_gradients,
-      const std::function<void()>& ready);
-  // Trains on the step and starts its Pushes (AwaitPushes finishes them).
-  absl::StatusOr<float> TrainOn(PreparedStep& step);
-  absl::Status AwaitPushes(PreparedStep& step);
-  absl::StatusOr<EvalPoint> Evaluate(int64_t trained_steps);
-  void Progress(int64_t step, int64_t total, bool force);
-  absl::Status WriteOutputs(const DlrmJobResult& result);
-  // Rank 0, before the tables are created: loads the checkpoint's tables
-  // into the servers and tells the other ranks which checkpoint it is.
-  absl::Status RestoreTables();
-  // Every rank: the dense parameters and optimizer state, and the step.
-  absl::Status RestoreDense();
-  // After `steps_done` steps (their pushes in `pushing`): all ranks meet,
-  // rank 0 snapshots the tables and saves the dense state, all ranks meet
-  // again; the files are finished in the background.
-  absl::Status Checkpoint(int64_t steps_done, PreparedStep* pushing,
-                          DlrmJobResult& result);
-  // Rank 0: waits for the checkpoint being finished, if any.
-  absl::Status AwaitCheckpoint(DlrmJobResult& result);
-  // Publishes the tables and the dense model after `steps` steps.
-  absl::Status Publish(int64_t steps);
-  int64_t last_published_step_ = -1;
-
-  const DlrmJobOptions& o_;
-  const config::WorkerConfig& c_;
-  std::shared_ptr<spdlog::logger> log_ = Logger("worker");
-  int dim_ = 0;
-  std::vector<std::string> table_names_;
-  std::vector<int> slot_table_;  // slot → index into tables
-  std::vector<client::TableHandle> handles_;
-  std::unique_ptr<client::Client> client_;
-  std::unique_ptr<dense::Model> model_;
-  std::unique_ptr<dense::DenseOptimizer> optimizer_;
-  std::unique_ptr<dense::Communicator> communicator_;
-  std::unique_ptr<dense::DataParallelTrainer> trainer_;
-  // The schema of the data (prepared from the training files), if not
-  // Criteo's layout.
-  std::optional<data::FeatureSchema> schema_;
-  std::unique_ptr<JobData> reader_;
-  config::Mode mode_;
-  int64_t total_steps_ = 0;
-  // Restore.
-  std::string restore_dir_;
-  int64_t start_step_ = 0;
-  // Rank 0: the checkpoint whose files are being finished.
-  std::future<absl::StatusOr<proto::CheckpointManifest>> finishing_;
-  // Rank 0: checkpoints started since the last full one (the next is full
-  // when it reaches full_checkpoint_every).
-  int32_t since_full_checkpoint_ = -1;
-
-  std::unique_ptr<KeyDeduplicator> dedup_;
-  std::vector<std::vector<uint64_t>> unique_scratch_;
-  // Steps done with, and their buffers, for the next ones.
-  std::vector<std::unique_ptr<PreparedStep>> spare_steps_;
-  // stages_on_host: the bags' rows and their gradients (grow-only).
-  std::vector<dense::HostArray> slot_rows_, slot_grads_;
-  std::vector<float> logits_;
-
-  // Progress.
-  absl::Time start_;
-  int64_t samples_ = 0;
-  double loss_sum_ = 0;
-  int64_t loss_count_ = 0;
-  std::deque<std::pair<float, float>> window_;  // (logit, label)
-  std::vector<std::string> history_;
-  std::vector<data::SchemaBatch> test_batches_;  // rank 0, after the first eval
-  WorkerMetrics metrics_;
-  std::unique_ptr<MetricsEndpoint> endpoint_;
-};
+}  // namespace
 
 absl::Status DlrmWorker::Setup() {
   RETURN_IF_ERROR(config::ValidateWorkerConfig(c_));
@@ -259,6 +131,8 @@ absl::Status DlrmWorker::Setup() {
   return absl::OkStatus();
 }
 
+namespace {
+
 // `array` with room for `size` floats: a new one from `model` when it has
 // less (a quarter more, so that steps of varying sizes soon stop growing).
 absl::Status Reserve(dense::Model& model, dense::HostArray& array,
@@ -267,6 +141,8 @@ absl::Status Reserve(dense::Model& model, dense::HostArray& array,
   ASSIGN_OR_RETURN(array, model.NewHostArray(size + size / 4));
   return absl::OkStatus();
 }
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<PreparedStep>> DlrmWorker::Prepare(
     data::SchemaBatch batch, uint64_t pull_step, bool read_only) {
@@ -713,144 +589,6 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
   return result;
 }
 
-absl::Status DlrmWorker::RestoreTables() {
-  if (o_.restore.empty()) return absl::OkStatus();
-  const std::string key = absl::StrCat(o_.job.job_name, "/restore_checkpoint");
-  if (o_.job.rank == 0) {
-    ASSIGN_OR_RETURN(restore_dir_, checkpoint::ResolveCheckpoint(o_.restore));
-    const absl::Time start = absl::Now();
-    absl::StatusOr<proto::LoadResponse> loaded = client_->Load(restore_dir_);
-    if (!loaded.ok()) {
-      return absl::Status(
-          loaded.status().code(),
-          absl::StrCat("restoring the tables of '", restore_dir_,
-                       "' into the servers: ", loaded.status().message(),
-                       " (restore into freshly started servers)"));
-    }
-    log_->info("restored the tables of '{}' (step {}) in {:.2f} s",
-               restore_dir_, loaded->step(),
-               absl::ToDoubleSeconds(absl::Now() - start));
-    return o_.job.store->Set(key, restore_dir_);
-  }
-  RETURN_IF_ERROR(o_.job.store->Wait({key}, o_.job.timeout));
-  ASSIGN_OR_RETURN(restore_dir_, o_.job.store->Get(key));
-  return absl::OkStatus();
-}
-
-absl::Status DlrmWorker::RestoreDense() {
-  if (restore_dir_.empty()) return absl::OkStatus();
-  ASSIGN_OR_RETURN(const proto::CheckpointManifest manifest,
-                   checkpoint::ReadManifest(restore_dir_));
-  const proto::CheckpointExtraFile* dense_file = nullptr;
-  for (const proto::CheckpointExtraFile& file : manifest.extra_file()) {
-    if (file.path() == kDenseFile) dense_file = &file;
-  }
-  const std::string path =
-      (std::filesystem::path(restore_dir_) / kDenseFile).string();
-  if (dense_file == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "checkpoint '", restore_dir_,
-        "' holds no dense parameters (written by a trainer that does not "
-        "save them?)"));
-  }
-  ASSIGN_OR_RETURN(const uint32_t crc, FileCrc32(path));
-  if (crc != dense_file->crc32()) {
-    return absl::DataLossError(absl::StrCat("dense parameters '", path,
-                                            "' fail the manifest's checksum"));
-  }
-  ASSIGN_OR_RETURN(const int64_t step,
-                   dense::LoadParameters(path, *model_, optimizer_.get()));
-  if (step != static_cast<int64_t>(manifest.step())) {
-    return absl::DataLossError(
-        absl::StrCat("dense parameters '", path, "' are of step ", step,
-                     "; the checkpoint is of step ", manifest.step()));
-  }
-  start_step_ = step;
-  log_->info("worker {}: resuming at step {} from '{}'", o_.job.rank, step,
-             restore_dir_);
-  return absl::OkStatus();
-}
-
-absl::Status DlrmWorker::Checkpoint(int64_t steps_done, PreparedStep* pushing,
-                                    DlrmJobResult& result) {
-  const absl::Time start = absl::Now();
-  // Every rank's pushes of the step are in (SYNC: applied, since the last
-  // one applies the step), and no rank pushes the next step before the
-  // snapshot: the checkpoint holds exactly `steps_done` steps.
-  if (pushing != nullptr) RETURN_IF_ERROR(AwaitPushes(*pushing));
-  RETURN_IF_ERROR(communicator_->Barrier());
-  if (o_.job.rank == 0) {
-    // The previous checkpoint must be complete: it is this one's parent.
-    RETURN_IF_ERROR(AwaitCheckpoint(result));
-    client::Client::CheckpointOptions options;
-    options.root = c_.checkpoint_dir();
-    options.step = static_cast<uint64_t>(steps_done);
-    // Chains of increments end every full_checkpoint_every checkpoints,
-    // so that retention can delete what is older.
-    const int32_t full_every =
-        c_.full_checkpoint_every() > 0 ? c_.full_checkpoint_every() : 10;
-    options.incremental = c_.incremental_checkpoints() &&
-                          since_full_checkpoint_ >= 0 &&
-                          since_full_checkpoint_ + 1 < full_every;
-    since_full_checkpoint_ =
-        options.incremental ? since_full_checkpoint_ + 1 : 0;
-    options.keep = c_.keep_checkpoints();
-    ASSIGN_OR_RETURN(std::unique_ptr<client::Client::PendingCheckpoint> pending,
-                     client_->StartCheckpoint(options));
-    RETURN_IF_ERROR(dense::SaveParameters(
-        *model_, steps_done,
-        (std::filesystem::path(pending->directory()) / kDenseFile).string(),
-        optimizer_.get()));
-    finishing_ = std::async(
-        std::launch::async,
-        [log = log_, pending = std::move(pending)]()
-            -> absl::StatusOr<proto::CheckpointManifest> {
-          absl::StatusOr<proto::CheckpointManifest> manifest =
-              pending->Finish({kDenseFile});
-          for (const std::string& name : pending->pruned()) {
-            log->info("retention: deleted checkpoint '{}'", name);
-          }
-          if (!pending->prune_status().ok()) {
-            log->warn("retention: {}", pending->prune_status().ToString());
-          }
-          return manifest;
-        });
-  }
-  RETURN_IF_ERROR(communicator_->Barrier());
-  const double pause = absl::ToDoubleSeconds(absl::Now() - start);
-  result.checkpoint_pause_max_seconds =
-      std::max(result.checkpoint_pause_max_seconds, pause);
-  result.checkpoint_pause_total_seconds += pause;
-  return absl::OkStatus();
-}
-
-absl::Status DlrmWorker::AwaitCheckpoint(DlrmJobResult& result) {
-  if (!finishing_.valid()) return absl::OkStatus();
-  absl::StatusOr<proto::CheckpointManifest> manifest = finishing_.get();
-  if (!manifest.ok()) {
-    return absl::Status(
-        manifest.status().code(),
-        absl::StrCat("checkpoint: ", manifest.status().message()));
-  }
-  ++result.checkpoints;
-  result.last_checkpoint =
-      (std::filesystem::path(c_.checkpoint_dir()) / manifest->name()).string();
-  log_->info("checkpoint '{}' complete (step {})", result.last_checkpoint,
-             manifest->step());
-  return absl::OkStatus();
-}
-
-absl::Status DlrmWorker::Publish(int64_t steps) {
-  ASSIGN_OR_RETURN(const std::string dense,
-                   dense::SerializeParameters(*model_, steps));
-  ASSIGN_OR_RETURN(const uint64_t rows,
-                   client_->Publish(static_cast<uint64_t>(steps), dense));
-  ++metrics_.publications;
-  last_published_step_ = steps;
-  log_->debug("published step {}: {} rows", steps, rows);
-  return absl::OkStatus();
-}
-
 absl::Status DlrmWorker::WriteOutputs(const DlrmJobResult& result) {
   if (c_.output_dir().empty()) return absl::OkStatus();
   std::error_code error;
@@ -875,14 +613,14 @@ absl::Status DlrmWorker::WriteOutputs(const DlrmJobResult& result) {
   return absl::OkStatus();
 }
 
-}  // namespace
+}  // namespace dlrm_internal
 
 absl::StatusOr<DlrmJobResult> RunDlrmJob(const DlrmJobOptions& options) {
   RETURN_IF_ERROR(ValidateJobMembership(options.job));
   if (options.servers.empty()) {
     return absl::InvalidArgumentError("the DLRM job needs server addresses");
   }
-  DlrmWorker worker(options);
+  dlrm_internal::DlrmWorker worker(options);
   return worker.Run();
 }
 
