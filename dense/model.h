@@ -6,7 +6,9 @@
 // Communicator of the backend's kind (Gloo for kCpu, NCCL for kCuda) →
 // ApplyOptimizer.
 //
-// Thread safety: one thread at a time per Model.
+// Thread safety: one thread at a time per Model, but for NewHostArray,
+// which any thread may call at any time (a worker prepares the next
+// batch's buffers while a step runs).
 #ifndef EMBEDPS_DENSE_MODEL_H_
 #define EMBEDPS_DENSE_MODEL_H_
 

@@ -329,6 +329,38 @@ TEST_F(TrainingTest, BadDataIsSkippedOrFatal) {
       << ReadFile(log);
 }
 
+// A SYNC step that cannot run (its whole batch malformed) ends the job at
+// once with the step's error: the next step's Pull, already waiting on the
+// server for a step that will never be pushed, is cancelled (it would hold
+// the worker for the step timeout, 300 s).
+TEST_F(TrainingTest, ASyncStepThatFailsEndsTheJobAtOnce) {
+  const std::string bad = TestTempPath("empty_batch_train.txt");
+  {
+    std::ifstream in(*data_ + "/train.txt");
+    std::ofstream out(bad);
+    std::string line;
+    // Batches of 512: step 2 is lines [1024, 1536).
+    for (int i = 0; i < 4096 && std::getline(in, line); ++i) {
+      out << (i >= 1024 && i < 1536 ? "1\tnot-a-number" : line) << "\n";
+    }
+  }
+  auto server = ServerProcess::Start(kServer, {});
+  ASSERT_OK(server.status());
+  const std::string log = TestTempPath("empty_batch.log");
+  auto worker = ChildProcess::Spawn(
+      kWorker,
+      {std::string("--config=") + kConfig, "--mode=sync",
+       "--servers=" + (*server)->address(), "--train_data=" + bad,
+       "--test_data=" + *data_ + "/test.txt"},
+      "", log);
+  ASSERT_OK(worker.status());
+  ASSERT_OK_AND_ASSIGN(int code, (*worker)->WaitFor(absl::Seconds(60)));
+  EXPECT_EQ(code, 1);
+  EXPECT_NE(ReadFile(log).find("step 2: step 2 of worker 0 has no valid line"),
+            std::string::npos)
+      << ReadFile(log);
+}
+
 // datagen refuses flags it cannot use, saying which.
 TEST_F(TrainingTest, DatagenRefusesBadFlags) {
   for (const std::vector<std::string>& args :

@@ -447,28 +447,44 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
         metrics_.pull_wait_seconds +
         absl::ToDoubleSeconds(absl::Now() - pull_start);
     // The next batch's Pull runs while this one computes.
-    std::unique_ptr<PreparedStep> next;
+    // The next batch is read, deduplicated and its Pulls started on a
+    // helper thread while this step computes (the helper touches the
+    // reader, the deduplicator and the spare steps; this thread none of
+    // them until it has the result).
+    std::future<absl::StatusOr<std::unique_ptr<PreparedStep>>> preparing;
     if (step + 1 < total_steps_) {
-      const absl::Time read_start = absl::Now();
-      ASSIGN_OR_RETURN(std::optional<data::SchemaBatch> batch, reader_->Next());
-      if (!batch.has_value()) {
-        return absl::InternalError(
-            absl::StrCat("the reader ended at step ", step + 1));
-      }
-      const absl::Time prepare_start = absl::Now();
-      result.read_seconds += absl::ToDoubleSeconds(prepare_start - read_start);
-      absl::StatusOr<std::unique_ptr<PreparedStep>> prepared =
-          Prepare(std::move(*batch), static_cast<uint64_t>(step + 1));
-      result.prepare_seconds +=
-          absl::ToDoubleSeconds(absl::Now() - prepare_start);
-      if (!prepared.ok()) {
-        // In-flight calls borrow the steps' buffers: done before they go.
-        if (pushing != nullptr) AwaitPushes(*pushing).IgnoreError();
-        return prepared.status();
-      }
-      next = *std::move(prepared);
+      preparing = std::async(
+          std::launch::async,
+          [this, step,
+           &result]() -> absl::StatusOr<std::unique_ptr<PreparedStep>> {
+            const absl::Time read_start = absl::Now();
+            ASSIGN_OR_RETURN(std::optional<data::SchemaBatch> batch,
+                             reader_->Next());
+            if (!batch.has_value()) {
+              return absl::InternalError(
+                  absl::StrCat("the reader ended at step ", step + 1));
+            }
+            const absl::Time prepare_start = absl::Now();
+            result.read_seconds +=
+                absl::ToDoubleSeconds(prepare_start - read_start);
+            absl::StatusOr<std::unique_ptr<PreparedStep>> prepared =
+                Prepare(std::move(*batch), static_cast<uint64_t>(step + 1));
+            result.prepare_seconds +=
+                absl::ToDoubleSeconds(absl::Now() - prepare_start);
+            return prepared;
+          });
     }
     absl::StatusOr<float> loss = TrainOn(*current);
+    std::unique_ptr<PreparedStep> next;
+    if (preparing.valid()) {
+      const absl::Time wait_start = absl::Now();
+      absl::StatusOr<std::unique_ptr<PreparedStep>> prepared = preparing.get();
+      result.prepare_wait_seconds +=
+          absl::ToDoubleSeconds(absl::Now() - wait_start);
+      // (A step that goes cancels its Pulls and waits for its calls.)
+      if (!prepared.ok() && loss.ok()) return prepared.status();
+      if (prepared.ok()) next = *std::move(prepared);
+    }
     if (!loss.ok()) {
       if (next != nullptr) CancelPulls(*next);
       if (pushing != nullptr) AwaitPushes(*pushing).IgnoreError();

@@ -3,7 +3,8 @@
 // ps_server shards and whose dense model is replicated and allreduced.
 //
 // One step t:
-//   read this worker's batch (data::CriteoReader, parsed on its own thread)
+//   read this worker's batch (data::CriteoReader, parsed on its own thread;
+//     batch t+1 is taken and prepared on a helper thread while t computes)
 //   → per table, the batch's unique keys (worker/key_dedup, over threads)
 //     → Pull into the model's host memory (issued while step t−1
 //     computes: the next batch's rows arrive during the current compute,
@@ -91,9 +92,11 @@ struct DlrmJobResult {
   double compute_seconds = 0;
   double push_seconds = 0;
   // Waiting for the reader's next batch, and preparing it (deduplicating
-  // its keys, starting its Pulls), on the training thread.
+  // its keys, starting its Pulls), on a helper thread while a step
+  // computes; and what of that the training thread waited for.
   double read_seconds = 0;
   double prepare_seconds = 0;
+  double prepare_wait_seconds = 0;
   // This worker's keys (ids of all its bags) and the unique keys it
   // pulled, all steps: pulled ÷ samples is the traffic per sample.
   int64_t keys = 0;

@@ -55,6 +55,7 @@ std::string DlrmJobResultJson(const DlrmJobOptions& o, const DlrmJobResult& r) {
       {"push_seconds", r.push_seconds},
       {"read_seconds", r.read_seconds},
       {"prepare_seconds", r.prepare_seconds},
+      {"prepare_wait_seconds", r.prepare_wait_seconds},
       {"keys_per_sample",
        r.samples > 0 ? static_cast<double>(r.keys) / r.samples : 0.0},
       {"keys_pulled_per_sample",
