@@ -102,7 +102,7 @@ run_embedps() {
   for ((i = 0; i < workers; i++)); do
     rm -f "$out/port$i"
     bazel-bin/server/ps_server --host=127.0.0.1 --port=0 --port_file="$out/port$i" \
-      --num_workers="$workers" \
+      --num_workers="$workers" --shard_index="$i" --num_shards="$workers" \
       --log_level=warn >/dev/null 2>&1 &
     pids+=($!)
     for _ in $(seq 100); do [ -s "$out/port$i" ] && break; sleep 0.1; done
