@@ -446,33 +446,40 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
     metrics_.pull_wait_seconds =
         metrics_.pull_wait_seconds +
         absl::ToDoubleSeconds(absl::Now() - pull_start);
-    // The next batch's Pull runs while this one computes.
-    // The next batch is read, deduplicated and its Pulls started on a
-    // helper thread while this step computes (the helper touches the
-    // reader, the deduplicator and the spare steps; this thread none of
-    // them until it has the result).
+    // The next batch is read, deduplicated and its Pulls started before
+    // this step computes: on a helper thread while it computes with CUDA
+    // (the host is otherwise idle during the device's step; the helper
+    // touches the reader, the deduplicator and the spare steps, this
+    // thread none of them until it has the result), here with the CPU
+    // backend (whose step already takes every core the job gives it).
     std::future<absl::StatusOr<std::unique_ptr<PreparedStep>>> preparing;
     if (step + 1 < total_steps_) {
-      preparing = std::async(
-          std::launch::async,
+      auto prepare_next =
           [this, step,
            &result]() -> absl::StatusOr<std::unique_ptr<PreparedStep>> {
-            const absl::Time read_start = absl::Now();
-            ASSIGN_OR_RETURN(std::optional<data::SchemaBatch> batch,
-                             reader_->Next());
-            if (!batch.has_value()) {
-              return absl::InternalError(
-                  absl::StrCat("the reader ended at step ", step + 1));
-            }
-            const absl::Time prepare_start = absl::Now();
-            result.read_seconds +=
-                absl::ToDoubleSeconds(prepare_start - read_start);
-            absl::StatusOr<std::unique_ptr<PreparedStep>> prepared =
-                Prepare(std::move(*batch), static_cast<uint64_t>(step + 1));
-            result.prepare_seconds +=
-                absl::ToDoubleSeconds(absl::Now() - prepare_start);
-            return prepared;
-          });
+        const absl::Time read_start = absl::Now();
+        ASSIGN_OR_RETURN(std::optional<data::SchemaBatch> batch,
+                         reader_->Next());
+        if (!batch.has_value()) {
+          return absl::InternalError(
+              absl::StrCat("the reader ended at step ", step + 1));
+        }
+        const absl::Time prepare_start = absl::Now();
+        result.read_seconds +=
+            absl::ToDoubleSeconds(prepare_start - read_start);
+        absl::StatusOr<std::unique_ptr<PreparedStep>> prepared =
+            Prepare(std::move(*batch), static_cast<uint64_t>(step + 1));
+        result.prepare_seconds +=
+            absl::ToDoubleSeconds(absl::Now() - prepare_start);
+        return prepared;
+      };
+      if (o_.model.backend == dense::Backend::kCuda) {
+        preparing = std::async(std::launch::async, std::move(prepare_next));
+      } else {
+        std::promise<absl::StatusOr<std::unique_ptr<PreparedStep>>> here;
+        here.set_value(prepare_next());
+        preparing = here.get_future();
+      }
     }
     absl::StatusOr<float> loss = TrainOn(*current);
     std::unique_ptr<PreparedStep> next;

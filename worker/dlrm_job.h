@@ -4,7 +4,8 @@
 //
 // One step t:
 //   read this worker's batch (data::CriteoReader, parsed on its own thread;
-//     batch t+1 is taken and prepared on a helper thread while t computes)
+//     with CUDA, batch t+1 is taken and prepared on a helper thread while
+//     t computes)
 //   → per table, the batch's unique keys (worker/key_dedup, over threads)
 //     → Pull into the model's host memory (issued while step t−1
 //     computes: the next batch's rows arrive during the current compute,
@@ -92,8 +93,8 @@ struct DlrmJobResult {
   double compute_seconds = 0;
   double push_seconds = 0;
   // Waiting for the reader's next batch, and preparing it (deduplicating
-  // its keys, starting its Pulls), on a helper thread while a step
-  // computes; and what of that the training thread waited for.
+  // its keys, starting its Pulls: with CUDA on a helper thread while a
+  // step computes); and what of that the training thread waited for.
   double read_seconds = 0;
   double prepare_seconds = 0;
   double prepare_wait_seconds = 0;
