@@ -1,0 +1,336 @@
+// Follower: loading checkpoints and applying incremental ones (the
+// stream of publications is follower.cc's).
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "checkpoint/format.h"
+#include "checkpoint/manifest.h"
+#include "checkpoint/table_file.h"
+#include "common/file_io.h"
+#include "common/key_hash.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "embedding/table.h"
+#include "grpcpp/grpcpp.h"
+#include "proto/checkpoint.pb.h"
+#include "proto/serving.pb.h"
+#include "proto/tables.pb.h"
+#include "proto/training.grpc.pb.h"
+#include "server/checkpointer.h"
+#include "server/follower.h"
+#include "server/table_config.h"
+
+namespace embedps::server {
+namespace {
+
+// The dense model in checkpoint `dir`, checked against its manifest; null
+// if the checkpoint has none.
+absl::StatusOr<std::shared_ptr<const std::string>> ReadDense(
+    const std::string& dir, const proto::CheckpointManifest& manifest) {
+  for (const proto::CheckpointExtraFile& file : manifest.extra_file()) {
+    if (file.path() != checkpoint::kDenseParametersFile) continue;
+    const std::string path =
+        (std::filesystem::path(dir) / file.path()).string();
+    ASSIGN_OR_RETURN(const uint32_t crc, FileCrc32(path));
+    if (crc != file.crc32()) {
+      return absl::DataLossError(
+          absl::StrCat("dense parameters ", path, " fail their checksum"));
+    }
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream bytes;
+    bytes << in.rdbuf();
+    return std::make_shared<const std::string>(bytes.str());
+  }
+  return std::shared_ptr<const std::string>();
+}
+
+// A serving version's tables: one worker, its own spill directory, and no
+// memory committed for expected_rows (a load creates exactly a
+// checkpoint's rows).
+TableRegistry::Options FollowerRegistryOptions(const std::string& spill_dir) {
+  TableRegistry::Options options;
+  options.spill_root = spill_dir;
+  options.num_shards = 0;
+  options.serving_rows = true;
+  return options;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<const ServingVersion>> Follower::LoadCheckpoint(
+    const std::string& path, std::string* name) {
+  ASSIGN_OR_RETURN(const proto::CheckpointManifest manifest,
+                   checkpoint::ReadManifest(path));
+  std::string spill_dir;
+  if (!options_.spill_root.empty()) {
+    spill_dir = absl::StrCat(options_.spill_root, "/load-", loads_.load());
+  }
+  // The registry, and its spill tiers on disk, go with the last version
+  // that uses them.
+  std::shared_ptr<TableRegistry> registry(
+      new TableRegistry(FollowerRegistryOptions(spill_dir)),
+      [spill_dir](TableRegistry* r) {
+        delete r;
+        if (!spill_dir.empty()) {
+          std::error_code error;
+          std::filesystem::remove_all(spill_dir, error);
+        }
+      });
+  {
+    ShardCheckpointer checkpointer(options_.shard_index, options_.num_shards,
+                                   registry.get());
+    checkpointer.RestoreValuesOnly(options_.storage);
+    RETURN_IF_ERROR(checkpointer.Restore(path).status());
+  }
+  // The base is done growing (publications add few rows): what its
+  // arenas committed past its rows goes back.
+  for (const TableRegistry::Entry& entry : registry->List()) {
+    entry.table->ReleaseUnusedMemory();
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<const std::string> dense,
+                   ReadDense(path, manifest));
+  auto base = std::const_pointer_cast<ServingVersion>(
+      BaseVersion(registry, manifest.step(),
+                  static_cast<int32_t>(
+                      std::max<size_t>(options_.training_servers.size(), 1))));
+  if (dense != nullptr) {
+    base->dense_parameters = std::move(dense);
+    base->dense_step = manifest.step();
+  }
+  base->sequence = ++sequence_;
+  ++loads_;
+  *name = manifest.name();
+  return std::shared_ptr<const ServingVersion>(std::move(base));
+}
+
+void Follower::FoldIntoBase(ServingVersion& next) {
+  // Every overlay added at or before the least sequence of a live version
+  // on next's base is held by all of them (nothing reads the base under
+  // it): those can be written into the base.
+  uint64_t least = next.sequence;
+  for (auto it = made_.begin(); it != made_.end();) {
+    const std::shared_ptr<const ServingVersion> made = it->lock();
+    if (made == nullptr) {
+      it = made_.erase(it);
+      continue;
+    }
+    if (made->registry == next.registry) {
+      least = std::min(least, made->sequence);
+    }
+    ++it;
+  }
+  for (auto& [name, table] : next.tables) {
+    std::shared_ptr<const ServingTable> t = table;
+    while (!t->overlays().empty() && t->overlays().back()->sequence <= least) {
+      if (absl::Status s = t->WriteIntoBase(*t->overlays().back()); !s.ok()) {
+        Logger("follower")
+            ->warn("table '{}': keeping an overlay: {}", name, s.ToString());
+        break;
+      }
+      t = t->WithoutOldest();
+    }
+    table = std::move(t);
+  }
+}
+
+void Follower::ReportBadCheckpoint(std::string report) {
+  MutexLock lock(&mu_);
+  if (std::find(bad_checkpoints_.begin(), bad_checkpoints_.end(), report) !=
+      bad_checkpoints_.end()) {
+    return;
+  }
+  Logger("follower")->warn("{}", report);
+  bad_checkpoints_.push_back(report);
+  while (bad_checkpoints_.size() > 16) bad_checkpoints_.pop_front();
+  last_error_ = std::move(report);
+}
+
+absl::StatusOr<Follower::Candidates> Follower::ListCandidates() {
+  const std::string& root = options_.checkpoint_root;
+  Candidates found;
+  if (std::filesystem::exists(std::filesystem::path(root) /
+                              checkpoint::kManifestFileName)) {
+    found.root_is_checkpoint = true;
+    absl::StatusOr<proto::CheckpointManifest> manifest =
+        checkpoint::ReadManifest(root);
+    if (!manifest.ok()) {
+      found.skipped.push_back(
+          absl::StrCat(root, ": ", manifest.status().message()));
+    } else {
+      found.checkpoints.push_back({root, manifest->step()});
+    }
+  } else {
+    ASSIGN_OR_RETURN(found.checkpoints,
+                     checkpoint::ListCheckpoints(root, &found.skipped));
+  }
+  for (const std::string& why : found.skipped) {
+    ReportBadCheckpoint(absl::StrCat("checkpoint ", why, " (skipped)"));
+  }
+  return found;
+}
+
+absl::StatusOr<std::shared_ptr<const ServingVersion>> Follower::LoadNewest(
+    uint64_t after, const Candidates& candidates, std::string* name) {
+  const std::vector<std::string>& skipped = candidates.skipped;
+  std::vector<std::string> failures;
+  for (const checkpoint::CompleteCheckpoint& candidate :
+       candidates.checkpoints) {
+    if (candidate.step <= after && after > 0) break;
+    if (failed_dirs_.contains(candidate.dir)) continue;
+    absl::StatusOr<std::shared_ptr<const ServingVersion>> loaded =
+        LoadCheckpoint(candidate.dir, name);
+    if (loaded.ok()) return loaded;
+    failed_dirs_.insert(candidate.dir);
+    failures.push_back(
+        absl::StrCat(candidate.dir, ": ", loaded.status().ToString()));
+    ReportBadCheckpoint(
+        absl::StrCat("checkpoint ", candidate.dir,
+                     " cannot be loaded: ", loaded.status().ToString()));
+  }
+  return absl::NotFoundError(absl::StrCat(
+      "no complete checkpoint in '", options_.checkpoint_root, "'",
+      after > 0 ? absl::StrCat(" newer than step ", after) : "", " that loads",
+      failures.empty() && skipped.empty()
+          ? ""
+          : absl::StrCat(
+                "; passed over: ",
+                absl::StrJoin(failures.empty() ? skipped : failures, "; "))));
+}
+
+absl::StatusOr<bool> Follower::ApplyNewestIncrement(
+    uint64_t after, const Candidates& candidates) {
+  // A root that is one checkpoint has nothing newer to come.
+  if (candidates.root_is_checkpoint) return false;
+  const std::vector<checkpoint::CompleteCheckpoint>& found =
+      candidates.checkpoints;
+  if (found.empty() || found.front().step <= after ||
+      failed_dirs_.contains(found.front().dir)) {
+    return false;
+  }
+  const std::string& dir = found.front().dir;
+  absl::StatusOr<std::vector<checkpoint::ChainLink>> chain =
+      checkpoint::ReadChain(dir);
+  if (!chain.ok()) return false;  // a whole load reports it
+  std::string base_name;
+  {
+    MutexLock lock(&apply_mu_);
+    base_name = base_name_;
+  }
+  size_t base = 0;
+  while (base < chain->size() && (*chain)[base].manifest.name() != base_name) {
+    ++base;
+  }
+  if (base == 0 || base == chain->size()) return false;
+  const std::shared_ptr<const ServingVersion> current = Current();
+  for (size_t i = 0; i < base; ++i) {
+    for (const proto::CheckpointTable& table : (*chain)[i].manifest.table()) {
+      if (!current->tables.contains(table.config().name())) return false;
+      for (const proto::CheckpointShardFile& file : table.file()) {
+        if (!file.incremental()) return false;
+      }
+    }
+  }
+  // The links newer than the base, oldest first, into one values-only
+  // table per table: later rows replace earlier ones, removals erase them.
+  const std::function<bool(uint64_t)> keep =
+      options_.num_shards == 1
+          ? std::function<bool(uint64_t)>()
+          : [this](uint64_t key) {
+              return ShardOfKey(key, options_.num_shards) ==
+                     options_.shard_index;
+            };
+  absl::flat_hash_map<std::string, std::unique_ptr<embedding::Table>> changed;
+  absl::flat_hash_map<std::string, absl::flat_hash_set<uint64_t>> removed;
+  for (size_t i = base; i-- > 0;) {
+    const checkpoint::ChainLink& link = (*chain)[i];
+    for (const proto::CheckpointTable& table : link.manifest.table()) {
+      const std::string& name = table.config().name();
+      std::unique_ptr<embedding::Table>& into = changed[name];
+      if (into == nullptr) {
+        // Float32 rows: the overlay made of them is stored as the base
+        // stores rows when it is written into it.
+        ASSIGN_OR_RETURN(embedding::TableSpec spec,
+                         SpecFromConfig(ValuesOnlyConfig(table.config())));
+        spec.expected_rows = 0;
+        spec.memory_budget_bytes = 0;
+        ASSIGN_OR_RETURN(into, embedding::Table::Create(spec));
+      }
+      checkpoint::ValuesOnly values_only;
+      values_only.dim = table.config().dim();
+      for (const proto::CheckpointShardFile& file : table.file()) {
+        absl::StatusOr<checkpoint::TableFileRestore> restored =
+            checkpoint::RestoreTableFile(
+                (std::filesystem::path(link.dir) / file.path()).string(),
+                checkpoint::ExpectedChecksum(link.manifest, file), *into, keep,
+                &values_only, /*list_removed=*/true);
+        if (!restored.ok()) {
+          failed_dirs_.insert(dir);
+          ReportBadCheckpoint(absl::StrCat(
+              "checkpoint ", dir,
+              " cannot be applied: ", restored.status().ToString()));
+          return restored.status();
+        }
+        removed[name].insert(restored->removed_keys.begin(),
+                             restored->removed_keys.end());
+      }
+    }
+  }
+  const proto::CheckpointManifest& manifest = chain->front().manifest;
+  ASSIGN_OR_RETURN(std::shared_ptr<const std::string> dense,
+                   ReadDense(dir, manifest));
+
+  MutexLock lock(&apply_mu_);
+  const std::shared_ptr<const ServingVersion> now = Current();
+  if (now->step >= manifest.step()) return true;  // the stream overtook
+  if (base_name_ != base_name) return false;      // another base meanwhile
+  auto next = std::make_shared<ServingVersion>(*now);
+  next->sequence = ++sequence_;
+  for (auto& [name, table] : changed) {
+    auto overlay = std::make_shared<Overlay>();
+    overlay->step = manifest.step();
+    overlay->sequence = next->sequence;
+    const size_t dim = static_cast<size_t>(table->spec().dim);
+    RETURN_IF_ERROR(table->Scan([&](const embedding::RowView& row) {
+      overlay->rows[row.key] =
+          static_cast<uint32_t>(overlay->values.size() / dim);
+      overlay->values.insert(overlay->values.end(), row.embedding.begin(),
+                             row.embedding.end());
+    }));
+    for (uint64_t key : removed[name]) {
+      overlay->rows.try_emplace(key, Overlay::kRemoved);
+    }
+    auto it = next->tables.find(name);
+    it->second = it->second->With(std::move(overlay));
+  }
+  next->source_steps.assign(next->source_steps.size(), manifest.step());
+  next->step = manifest.step();
+  next->published_unix_micros = manifest.created_unix_micros();
+  if (dense != nullptr) {
+    next->dense_parameters = std::move(dense);
+    next->dense_step = manifest.step();
+  }
+  base_step_ = manifest.step();
+  base_name_ = manifest.name();
+  if (needs_checkpoint_at_ != 0 && base_step_ >= needs_checkpoint_at_) {
+    needs_checkpoint_at_ = 0;
+  }
+  ++loads_;
+  ++increments_applied_;
+  FoldIntoBase(*next);
+  Install(std::move(next));
+  ResubscribeAll();
+  Logger("follower")
+      ->info("applied incremental checkpoint '{}' (step {}) in place",
+             manifest.name(), base_step_);
+  return true;
+}
+
+}  // namespace embedps::server
