@@ -160,18 +160,9 @@ TEST(CudaUniqueRowsTest, TheDeviceStagesGiveTheHostStagesSteps) {
     ASSERT_OK_AND_ASSIGN(
         const float cpu_loss,
         cpu->TrainStepOnUniqueRows(batch, scale, spans(on_cpu)));
-    std::vector<std::vector<float>> rows(spec.slots.size());
-    std::vector<absl::Span<float>> row_spans;
-    std::vector<absl::Span<const float>> summed;
-    for (size_t s = 0; s < spec.slots.size(); ++s) {
-      rows[s].resize(data.keys(s) * spec.embedding_dim);
-      row_spans.push_back(absl::MakeSpan(rows[s]));
-      summed.push_back(rows[s]);
-    }
-    ASSERT_OK_AND_ASSIGN(const float host_loss,
-                         host_stages->TrainStep(data.BagLayout(), row_spans));
-    SumUniqueRowGradients(batch, spec.embedding_dim, summed, scale,
-                          spans(on_host), 1);
+    ASSERT_OK_AND_ASSIGN(
+        const float host_loss,
+        data.BagStepWithHostSums(*host_stages, scale, on_host));
     EXPECT_NEAR(loss, host_loss, 1e-6 * std::abs(host_loss)) << step;
     EXPECT_NEAR(loss, cpu_loss, 1e-4 * std::abs(cpu_loss)) << step;
     for (int t = 0; t < 2; ++t) {

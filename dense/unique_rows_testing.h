@@ -10,6 +10,8 @@
 #include <random>
 #include <vector>
 
+#include "absl/status/statusor.h"
+#include "dense/model.h"
 #include "dense/model_spec.h"
 #include "dense/unique_rows.h"
 
@@ -81,6 +83,30 @@ class RandomUniqueRows {
       batch.slots.push_back({gathered_[s], offsets_[s]});
     }
     return batch;
+  }
+
+  // The bag-layout step on `model`, its rows' gradients summed per unique
+  // row on the host (what a unique-rows step must equal): the loss, and
+  // the sums in `tables` (one per table).
+  absl::StatusOr<float> BagStepWithHostSums(
+      Model& model, float scale,
+      std::vector<std::vector<float>>& tables) const {
+    std::vector<std::vector<float>> rows(index_.size());
+    std::vector<absl::Span<float>> row_spans;
+    std::vector<absl::Span<const float>> summed;
+    for (size_t s = 0; s < index_.size(); ++s) {
+      rows[s].resize(index_[s].size() * dim_);
+      row_spans.push_back(absl::MakeSpan(rows[s]));
+      summed.push_back(rows[s]);
+    }
+    absl::StatusOr<float> loss = model.TrainStep(BagLayout(), row_spans);
+    if (!loss.ok()) return loss;
+    tables = {std::vector<float>(tables_[0].size()),
+              std::vector<float>(tables_[1].size())};
+    SumUniqueRowGradients(
+        Batch(), dim_, summed, scale,
+        {absl::MakeSpan(tables[0]), absl::MakeSpan(tables[1])}, 1);
+    return loss;
   }
 
   size_t keys(size_t slot) const { return index_[slot].size(); }
