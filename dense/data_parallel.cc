@@ -34,9 +34,13 @@ absl::StatusOr<float> DataParallelTrainer::Step(
 absl::StatusOr<float> DataParallelTrainer::StepOnUniqueRows(
     const UniqueRowsBatch& batch, float gradient_scale,
     absl::Span<const absl::Span<float>> table_gradients,
-    const std::function<void()>& ready) {
-  return Finish(model_->TrainStepOnUniqueRows(batch, gradient_scale,
-                                              table_gradients, ready));
+    const std::function<void()>& ready, bool stages_on_host) {
+  return Finish(stages_on_host
+                    ? TrainStepWithHostStages(*model_, host_stages_, batch,
+                                              gradient_scale, table_gradients,
+                                              ready)
+                    : model_->TrainStepOnUniqueRows(batch, gradient_scale,
+                                                    table_gradients, ready));
 }
 
 absl::StatusOr<float> DataParallelTrainer::Finish(absl::StatusOr<float> loss) {

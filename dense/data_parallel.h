@@ -46,11 +46,14 @@ class DataParallelTrainer {
       const std::function<void()>& row_gradients_ready = nullptr);
 
   // Step on a batch of unique rows (Model::TrainStepOnUniqueRows): the
-  // same, with `ready` called once `table_gradients` are final.
+  // same, with `ready` called once `table_gradients` are final. With
+  // `stages_on_host`, the model's step runs with the host's stages
+  // (TrainStepWithHostStages) whatever its backend.
   absl::StatusOr<float> StepOnUniqueRows(
       const UniqueRowsBatch& batch, float gradient_scale,
       absl::Span<const absl::Span<float>> table_gradients,
-      const std::function<void()>& ready = nullptr);
+      const std::function<void()>& ready = nullptr,
+      bool stages_on_host = false);
 
   int64_t steps() const { return optimizer_->steps(); }
 
@@ -65,6 +68,7 @@ class DataParallelTrainer {
   Model* const model_;
   Communicator* const communicator_;
   DenseOptimizer* const optimizer_;
+  HostStageBuffers host_stages_;  // stages_on_host
 };
 
 }  // namespace embedps::dense

@@ -81,66 +81,85 @@ class CpuBackendModel final : public Model {
       const UniqueRowsBatch& batch, float gradient_scale,
       absl::Span<const absl::Span<float>> table_gradients,
       const std::function<void()>& ready) override {
-    RETURN_IF_ERROR(
-        ValidateUniqueRowsBatch(spec(), batch, /*with_labels=*/true));
-    RETURN_IF_ERROR(ValidateTableGradients(batch, table_gradients));
-    ASSIGN_OR_RETURN(const Batch<float> gathered, GatherOnHost(batch));
-    const int dim = spec().embedding_dim;
-    slot_gradients_.resize(batch.slots.size());
-    std::vector<absl::Span<float>> gradients;
-    std::vector<absl::Span<const float>> summed_from;
-    for (size_t s = 0; s < batch.slots.size(); ++s) {
-      const size_t size = batch.slots[s].index.size() * dim;
-      if (slot_gradients_[s].size() < size) {
-        ASSIGN_OR_RETURN(slot_gradients_[s], NewHostArray(size));
-      }
-      gradients.push_back(slot_gradients_[s].span().first(size));
-      summed_from.push_back(gradients.back());
-    }
-    return TrainStep(gathered, gradients, [&] {
-      SumUniqueRowGradients(batch, dim, summed_from, gradient_scale,
-                            table_gradients, DenseThreads());
-      if (ready) ready();
-    });
+    return TrainStepWithHostStages(*this, buffers_, batch, gradient_scale,
+                                   table_gradients, ready);
   }
-
   absl::Status PredictOnUniqueRows(const UniqueRowsBatch& batch,
                                    absl::Span<float> logits) override {
-    RETURN_IF_ERROR(
-        ValidateUniqueRowsBatch(spec(), batch, /*with_labels=*/false));
-    ASSIGN_OR_RETURN(const Batch<float> gathered, GatherOnHost(batch));
-    return Predict(gathered, logits);
+    return PredictWithHostStages(*this, buffers_, batch, logits);
   }
 
  private:
-  // The bags' rows, gathered from a UniqueRowsBatch, as a Batch.
-  absl::StatusOr<Batch<float>> GatherOnHost(const UniqueRowsBatch& batch) {
-    const int dim = spec().embedding_dim;
-    Batch<float> out;
-    out.size = batch.size;
-    out.dense = batch.dense;
-    out.labels = batch.labels;
-    slot_rows_.resize(batch.slots.size());
-    std::vector<absl::Span<float>> rows;
-    for (size_t s = 0; s < batch.slots.size(); ++s) {
-      const size_t size = batch.slots[s].index.size() * dim;
-      if (slot_rows_[s].size() < size) {
-        ASSIGN_OR_RETURN(slot_rows_[s], NewHostArray(size));
-      }
-      rows.push_back(slot_rows_[s].span().first(size));
-      out.slots.push_back({rows.back(), batch.slots[s].offsets});
-    }
-    GatherSlotRows(batch, dim, rows, DenseThreads());
-    return out;
-  }
-
-  // The bag-layout rows and their gradients of the host stages
-  // (grow-only).
-  std::vector<HostArray> slot_rows_, slot_gradients_;
+  HostStageBuffers buffers_;
   std::unique_ptr<CpuModel<float>> model_;
 };
 
 }  // namespace
+
+namespace {
+
+// The bags' rows of `batch`, gathered into `buffers.rows`, as a Batch.
+absl::StatusOr<Batch<float>> GatherOnHost(Model& model,
+                                          HostStageBuffers& buffers,
+                                          const UniqueRowsBatch& batch) {
+  const int dim = model.spec().embedding_dim;
+  Batch<float> out;
+  out.size = batch.size;
+  out.dense = batch.dense;
+  out.labels = batch.labels;
+  buffers.rows.resize(batch.slots.size());
+  std::vector<absl::Span<float>> rows;
+  for (size_t s = 0; s < batch.slots.size(); ++s) {
+    const size_t size = batch.slots[s].index.size() * dim;
+    if (buffers.rows[s].size() < size) {
+      ASSIGN_OR_RETURN(buffers.rows[s], model.NewHostArray(size));
+    }
+    rows.push_back(buffers.rows[s].span().first(size));
+    out.slots.push_back({rows.back(), batch.slots[s].offsets});
+  }
+  GatherSlotRows(batch, dim, rows, DenseThreads());
+  return out;
+}
+
+}  // namespace
+
+absl::StatusOr<float> TrainStepWithHostStages(
+    Model& model, HostStageBuffers& buffers, const UniqueRowsBatch& batch,
+    float gradient_scale, absl::Span<const absl::Span<float>> table_gradients,
+    const std::function<void()>& ready) {
+  RETURN_IF_ERROR(
+      ValidateUniqueRowsBatch(model.spec(), batch, /*with_labels=*/true));
+  RETURN_IF_ERROR(ValidateTableGradients(batch, table_gradients));
+  ASSIGN_OR_RETURN(const Batch<float> gathered,
+                   GatherOnHost(model, buffers, batch));
+  const int dim = model.spec().embedding_dim;
+  buffers.gradients.resize(batch.slots.size());
+  std::vector<absl::Span<float>> gradients;
+  std::vector<absl::Span<const float>> summed_from;
+  for (size_t s = 0; s < batch.slots.size(); ++s) {
+    const size_t size = batch.slots[s].index.size() * dim;
+    if (buffers.gradients[s].size() < size) {
+      ASSIGN_OR_RETURN(buffers.gradients[s], model.NewHostArray(size));
+    }
+    gradients.push_back(buffers.gradients[s].span().first(size));
+    summed_from.push_back(gradients.back());
+  }
+  return model.TrainStep(gathered, gradients, [&] {
+    SumUniqueRowGradients(batch, dim, summed_from, gradient_scale,
+                          table_gradients, DenseThreads());
+    if (ready) ready();
+  });
+}
+
+absl::Status PredictWithHostStages(Model& model, HostStageBuffers& buffers,
+                                   const UniqueRowsBatch& batch,
+                                   absl::Span<float> logits) {
+  RETURN_IF_ERROR(
+      ValidateUniqueRowsBatch(model.spec(), batch, /*with_labels=*/false));
+  ASSIGN_OR_RETURN(const Batch<float> gathered,
+                   GatherOnHost(model, buffers, batch));
+  return model.Predict(gathered, logits);
+}
 
 absl::StatusOr<Backend> ParseBackend(absl::string_view name) {
   if (name == "cpu") return Backend::kCpu;

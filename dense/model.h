@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -124,6 +125,23 @@ class Model {
   // One optimizer step from the current gradients (after any allreduce).
   virtual absl::Status ApplyOptimizer(DenseOptimizer& optimizer) = 0;
 };
+
+// The host's stages of a unique-rows step (unique_rows.h, on DenseThreads()
+// threads) around model.TrainStep / model.Predict: the CPU backend's
+// TrainStepOnUniqueRows and PredictOnUniqueRows, and a CUDA model's step
+// with its stages on the host (for comparisons). `buffers` holds the bags'
+// rows and their gradients in the model's host memory, grow-only; the same
+// contract and errors as TrainStepOnUniqueRows.
+struct HostStageBuffers {
+  std::vector<HostArray> rows, gradients;
+};
+absl::StatusOr<float> TrainStepWithHostStages(
+    Model& model, HostStageBuffers& buffers, const UniqueRowsBatch& batch,
+    float gradient_scale, absl::Span<const absl::Span<float>> table_gradients,
+    const std::function<void()>& ready = nullptr);
+absl::Status PredictWithHostStages(Model& model, HostStageBuffers& buffers,
+                                   const UniqueRowsBatch& batch,
+                                   absl::Span<float> logits);
 
 // INVALID_ARGUMENT for a bad spec; FAILED_PRECONDITION (saying why) for
 // kCuda in a build without CUDA or on a machine without a usable device.

@@ -182,11 +182,6 @@ absl::StatusOr<std::unique_ptr<PreparedStep>> DlrmWorker::Prepare(
   return step;
 }
 
-void DlrmWorker::CancelPulls(PreparedStep& step) {
-  if (step.canceller != nullptr) step.canceller->Cancel();
-  AwaitPulls(step).IgnoreError();
-}
-
 void DlrmWorker::Recycle(std::unique_ptr<PreparedStep> step) {
   if (step == nullptr) return;
   step->pulls.clear();
@@ -224,38 +219,6 @@ dense::UniqueRowsBatch DlrmWorker::ModelBatch(const PreparedStep& step) const {
   return batch;
 }
 
-absl::StatusOr<float> DlrmWorker::StepWithHostStages(
-    const dense::UniqueRowsBatch& batch, float scale,
-    absl::Span<const absl::Span<float>> table_gradients,
-    const std::function<void()>& ready) {
-  RETURN_IF_ERROR(dense::ValidateUniqueRowsBatch(model_->spec(), batch,
-                                                 /*with_labels=*/true));
-  const size_t slots = batch.slots.size();
-  slot_rows_.resize(slots);
-  slot_grads_.resize(slots);
-  dense::Batch<float> bags;
-  bags.size = batch.size;
-  bags.dense = batch.dense;
-  bags.labels = batch.labels;
-  std::vector<absl::Span<float>> rows, grads;
-  std::vector<absl::Span<const float>> summed;
-  for (size_t s = 0; s < slots; ++s) {
-    const size_t size = batch.slots[s].index.size() * dim_;
-    RETURN_IF_ERROR(Reserve(*model_, slot_rows_[s], size));
-    RETURN_IF_ERROR(Reserve(*model_, slot_grads_[s], size));
-    rows.push_back(slot_rows_[s].span().first(size));
-    grads.push_back(slot_grads_[s].span().first(size));
-    summed.push_back(grads.back());
-    bags.slots.push_back({rows.back(), batch.slots[s].offsets});
-  }
-  dense::GatherSlotRows(batch, dim_, rows, dense::DenseThreads());
-  return trainer_->Step(bags, grads, [&] {
-    dense::SumUniqueRowGradients(batch, dim_, summed, scale, table_gradients,
-                                 dense::DenseThreads());
-    ready();
-  });
-}
-
 absl::StatusOr<float> DlrmWorker::TrainOn(PreparedStep& step) {
   const int n = step.batch.size;
   if (n == 0) {
@@ -288,19 +251,14 @@ absl::StatusOr<float> DlrmWorker::TrainOn(PreparedStep& step) {
     }
   };
   absl::StatusOr<float> loss =
-      o_.stages_on_host ? StepWithHostStages(batch, scale, grads, push)
-                        : trainer_->StepOnUniqueRows(batch, scale, grads, push);
+      trainer_->StepOnUniqueRows(batch, scale, grads, push, o_.stages_on_host);
   logits_.resize(n);
   if (loss.ok()) {
     if (absl::Status s = model_->LastLogits(absl::MakeSpan(logits_)); !s.ok()) {
       loss = s;
     }
   }
-  if (!loss.ok()) {
-    // The Pushes borrow the step's buffers: done before they go.
-    AwaitPushes(step).IgnoreError();
-    return loss.status();
-  }
+  if (!loss.ok()) return loss.status();
   for (int i = 0; i < n; ++i) {
     window_.emplace_back(logits_[i], step.batch.labels[i]);
   }
@@ -493,8 +451,6 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
       if (prepared.ok()) next = *std::move(prepared);
     }
     if (!loss.ok()) {
-      if (next != nullptr) CancelPulls(*next);
-      if (pushing != nullptr) AwaitPushes(*pushing).IgnoreError();
       return absl::Status(
           loss.status().code(),
           absl::StrCat("step ", step, ": ", loss.status().message()));

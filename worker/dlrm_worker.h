@@ -85,17 +85,10 @@ class DlrmWorker {
                                                         uint64_t pull_step,
                                                         bool read_only = false);
   absl::Status AwaitPulls(PreparedStep& step);
-  // Cancels the step's Pulls still in flight and waits for them.
-  void CancelPulls(PreparedStep& step);
   // A step done with (its Pushes finished) goes back for reuse.
   void Recycle(std::unique_ptr<PreparedStep> step);
   // The model's input for a prepared batch (after its Pulls).
   dense::UniqueRowsBatch ModelBatch(const PreparedStep& step) const;
-  // DlrmJobOptions::stages_on_host: the step with the host's stages.
-  absl::StatusOr<float> StepWithHostStages(
-      const dense::UniqueRowsBatch& batch, float scale,
-      absl::Span<const absl::Span<float>> table_gradients,
-      const std::function<void()>& ready);
   // Trains on the step and starts its Pushes (AwaitPushes finishes them).
   absl::StatusOr<float> TrainOn(PreparedStep& step);
   absl::Status AwaitPushes(PreparedStep& step);
@@ -149,8 +142,6 @@ class DlrmWorker {
   std::vector<std::vector<uint64_t>> unique_scratch_;
   // Steps done with, and their buffers, for the next ones.
   std::vector<std::unique_ptr<PreparedStep>> spare_steps_;
-  // stages_on_host: the bags' rows and their gradients (grow-only).
-  std::vector<dense::HostArray> slot_rows_, slot_grads_;
   std::vector<float> logits_;
 
   // Progress.
