@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/for_each_part.h"
 #include "dense/blas.h"
 
 namespace embedps::dense {
@@ -88,8 +89,7 @@ absl::Status CpuModel<T>::Predict(const Batch<T>& batch, absl::Span<T> logits) {
         "Predict needs room for ", batch.size, " logits, got ", logits.size()));
   }
   SplitBatch(batch.size);
-  dense_internal::ForEachPart(num_parts_,
-                              [&](int p) { Forward(batch, *parts_[p]); });
+  ForEachPart(num_parts_, [&](int p) { Forward(batch, *parts_[p]); });
   last_logits_ = absl::MakeConstSpan(logits_);
   std::copy(logits_.begin(), logits_.end(), logits.begin());
   return absl::OkStatus();
@@ -176,7 +176,7 @@ absl::StatusOr<T> CpuModel<T>::TrainStep(
   const bool below = !layout_.bottom.empty() || !dense_gradients.empty();
   const bool need_dz0 = !spec_.slots.empty() || below;
   std::vector<T> losses(num_parts_);
-  dense_internal::ForEachPart(num_parts_, [&](int p) {
+  ForEachPart(num_parts_, [&](int p) {
     Part& part = *parts_[p];
     Forward(batch, part);
     const int samples = part.end - part.begin;
@@ -189,7 +189,7 @@ absl::StatusOr<T> CpuModel<T>::TrainStep(
   last_logits_ = absl::MakeConstSpan(logits_);
   // Every row's gradient is written: the caller may send them while the
   // parts compute their weight gradients (part 0's after the callback).
-  dense_internal::ForEachPart(num_parts_, [&](int p) {
+  ForEachPart(num_parts_, [&](int p) {
     if (p == 0 && row_gradients_ready) row_gradients_ready();
     BackwardWeights(batch, below, dense_gradients, PartGradients(p),
                     *parts_[p]);
@@ -198,7 +198,7 @@ absl::StatusOr<T> CpuModel<T>::TrainStep(
   // into part 0's, each thread over its own range of parameters.
   if (num_parts_ > 1) {
     const size_t size = gradients_.size();
-    dense_internal::ForEachPart(num_parts_, [&](int p) {
+    ForEachPart(num_parts_, [&](int p) {
       const size_t first = size * p / num_parts_;
       const size_t last = size * (p + 1) / num_parts_;
       for (int q = 1; q < num_parts_; ++q) {

@@ -3,7 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "dense/internal/cpu_layers.h"
+#include "common/for_each_part.h"
 
 namespace embedps::dense {
 namespace {
@@ -119,7 +119,7 @@ void GatherSlotRows(const UniqueRowsBatch& batch, int dim,
                     absl::Span<const absl::Span<float>> slot_rows,
                     int threads) {
   const int parts = ThreadsFor(TotalKeys(batch), threads);
-  dense_internal::ForEachPart(parts, [&](int p) {
+  ForEachPart(parts, [&](int p) {
     for (size_t s = 0; s < batch.slots.size(); ++s) {
       const UniqueRowsBatch::Slot& slot = batch.slots[s];
       const float* rows = batch.tables[slot.table].data();
@@ -148,7 +148,7 @@ void SumUniqueRowGradients(
   // key in (slot, key) order, adding those that fall in its rows: the
   // order of the additions per row is the serial one for any P.
   const int parts = ThreadsFor(TotalKeys(batch), threads);
-  dense_internal::ForEachPart(parts, [&](int p) {
+  ForEachPart(parts, [&](int p) {
     for (size_t t = 0; t < table_gradients.size(); ++t) {
       const size_t rows = table_gradients[t].size() / dim;
       const int64_t first = static_cast<int64_t>(rows * p / parts);

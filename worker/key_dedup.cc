@@ -1,7 +1,8 @@
 #include "worker/key_dedup.h"
 
 #include <algorithm>
-#include <thread>
+
+#include "common/for_each_part.h"
 
 namespace embedps::worker {
 namespace {
@@ -11,15 +12,6 @@ namespace {
 int PartitionOf(uint64_t key, int parts) {
   const uint64_t mixed = key * 0x9E3779B97F4A7C15ull;
   return static_cast<int>(((mixed >> 32) * static_cast<uint64_t>(parts)) >> 32);
-}
-
-// Calls work(p) for p in [0, parts): p = 0 here, the others on threads.
-template <typename Work>
-void ForEachPartition(int parts, const Work& work) {
-  std::vector<std::thread> helpers;
-  for (int p = 1; p < parts; ++p) helpers.emplace_back(work, p);
-  work(0);
-  for (std::thread& helper : helpers) helper.join();
 }
 
 }  // namespace
@@ -47,7 +39,7 @@ void KeyDeduplicator::Run(
   for (size_t s = 0; s < slots; ++s) index[s].resize(slot_keys[s].size());
   // Phase 1: each partition's keys, deduplicated in its own maps; index
   // holds positions within the partition.
-  ForEachPartition(parts, [&](int p) {
+  ForEachPart(parts, [&](int p) {
     for (int t = 0; t < num_tables_; ++t) {
       maps_[p][t].clear();
       local_unique_[p][t].clear();
@@ -83,7 +75,7 @@ void KeyDeduplicator::Run(
     }
     unique[t].resize(size);
   }
-  ForEachPartition(parts, [&](int p) {
+  ForEachPart(parts, [&](int p) {
     for (int t = 0; t < num_tables_; ++t) {
       std::copy(local_unique_[p][t].begin(), local_unique_[p][t].end(),
                 unique[t].begin() + base[p][t]);

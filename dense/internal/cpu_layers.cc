@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -371,14 +370,6 @@ void InteractBackward(const T* const* features, const T* dout, int batch,
     InteractBackwardKernel<T, decltype(width)::value>(
         features, dout, batch, num_features, dim, dfeatures);
   });
-}
-
-void ForEachPart(int parts, const std::function<void(int)>& work) {
-  std::vector<std::thread> helpers;
-  helpers.reserve(parts > 1 ? parts - 1 : 0);
-  for (int p = 1; p < parts; ++p) helpers.emplace_back(work, p);
-  work(0);
-  for (std::thread& helper : helpers) helper.join();
 }
 
 template <typename T>

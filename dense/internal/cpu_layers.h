@@ -9,7 +9,6 @@
 #define EMBEDPS_DENSE_INTERNAL_CPU_LAYERS_H_
 
 #include <cstdint>
-#include <functional>
 #include <type_traits>
 #include <vector>
 
@@ -119,11 +118,6 @@ void WithWidth(int dim, Kernel&& kernel) {
       return kernel(std::integral_constant<int, 0>());
   }
 }
-
-// Calls work(p) for every p in [0, parts): p = 0 on the calling thread,
-// the others on threads started for the call (the start cost, ~20 µs, is
-// small next to a step's work). Returns when all have returned.
-void ForEachPart(int parts, const std::function<void(int)>& work);
 
 // The binary cross-entropy of sigmoid(logit) of `batch` samples, from the
 // logits (no overflow for any finite logit), summed and divided by
