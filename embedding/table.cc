@@ -143,33 +143,15 @@ class MemoryTable final : public Table {
     if (values.size() != keys.size() * core_.dim) {
       return SizeMismatch("Lookup", "values", keys.size(), values.size());
     }
-    if (found.size() != keys.size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("Lookup of table '", core_.spec.name, "': ", keys.size(),
-                       " keys but room for ", found.size(), " found flags"));
-    }
+    RETURN_IF_ERROR(CheckFoundFlags("Lookup", keys.size(), found.size()));
     lookup_requests_.fetch_add(1, std::memory_order_relaxed);
     looked_up_keys_.fetch_add(keys.size(), std::memory_order_relaxed);
-    uint64_t hits = 0;
-    BatchScratch& scratch = core_.GroupByStripe(keys, ThreadScratch());
-    const MissPolicy first_pass =
-        embedding_internal::FirstPassPolicy(core_, scratch);
-    for (uint32_t s = 0; s < core_.num_stripes(); ++s) {
-      const uint32_t begin = scratch.group_begin[s];
-      const uint32_t end = scratch.group_begin[s + 1];
-      if (begin == end) continue;
-      const Stripe& stripe = *core_.stripes[s];
-      ReaderMutexLock lock(&stripe.mu);
-      embedding_internal::RecordGeneration(core_, scratch, stripe, s);
-      hits += embedding_internal::LookupGroup(
-          core_, stripe, keys, values, found, scratch, begin, end, first_pass);
-    }
-    if (core_.spill != nullptr && !scratch.missed_positions.empty()) {
-      ASSIGN_OR_RETURN(const uint64_t spilled_hits,
-                       embedding_internal::LookupSpilled(core_, keys, values,
-                                                         found, scratch));
-      hits += spilled_hits;
-    }
+    ASSIGN_OR_RETURN(
+        const uint64_t hits,
+        ReadRows(keys,
+                 {reinterpret_cast<char*>(values.data()),
+                  embedding_internal::kRecordOffset, sizeof(float) * core_.dim},
+                 found));
     if (missing == MissingRows::kInitialValues && hits < keys.size()) {
       const size_t dim = core_.dim;
       for (size_t i = 0; i < keys.size(); ++i) {
@@ -179,6 +161,71 @@ class MemoryTable final : public Table {
       }
     }
     return hits;
+  }
+
+  absl::StatusOr<uint64_t> ReadRecords(absl::Span<const uint64_t> keys,
+                                       absl::Span<char> records,
+                                       absl::Span<bool> found) override {
+    const size_t record_bytes = core_.record_bytes;
+    if (records.size() != keys.size() * record_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "ReadRecords of table '", core_.spec.name, "': ", keys.size(),
+          " keys need ", keys.size() * record_bytes, " bytes, got ",
+          records.size()));
+    }
+    RETURN_IF_ERROR(CheckFoundFlags("ReadRecords", keys.size(), found.size()));
+    ASSIGN_OR_RETURN(const uint64_t hits,
+                     ReadRows(keys, {records.data(), 0, record_bytes}, found));
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (found[i]) {
+        embedding_internal::ClearRecordFlags(records.data() + i * record_bytes);
+      }
+    }
+    return hits;
+  }
+
+  absl::StatusOr<uint64_t> WriteRecords(absl::Span<const uint64_t> keys,
+                                        absl::Span<const char> records,
+                                        absl::Span<bool> written,
+                                        const AccessContext& context) override {
+    RETURN_IF_ERROR(CheckRecordsToWrite(keys, records, written));
+    std::fill(written.begin(), written.end(), false);
+    const uint32_t touch = core_.Touch(context);
+    BatchScratch& scratch = core_.GroupByStripe(keys, ThreadScratch());
+    RETURN_IF_ERROR(embedding_internal::FirstPass(
+        core_, scratch,
+        [&](Stripe& stripe, uint32_t begin, uint32_t end,
+            const MissPolicy& policy) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return embedding_internal::WriteGroup(core_, stripe, keys, records,
+                                                scratch, begin, end, touch,
+                                                policy, written);
+        }));
+    if (core_.spill != nullptr && !scratch.missed_positions.empty()) {
+      const std::vector<uint32_t> missed =
+          embedding_internal::SortedMisses(scratch);
+      const std::vector<uint64_t> miss_keys =
+          embedding_internal::KeysAt(keys, missed);
+      const size_t record_bytes = core_.record_bytes;
+      std::vector<char> miss_records(missed.size() * record_bytes);
+      for (size_t i = 0; i < missed.size(); ++i) {
+        std::memcpy(miss_records.data() + i * record_bytes,
+                    records.data() + missed[i] * record_bytes, record_bytes);
+      }
+      std::unique_ptr<bool[]> flags(new bool[missed.size()]());
+      RETURN_IF_ERROR(embedding_internal::ResolveMisses(
+          core_, miss_keys, scratch.generation_seen,
+          [&](Stripe& stripe, BatchScratch& sub, uint32_t begin, uint32_t end,
+              const MissPolicy& policy) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return embedding_internal::WriteGroup(
+                core_, stripe, miss_keys, miss_records, sub, begin, end, touch,
+                policy, absl::MakeSpan(flags.get(), missed.size()));
+          }));
+      for (size_t i = 0; i < missed.size(); ++i) {
+        if (flags[i]) written[missed[i]] = true;
+      }
+    }
+    return static_cast<uint64_t>(
+        std::count(written.begin(), written.end(), true));
   }
 
   absl::StatusOr<uint64_t> Erase(absl::Span<const uint64_t> keys) override {
@@ -350,6 +397,78 @@ class MemoryTable final : public Table {
         keys * dim, " ", what, " (dim ", dim, "), got ", floats,
         floats % dim == 0 ? absl::StrCat(" (", floats / dim, " rows)")
                           : std::string(" (not a multiple of dim)")));
+  }
+
+  absl::Status CheckFoundFlags(absl::string_view op, size_t keys,
+                               size_t flags) const {
+    if (flags == keys) return absl::OkStatus();
+    return absl::InvalidArgumentError(
+        absl::StrCat(op, " of table '", core_.spec.name, "': ", keys,
+                     " keys but room for ", flags, " found flags"));
+  }
+
+  // The pass over memory and, with a spill tier, the misses' pass of a
+  // read-only Lookup or ReadRecords.
+  absl::StatusOr<uint64_t> ReadRows(absl::Span<const uint64_t> keys,
+                                    const embedding_internal::RowCopy& copy,
+                                    absl::Span<bool> found) {
+    uint64_t hits = 0;
+    BatchScratch& scratch = core_.GroupByStripe(keys, ThreadScratch());
+    const MissPolicy first_pass =
+        embedding_internal::FirstPassPolicy(core_, scratch);
+    for (uint32_t s = 0; s < core_.num_stripes(); ++s) {
+      const uint32_t begin = scratch.group_begin[s];
+      const uint32_t end = scratch.group_begin[s + 1];
+      if (begin == end) continue;
+      const Stripe& stripe = *core_.stripes[s];
+      ReaderMutexLock lock(&stripe.mu);
+      embedding_internal::RecordGeneration(core_, scratch, stripe, s);
+      hits += embedding_internal::LookupGroup(core_, stripe, keys, copy, found,
+                                              scratch, begin, end, first_pass);
+    }
+    if (core_.spill != nullptr && !scratch.missed_positions.empty()) {
+      ASSIGN_OR_RETURN(
+          const uint64_t spilled_hits,
+          embedding_internal::LookupSpilled(core_, keys, copy, found, scratch));
+      hits += spilled_hits;
+    }
+    return hits;
+  }
+
+  // WriteRecords' refusals: sizes, repeated keys, floats that are not
+  // finite.
+  absl::Status CheckRecordsToWrite(absl::Span<const uint64_t> keys,
+                                   absl::Span<const char> records,
+                                   absl::Span<bool> written) const {
+    const size_t record_bytes = core_.record_bytes;
+    const std::string what =
+        absl::StrCat("WriteRecords of table '", core_.spec.name, "'");
+    if (records.size() != keys.size() * record_bytes) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": ", keys.size(), " keys need ", keys.size() * record_bytes,
+          " bytes, got ", records.size()));
+    }
+    RETURN_IF_ERROR(
+        CheckFoundFlags("WriteRecords", keys.size(), written.size()));
+    std::vector<uint64_t> sorted(keys.begin(), keys.end());
+    std::sort(sorted.begin(), sorted.end());
+    if (auto it = std::adjacent_find(sorted.begin(), sorted.end());
+        it != sorted.end()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": key ", *it, " repeats"));
+    }
+    const size_t floats = (record_bytes - 8) / sizeof(float);
+    std::vector<float> row(floats);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      std::memcpy(row.data(), records.data() + i * record_bytes + 8,
+                  sizeof(float) * floats);
+      if (!embedding_internal::AllFinite(row.data(), floats)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            what, ": the record of key ", keys[i],
+            " holds a NaN or infinite float; nothing was written"));
+      }
+    }
+    return absl::OkStatus();
   }
 
   // Push's two passes; every update is logged in `undo`, and a result

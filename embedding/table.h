@@ -243,6 +243,28 @@ class Table {
                                           absl::Span<bool> found,
                                           MissingRows missing) = 0;
 
+  // Read-only, for a worker's hot-row tier: writes the record
+  // (RowRecordBytes: last touch, access count, embedding, optimizer state)
+  // of each key that has a row to records[i * record bytes] and sets
+  // found[i]; a miss gets zeros and found[i] = false. Never creates a row
+  // or changes anything. Returns the number of keys found.
+  // INVALID_ARGUMENT if the sizes do not match keys.size().
+  virtual absl::StatusOr<uint64_t> ReadRecords(absl::Span<const uint64_t> keys,
+                                               absl::Span<char> records,
+                                               absl::Span<bool> found) = 0;
+
+  // The write-back of a worker's hot-row tier: the embedding and optimizer
+  // state of every key that has a row become those of its record (the
+  // record's access metadata is ignored; the row counts as touched by
+  // `context` and as changed, for incremental snapshots and the change
+  // log). Never creates a row: a key without one (erased or evicted since
+  // it was read) is skipped and written[i] stays false. Returns the rows
+  // written. INVALID_ARGUMENT, with nothing written, if the sizes do not
+  // match keys.size(), a key repeats, or a float is NaN or infinite.
+  virtual absl::StatusOr<uint64_t> WriteRecords(
+      absl::Span<const uint64_t> keys, absl::Span<const char> records,
+      absl::Span<bool> written, const AccessContext& context = {}) = 0;
+
   // Removes the rows of `keys` (absent keys are ignored); returns how many
   // rows were removed.
   // Errors only from the spill tier.

@@ -14,6 +14,7 @@
 #include "common/status_matchers.h"
 #include "embedding/initializer.h"
 #include "embedding/internal/row_index_hash.h"
+#include "embedding/table_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -24,52 +25,8 @@ using ::embedps::testing::StatusIs;
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-constexpr int kDim = 8;
-
-TableSpec SgdSpec(const std::string& name = "t") {
-  TableSpec spec;
-  spec.name = name;
-  spec.dim = kDim;
-  spec.seed = 5;
-  spec.optimizer.kind = OptimizerSpec::Kind::kSgd;
-  spec.optimizer.learning_rate = 0.5f;
-  return spec;
-}
-
-std::vector<float> InitialOf(const TableSpec& spec, uint64_t key) {
-  std::vector<float> row(spec.dim);
-  InitialRow(spec.initializer, spec.seed, key, absl::MakeSpan(row));
-  return row;
-}
-
-// Every test of the Table contract runs twice: against a memory-only table
-// and against one whose memory budget is one row per stripe, so that nearly
-// every row lives in the spill tier (RocksDB) between touches.
-class TableContractTest : public ::testing::TestWithParam<bool> {
- protected:
-  bool spilling() const { return GetParam(); }
-
-  absl::StatusOr<std::unique_ptr<Table>> MakeTable(TableSpec spec,
-                                                   TableOptions options = {}) {
-    if (spilling()) {
-      spec.memory_budget_bytes = 1;
-      options.spill_directory = absl::StrCat(
-          ::testing::TempDir(), "/spill_",
-          ::testing::UnitTest::GetInstance()->current_test_info()->name(), "_",
-          tables_made_++);
-    }
-    return Table::Create(spec, std::move(options));
-  }
-
- private:
-  int tables_made_ = 0;
-};
-
 INSTANTIATE_TEST_SUITE_P(MemoryAndSpill, TableContractTest,
-                         ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "Spilling" : "MemoryOnly";
-                         });
+                         ::testing::Values(false, true), TierName);
 
 // Erase and SweepExpired fail only on spill-tier errors.
 uint64_t Value(absl::StatusOr<uint64_t> result) {

@@ -20,7 +20,7 @@ std::vector<uint32_t> SortedMisses(const BatchScratch& scratch) {
 
 absl::StatusOr<uint64_t> LookupSpilled(const TableCore& core,
                                        absl::Span<const uint64_t> keys,
-                                       absl::Span<float> values,
+                                       const RowCopy& copy,
                                        absl::Span<bool> found,
                                        const BatchScratch& scratch) {
   const std::vector<uint32_t> missed = SortedMisses(scratch);
@@ -44,7 +44,7 @@ absl::StatusOr<uint64_t> LookupSpilled(const TableCore& core,
     }
     for (uint32_t j = begin; j < end; ++j) {
       const uint32_t pos = missed[sub.order[j]];
-      float* out = values.data() + static_cast<size_t>(pos) * core.dim;
+      char* out = copy.out + static_cast<size_t>(pos) * copy.bytes;
       const char* source = nullptr;
       if (changed) {
         // Promoted since the first pass?
@@ -53,7 +53,7 @@ absl::StatusOr<uint64_t> LookupSpilled(const TableCore& core,
       }
       if (source == nullptr) source = fetched.Find(keys[pos]);
       if (source == nullptr) continue;
-      std::memcpy(out, source + 8, sizeof(float) * core.dim);
+      std::memcpy(out, source + copy.from, copy.bytes);
       found[pos] = true;
       ++hits;
     }

@@ -104,12 +104,13 @@ absl::Status ResolveMisses(TableCore& core,
   return status;
 }
 
-// Lookup's pass 2: reads the misses of `scratch` (pass 1's) from the spill
-// tier into `values` and `found`; stripes whose tier changed since pass 1
-// are read again under their lock. Returns the keys found.
+// Pass 2 of a Lookup or ReadRecords: copies the misses of `scratch` (pass
+// 1's) from the spill tier as `copy` says and sets `found`; stripes whose
+// tier changed since pass 1 are read again under their lock. Returns the
+// keys found.
 absl::StatusOr<uint64_t> LookupSpilled(const TableCore& core,
                                        absl::Span<const uint64_t> keys,
-                                       absl::Span<float> values,
+                                       const RowCopy& copy,
                                        absl::Span<bool> found,
                                        const BatchScratch& scratch);
 

@@ -329,27 +329,62 @@ absl::Status PushGroup(const TableCore& core, Stripe& stripe,
 }
 
 uint64_t LookupGroup(const TableCore& core, const Stripe& stripe,
-                     absl::Span<const uint64_t> keys, absl::Span<float> values,
+                     absl::Span<const uint64_t> keys, const RowCopy& copy,
                      absl::Span<bool> found, BatchScratch& scratch,
                      uint32_t begin, uint32_t end, const MissPolicy& policy) {
-  FindRows(core, stripe, keys, scratch, begin, end, RowPart::kValues,
-           /*for_write=*/false);
+  const RowPart part = copy.bytes > sizeof(float) * core.dim ? RowPart::kWhole
+                                                             : RowPart::kValues;
+  FindRows(core, stripe, keys, scratch, begin, end, part, /*for_write=*/false);
   uint64_t hits = 0;
   for (uint32_t j = begin; j < end; ++j) {
     const uint32_t pos = scratch.order[j];
-    float* out = values.data() + static_cast<size_t>(pos) * core.dim;
+    char* out = copy.out + static_cast<size_t>(pos) * copy.bytes;
     const RowId id = scratch.rows[j];
     found[pos] = id != kNoRow;
     if (found[pos]) {
-      std::memcpy(out, stripe.Row(id) + kHeaderFloats,
-                  sizeof(float) * core.dim);
+      std::memcpy(out, stripe.Record(id) + copy.from, copy.bytes);
       ++hits;
     } else {
-      std::fill(out, out + core.dim, 0.0f);
+      std::memset(out, 0, copy.bytes);
       if (policy.defer != nullptr) policy.defer->push_back(pos);
     }
   }
   return hits;
+}
+
+absl::Status WriteGroup(const TableCore& core, Stripe& stripe,
+                        absl::Span<const uint64_t> keys,
+                        absl::Span<const char> records, BatchScratch& scratch,
+                        uint32_t begin, uint32_t end, uint32_t touch,
+                        const MissPolicy& policy, absl::Span<bool> written) {
+  FindRows(core, stripe, keys, scratch, begin, end, RowPart::kWhole,
+           /*for_write=*/true);
+  for (uint32_t j = begin; j < end; ++j) {
+    const uint32_t pos = scratch.order[j];
+    RowId id = scratch.rows[j];
+    if (id == kNoRow) {
+      const uint64_t key = keys[pos];
+      if (policy.defer != nullptr) {
+        policy.defer->push_back(pos);
+        continue;
+      }
+      const char* spilled = policy.Spilled(key);
+      if (spilled == nullptr) continue;  // erased or evicted: not recreated
+      ASSIGN_OR_RETURN(id, PromoteRow(core, stripe, key, spilled));
+    }
+    // The floats only: the row keeps its own access count.
+    std::memcpy(
+        stripe.Record(id) + 8,
+        records.data() + static_cast<size_t>(pos) * core.record_bytes + 8,
+        core.record_bytes - 8);
+    stripe.ForgetSpillCopy(id);
+    RowHeader& header = stripe.MutableHeader(id);
+    header.last_touch = touch;
+    header.access_word |= kDirtyBit | kReferencedBit;
+    core.LogChange(stripe, header.key);
+    written[pos] = true;
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace embedps::embedding_internal

@@ -90,14 +90,34 @@ absl::Status PushGroup(const TableCore& core, Stripe& stripe,
                        const MissPolicy& policy, PushUndoLog& undo)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
 
-// Read-only first pass of a Lookup: copies resident rows, sets found[pos],
-// zero-fills the others and defers them to `policy.defer` if set. Returns
-// the keys found.
+// What a read-only pass copies of each row it finds: `bytes` bytes of the
+// row's record (row_layout.h) from byte `from` on, to out + position *
+// bytes. Lookup copies the embedding (from 8), ReadRecords the record.
+struct RowCopy {
+  char* out;
+  size_t from;
+  size_t bytes;
+};
+
+// Read-only first pass of a Lookup or ReadRecords: copies resident rows,
+// sets found[pos], zero-fills the others and defers them to `policy.defer`
+// if set. Returns the keys found.
 uint64_t LookupGroup(const TableCore& core, const Stripe& stripe,
-                     absl::Span<const uint64_t> keys, absl::Span<float> values,
+                     absl::Span<const uint64_t> keys, const RowCopy& copy,
                      absl::Span<bool> found, BatchScratch& scratch,
                      uint32_t begin, uint32_t end, const MissPolicy& policy)
     ABSL_SHARED_LOCKS_REQUIRED(stripe.mu);
+
+// WriteRecords of a group: the embedding and optimizer state of each key's
+// row (promoted if spilled) become its record's; the row counts as touched
+// at `touch` and changed (snapshots, change log). Keys without a row are
+// skipped (a second pass looks for deferred ones). Sets written[pos].
+absl::Status WriteGroup(const TableCore& core, Stripe& stripe,
+                        absl::Span<const uint64_t> keys,
+                        absl::Span<const char> records, BatchScratch& scratch,
+                        uint32_t begin, uint32_t end, uint32_t touch,
+                        const MissPolicy& policy, absl::Span<bool> written)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu);
 
 }  // namespace embedps::embedding_internal
 
