@@ -208,6 +208,38 @@ class Client {
   absl::StatusOr<std::vector<uint64_t>> Erase(const TableHandle& table,
                                               absl::Span<const uint64_t> keys);
 
+  // ---- A job's hot-row tier (docs/architecture.md "Hot rows"): rows its
+  // workers train themselves, read with their optimizer state and written
+  // back before every checkpoint and publication.
+
+  struct HotKey {
+    uint64_t key;
+    uint32_t access_count;  // Pulls of the row (saturating)
+  };
+  // The `count` keys of `table` pulled most, over every shard, most pulled
+  // first (ties: the smaller key first). Each shard scans its rows once.
+  absl::StatusOr<std::vector<HotKey>> HotKeys(const TableHandle& table,
+                                              uint32_t count);
+
+  // The rows of `keys` (distinct) with their optimizer state, as records
+  // (embedding::RowRecordBytes each: last touch, access count, embedding,
+  // state) into `records`; found[i] says whether key i has a row (zeros
+  // otherwise). Never creates or changes a row. SYNC/SSP tables answer as
+  // a Pull of `step` would. INVALID_ARGUMENT if the sizes disagree.
+  absl::Status ReadRows(const TableHandle& table,
+                        absl::Span<const uint64_t> keys, uint64_t step,
+                        absl::Span<char> records, absl::Span<bool> found);
+
+  // The write-back: the row of each of `keys` (distinct) takes the
+  // embedding and optimizer state of its record; written[i] is false for a
+  // key without a row (erased or evicted since it was read: never
+  // created). In each shard's write order, forwarded to its backups; the
+  // rows count as changed for checkpoints and publications.
+  absl::Status WriteRows(const TableHandle& table,
+                         absl::Span<const uint64_t> keys,
+                         absl::Span<const char> records, uint64_t step,
+                         absl::Span<bool> written);
+
   // Stats of every shard, in shard order.
   absl::StatusOr<std::vector<proto::StatsResponse>> Stats();
 

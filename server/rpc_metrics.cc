@@ -49,6 +49,12 @@ const char* RpcMethodName(RpcMethod method) {
       return "Publish";
     case RpcMethod::kErase:
       return "Erase";
+    case RpcMethod::kHotKeys:
+      return "HotKeys";
+    case RpcMethod::kReadRows:
+      return "ReadRows";
+    case RpcMethod::kWriteRows:
+      return "WriteRows";
     case RpcMethod::kSubscribe:
       return "Subscribe";
     case RpcMethod::kServingLookup:

@@ -43,6 +43,9 @@ enum class RpcMethod {
   kReplicationApply,
   kReplicationCatchUp,
   kIdentify,
+  kHotKeys,
+  kReadRows,
+  kWriteRows,
   kCount,  // number of methods
 };
 const char* RpcMethodName(RpcMethod method);

@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "embedding/table.h"
 #include "embedding/table_spec.h"
+#include "server/key_checks.h"
 #include "server/table_config.h"
 #include "server/training_service.h"
 #include "wire/bulk_codec.h"
@@ -25,8 +26,9 @@ namespace {
 
 // The rows of `keys` without counting an access or an admission; a key
 // without a row reads as its initial values, what a Pull would create.
-absl::Status ReadRows(embedding::Table& table, absl::Span<const uint64_t> keys,
-                      absl::Span<float> values) {
+absl::Status ReadValues(embedding::Table& table,
+                        absl::Span<const uint64_t> keys,
+                        absl::Span<float> values) {
   std::unique_ptr<bool[]> found(new bool[keys.size()]);
   return table
       .Lookup(keys, values, absl::MakeSpan(found.get(), keys.size()),
@@ -37,41 +39,6 @@ absl::Status ReadRows(embedding::Table& table, absl::Span<const uint64_t> keys,
 }  // namespace
 
 namespace {
-
-// There are some keys (unless `allow_empty`) but not too many.
-absl::Status CheckKeyCount(size_t n, const TrainingServiceOptions& options,
-                           bool allow_empty, Rejection* rejection) {
-  if (n == 0 && !allow_empty) {
-    *rejection = Rejection::kEmptyRequest;
-    return absl::InvalidArgumentError("empty request: no keys");
-  }
-  if (n > options.max_keys_per_request) {
-    *rejection = Rejection::kOverLimit;
-    return absl::ResourceExhaustedError(
-        absl::StrCat(n, " keys in one request; this server takes at most ",
-                     options.max_keys_per_request,
-                     " (--max_keys_per_request): split the batch"));
-  }
-  return absl::OkStatus();
-}
-
-// Every key belongs to this shard.
-absl::Status CheckKeyShards(absl::Span<const uint64_t> keys,
-                            const TrainingServiceOptions& options,
-                            Rejection* rejection) {
-  if (options.num_shards <= 1) return absl::OkStatus();
-  for (uint64_t key : keys) {
-    const int32_t shard = ShardOfKey(key, options.num_shards);
-    if (shard != options.shard_index) {
-      *rejection = Rejection::kWrongShard;
-      return absl::FailedPreconditionError(absl::StrCat(
-          "key ", key, " belongs to shard ", shard, " of ", options.num_shards,
-          ", but this is shard ", options.shard_index,
-          ": the client's shard list or count is wrong"));
-    }
-  }
-  return absl::OkStatus();
-}
 
 // Shared checks of Pull and Push: the keys are whole uint64s, there are
 // some (unless `allow_empty`) but not too many, and each belongs to this
@@ -185,7 +152,7 @@ grpc::Status TrainingServiceImpl::ServePull(const PullCall& call,
                            builder.values());
   } else if (request.read_only()) {
     // Serving and evaluation.
-    status = ReadRows(*table, keys, builder.values());
+    status = ReadValues(*table, keys, builder.values());
   } else {
     status = table->Pull(keys, builder.values(),
                          embedding::AccessContext{request.step()});
@@ -203,7 +170,7 @@ absl::Status TrainingServiceImpl::RereadChanged(StepSynchronizer& synchronizer,
   std::vector<std::shared_ptr<const StepSynchronizer::StepKeys>> changed;
   // A Lookup: the first read already counted the access.
   if (!synchronizer.ChangedKeys(read_at, step, &changed)) {
-    return ReadRows(table, keys, values);
+    return ReadValues(table, keys, values);
   }
   std::vector<uint32_t> positions;
   std::vector<uint64_t> stale_keys;
@@ -218,7 +185,7 @@ absl::Status TrainingServiceImpl::RereadChanged(StepSynchronizer& synchronizer,
   if (positions.empty()) return absl::OkStatus();
   const size_t dim = table.spec().dim;
   std::vector<float> fresh(stale_keys.size() * dim);
-  RETURN_IF_ERROR(ReadRows(table, stale_keys, absl::MakeSpan(fresh)));
+  RETURN_IF_ERROR(ReadValues(table, stale_keys, absl::MakeSpan(fresh)));
   for (size_t j = 0; j < positions.size(); ++j) {
     std::memcpy(values.data() + static_cast<size_t>(positions[j]) * dim,
                 fresh.data() + j * dim, sizeof(float) * dim);
@@ -355,6 +322,10 @@ absl::Status TrainingServiceImpl::ApplyForwarded(
       proto::EraseResponse response;
       return wire::FromGrpcStatus(EraseImpl(op.erase(), &response));
     }
+    case proto::ReplicatedOp::kWriteRows: {
+      proto::WriteRowsResponse response;
+      return wire::FromGrpcStatus(WriteRowsImpl(op.write_rows(), &response));
+    }
     case proto::ReplicatedOp::kDropTable:
       return registry_->Drop(op.drop_table().name()).status();
     default:
@@ -369,28 +340,11 @@ grpc::Status TrainingServiceImpl::EraseImpl(const proto::EraseRequest& request,
   if (!entry.ok()) {
     return rejections_.Reject(Rejection::kUnknownTable, entry.status());
   }
-  const std::string& bytes = request.keys();
-  if (bytes.size() % sizeof(uint64_t) != 0) {
-    return rejections_.Reject(
-        Rejection::kMalformedKeys,
-        absl::InvalidArgumentError(absl::StrCat(
-            "keys must be packed little-endian uint64, 8 bytes each; got ",
-            bytes.size(), " bytes")));
-  }
   Rejection rejection;
-  if (absl::Status checked =
-          CheckKeyCount(bytes.size() / sizeof(uint64_t), options_,
-                        /*allow_empty=*/false, &rejection);
-      !checked.ok()) {
-    return rejections_.Reject(rejection, checked);
-  }
-  std::vector<uint64_t> keys(bytes.size() / sizeof(uint64_t));
-  std::memcpy(keys.data(), bytes.data(), bytes.size());
-  if (absl::Status checked = CheckKeyShards(keys, options_, &rejection);
-      !checked.ok()) {
-    return rejections_.Reject(rejection, checked);
-  }
-  absl::StatusOr<uint64_t> erased = entry->table->Erase(keys);
+  absl::StatusOr<std::vector<uint64_t>> keys =
+      ParseShardKeys(request.keys(), options_, &rejection);
+  if (!keys.ok()) return rejections_.Reject(rejection, keys.status());
+  absl::StatusOr<uint64_t> erased = entry->table->Erase(*keys);
   if (!erased.ok()) return wire::ToGrpcStatus(erased.status());
   response->set_erased(*erased);
   return grpc::Status::OK;

@@ -134,6 +134,19 @@ class TrainingServiceImpl final : public TrainingServiceBase {
   grpc::Status Erase(grpc::ServerContext* context,
                      const proto::EraseRequest* request,
                      proto::EraseResponse* response) override;
+  // The hot-row tier of a job's workers (training.proto): the shard's
+  // most pulled keys of a table; their rows with optimizer state (a SYNC
+  // or SSP table answers once the request's step is pullable); and their
+  // write-back, in the shard's write order (forwarded to backups).
+  grpc::Status HotKeys(grpc::ServerContext* context,
+                       const proto::HotKeysRequest* request,
+                       proto::HotKeysResponse* response) override;
+  grpc::Status ReadRows(grpc::ServerContext* context,
+                        const proto::ReadRowsRequest* request,
+                        proto::ReadRowsResponse* response) override;
+  grpc::Status WriteRows(grpc::ServerContext* context,
+                         const proto::WriteRowsRequest* request,
+                         proto::WriteRowsResponse* response) override;
   // Streams publications until the subscriber goes, the server shuts down,
   // or the publisher cannot continue the subscriber's sequence.
   grpc::Status Subscribe(
@@ -155,6 +168,8 @@ class TrainingServiceImpl final : public TrainingServiceBase {
                                proto::CreateTableResponse* response);
   grpc::Status EraseImpl(const proto::EraseRequest& request,
                          proto::EraseResponse* response);
+  grpc::Status WriteRowsImpl(const proto::WriteRowsRequest& request,
+                             proto::WriteRowsResponse* response);
   // A Pull whose request has been read and checked.
   struct PullCall {
     proto::PullRequest header;  // all but the keys
