@@ -139,13 +139,6 @@ struct TableStats {
   uint64_t spill_multiget_micros = 0;
 };
 
-// The byte layout of one row outside memory (the spill tier and
-// checkpoints), little-endian: last_touch (uint32), access count (uint32),
-// the embedding (dim floats), the optimizer state (floats).
-inline size_t RowRecordBytes(int32_t dim, int32_t state_floats) {
-  return 8 + sizeof(float) * (static_cast<size_t>(dim) + state_floats);
-}
-
 // A point-in-time copy of a table for a checkpoint. Taking it is the only
 // part that holds the table's locks; reading it afterwards does not.
 class TableSnapshot {

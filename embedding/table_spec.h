@@ -129,6 +129,13 @@ int32_t OptimizerStateFloats(const OptimizerSpec& spec, int32_t dim);
 const char* InitializerKindName(InitializerSpec::Kind kind);
 const char* OptimizerKindName(OptimizerSpec::Kind kind);
 
+// The byte layout of one row outside memory (the spill tier, checkpoints,
+// a worker's hot-row tier), little-endian: last_touch (uint32), access
+// count (uint32), the embedding (dim floats), the optimizer state (floats).
+inline size_t RowRecordBytes(int32_t dim, int32_t state_floats) {
+  return 8 + sizeof(float) * (static_cast<size_t>(dim) + state_floats);
+}
+
 }  // namespace embedps::embedding
 
 #endif  // EMBEDPS_EMBEDDING_TABLE_SPEC_H_

@@ -1,0 +1,184 @@
+#include "worker/hot_rows.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "embedding/initializer.h"
+
+namespace embedps::worker {
+
+HotRows::HotRows(const std::vector<embedding::TableSpec>& specs) {
+  tables_.resize(specs.size());
+  for (size_t t = 0; t < specs.size(); ++t) {
+    Table& table = tables_[t];
+    table.spec = specs[t];
+    table.dim = specs[t].dim;
+    table.optimizer =
+        embedding::RowOptimizer::Create(specs[t].optimizer, specs[t].dim);
+    table.record_bytes =
+        embedding::RowRecordBytes(table.dim, table.optimizer->state_floats());
+    table.record_floats = table.record_bytes / sizeof(float);
+  }
+}
+
+size_t HotRows::BytesPerRow(const embedding::TableSpec& spec) {
+  // The record, a gradient sum and touch count, the key and its map entry.
+  return embedding::RowRecordBytes(spec.dim, embedding::OptimizerStateFloats(
+                                                 spec.optimizer, spec.dim)) +
+         sizeof(float) * (spec.dim + 1) + sizeof(uint64_t) * 3;
+}
+
+size_t HotRows::bytes() const {
+  size_t bytes = 0;
+  for (const Table& table : tables_) {
+    bytes += table.keys.size() * BytesPerRow(table.spec);
+  }
+  return bytes;
+}
+
+absl::Status HotRows::Assign(int t, std::vector<uint64_t> keys,
+                             absl::Span<const char> records) {
+  Table& table = tables_[t];
+  if (records.size() != keys.size() * table.record_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("hot rows of table '", table.spec.name, "': ", keys.size(),
+                     " keys need ", keys.size() * table.record_bytes,
+                     " bytes of records, got ", records.size()));
+  }
+  absl::flat_hash_map<uint64_t, int32_t> slot_of_key;
+  slot_of_key.reserve(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!slot_of_key.emplace(keys[i], static_cast<int32_t>(i)).second) {
+      return absl::InvalidArgumentError(absl::StrCat("hot rows of table '",
+                                                     table.spec.name, "': key ",
+                                                     keys[i], " repeats"));
+    }
+  }
+  std::vector<float> floats(keys.size() * table.record_floats);
+  std::memcpy(floats.data(), records.data(), records.size());
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const float* row = floats.data() + i * table.record_floats;
+    for (size_t f = 2; f < table.record_floats; ++f) {
+      if (!std::isfinite(row[f])) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "hot rows of table '", table.spec.name, "': the row of key ",
+            keys[i], " holds a NaN or infinite float"));
+      }
+    }
+  }
+  table.keys = std::move(keys);
+  table.slot_of_key = std::move(slot_of_key);
+  table.records = std::move(floats);
+  return absl::OkStatus();
+}
+
+absl::Span<const char> HotRows::records(int t) const {
+  const Table& table = tables_[t];
+  return absl::MakeConstSpan(
+      reinterpret_cast<const char*>(table.records.data()),
+      table.records.size() * sizeof(float));
+}
+
+size_t HotRows::Split(int t, std::vector<uint64_t>& unique,
+                      std::vector<int32_t>& remap,
+                      std::vector<int32_t>& slots) const {
+  const Table& table = tables_[t];
+  remap.clear();
+  slots.clear();
+  if (table.keys.empty()) return unique.size();
+  // One lookup per key: hot keys' slots in order, and a mark where they
+  // were (-1 - j for the j-th hot key).
+  std::vector<int32_t> hot_mark(unique.size(), 0);
+  for (size_t i = 0; i < unique.size(); ++i) {
+    const auto it = table.slot_of_key.find(unique[i]);
+    if (it == table.slot_of_key.end()) continue;
+    hot_mark[i] = -1 - static_cast<int32_t>(slots.size());
+    slots.push_back(it->second);
+  }
+  if (slots.empty()) return unique.size();
+  const size_t cold = unique.size() - slots.size();
+  remap.resize(unique.size());
+  std::vector<uint64_t> reordered(unique.size());
+  size_t next_cold = 0;
+  for (size_t i = 0; i < unique.size(); ++i) {
+    const size_t to = hot_mark[i] < 0 ? cold + (-1 - hot_mark[i]) : next_cold++;
+    remap[i] = static_cast<int32_t>(to);
+    reordered[to] = unique[i];
+  }
+  unique.swap(reordered);
+  return cold;
+}
+
+void HotRows::Gather(int t, absl::Span<const int32_t> slots,
+                     absl::Span<float> rows) const {
+  const Table& table = tables_[t];
+  for (size_t j = 0; j < slots.size(); ++j) {
+    std::memcpy(rows.data() + j * table.dim,
+                table.records.data() + slots[j] * table.record_floats + 2,
+                sizeof(float) * table.dim);
+  }
+}
+
+void HotRows::ApplyRow(Table& table, int32_t slot, const float* grad) {
+  float* row = table.records.data() + slot * table.record_floats + 2;
+  table.optimizer->Apply(row, row + table.dim, grad);
+}
+
+absl::Status HotRows::Apply(absl::Span<const absl::Span<const int32_t>> slots,
+                            absl::Span<const absl::Span<const float>> grads,
+                            dense::Communicator* communicator) {
+  if (communicator == nullptr || communicator->world_size() == 1) {
+    for (size_t t = 0; t < tables_.size(); ++t) {
+      Table& table = tables_[t];
+      for (size_t j = 0; j < slots[t].size(); ++j) {
+        ApplyRow(table, slots[t][j], grads[t].data() + j * table.dim);
+      }
+    }
+    return absl::OkStatus();
+  }
+  // Per table, per slot: dim sums and a touch count, over every worker.
+  size_t floats = 0;
+  std::vector<size_t> offset(tables_.size());
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    offset[t] = floats;
+    floats += tables_[t].keys.size() * (tables_[t].dim + 1);
+  }
+  if (floats == 0) return absl::OkStatus();
+  summed_.assign(floats, 0.0f);
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    const int32_t dim = tables_[t].dim;
+    for (size_t j = 0; j < slots[t].size(); ++j) {
+      float* sum = summed_.data() + offset[t] + slots[t][j] * (dim + 1);
+      std::memcpy(sum, grads[t].data() + j * dim, sizeof(float) * dim);
+      sum[dim] = 1.0f;
+    }
+  }
+  RETURN_IF_ERROR(
+      communicator->AllReduce(absl::MakeSpan(summed_), dense::ReduceOp::kSum));
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    Table& table = tables_[t];
+    const int32_t dim = table.dim;
+    for (size_t slot = 0; slot < table.keys.size(); ++slot) {
+      const float* sum = summed_.data() + offset[t] + slot * (dim + 1);
+      if (sum[dim] > 0.0f) ApplyRow(table, static_cast<int32_t>(slot), sum);
+    }
+  }
+  return absl::OkStatus();
+}
+
+void HotRows::Reset(int t, int32_t slot) {
+  Table& table = tables_[t];
+  float* record = table.records.data() + slot * table.record_floats;
+  record[0] = 0.0f;
+  record[1] = 0.0f;
+  embedding::InitialRow(table.spec.initializer, table.spec.seed,
+                        table.keys[slot],
+                        absl::MakeSpan(record + 2, table.dim));
+  table.optimizer->InitState(record + 2 + table.dim);
+}
+
+}  // namespace embedps::worker

@@ -1,0 +1,107 @@
+// HotRows: a job's hot-row tier on one worker (docs/architecture.md "Hot
+// rows").
+//
+// Per table it holds the rows of a fixed set of keys (the ones the job's
+// workers use most) with their optimizer state, as the servers keep them
+// (embedding::RowRecordBytes records). A step takes those rows from here
+// instead of Pulling them, and their gradient sums update them here with
+// the optimizer the servers would apply (embedding::RowOptimizer of the
+// same spec: one update per touched row per step) instead of being
+// Pushed. In a job of several workers every worker holds the same rows and
+// applies the same sums (AllReduce over the workers), so the copies stay
+// equal, bit for bit, and equal what SYNC servers would hold up to the
+// order of the sum.
+//
+// Thread safety: Split reads only the key sets, which change only in
+// Assign: it may run on another thread (the job's next batch being
+// prepared) while Gather, Apply and Reset run on the training thread.
+// Everything else is one thread's.
+#ifndef EMBEDPS_WORKER_HOT_ROWS_H_
+#define EMBEDPS_WORKER_HOT_ROWS_H_
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "dense/collective/communicator.h"
+#include "embedding/optimizer.h"
+#include "embedding/table_spec.h"
+
+namespace embedps::worker {
+
+class HotRows {
+ public:
+  // `specs`: the job's tables in its table order (their servers' specs).
+  explicit HotRows(const std::vector<embedding::TableSpec>& specs);
+
+  int num_tables() const { return static_cast<int>(tables_.size()); }
+  // Bytes a row of `spec` takes here: its record and a gradient sum.
+  static size_t BytesPerRow(const embedding::TableSpec& spec);
+  // Bytes held.
+  size_t bytes() const;
+
+  // Table `t` holds `keys` (distinct) with `records` (ReadRows' records,
+  // one per key): the set of the table from now on. INVALID_ARGUMENT if
+  // the sizes disagree, a key repeats or a float is not finite (nothing
+  // changes then).
+  absl::Status Assign(int t, std::vector<uint64_t> keys,
+                      absl::Span<const char> records);
+
+  // The keys of table `t`, in their slot order, and their records (the
+  // write-back).
+  absl::Span<const uint64_t> keys(int t) const { return tables_[t].keys; }
+  absl::Span<const char> records(int t) const;
+  size_t record_bytes(int t) const { return tables_[t].record_bytes; }
+
+  // Moves the hot keys of `unique` (table `t`'s distinct keys of a step)
+  // behind the others, each part keeping its order. remap[i]: the new
+  // position of old position i (empty when nothing moved); slots[j]: the
+  // slot of the j-th hot key. Returns the number of other keys.
+  size_t Split(int t, std::vector<uint64_t>& unique,
+               std::vector<int32_t>& remap, std::vector<int32_t>& slots) const;
+
+  // Writes the embeddings of `slots` of table `t` to `rows`
+  // (slots.size() × dim floats).
+  void Gather(int t, absl::Span<const int32_t> slots,
+              absl::Span<float> rows) const;
+
+  // One step's gradient sums of every table: grads[t] holds one row of
+  // dim floats per slot of slots[t] (distinct slots). With one worker
+  // (`communicator` null or of world size 1) each row gets one update;
+  // with several, the sums of every worker are added first (AllReduce: all
+  // workers must call Apply at the same step) and every row some worker
+  // touched gets one update. Errors only from the AllReduce.
+  absl::Status Apply(absl::Span<const absl::Span<const int32_t>> slots,
+                     absl::Span<const absl::Span<const float>> grads,
+                     dense::Communicator* communicator);
+
+  // The row of `slot` of table `t` starts over as a new row of its key
+  // would (initial embedding and optimizer state): its server no longer
+  // holds it (erased or evicted).
+  void Reset(int t, int32_t slot);
+
+ private:
+  struct Table {
+    embedding::TableSpec spec;
+    std::unique_ptr<embedding::RowOptimizer> optimizer;
+    int32_t dim = 0;
+    size_t record_bytes = 0;
+    size_t record_floats = 0;  // record_bytes / 4
+    std::vector<uint64_t> keys;
+    absl::flat_hash_map<uint64_t, int32_t> slot_of_key;
+    // Records, as floats (the first two hold the 8 bytes of metadata).
+    std::vector<float> records;
+  };
+  void ApplyRow(Table& table, int32_t slot, const float* grad);
+
+  std::vector<Table> tables_;
+  // Several workers: per table, per slot, dim sums and a touch count.
+  std::vector<float> summed_;
+};
+
+}  // namespace embedps::worker
+
+#endif  // EMBEDPS_WORKER_HOT_ROWS_H_
