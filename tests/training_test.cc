@@ -23,6 +23,7 @@
 #include "httplib.h"
 #include "proto/stats.pb.h"
 #include "testing/child_process.h"
+#include "testing/job_cluster.h"
 #include "testing/job_output.h"
 #include "testing/planted_data.h"
 #include "testing/server_process.h"
@@ -61,51 +62,37 @@ class TrainingTest : public ::testing::Test {
             const std::string& train_file = "",
             const std::vector<std::string>& server_flags = {},
             const std::string& test_file = "") {
-    std::vector<std::unique_ptr<ServerProcess>> shards;
-    std::vector<std::string> addresses;
-    for (int s = 0; s < servers; ++s) {
-      std::vector<std::string> flags = {
-          absl::StrCat("--shard_index=", s),
-          absl::StrCat("--num_shards=", servers),
-          absl::StrCat("--num_workers=", workers)};
-      flags.insert(flags.end(), server_flags.begin(), server_flags.end());
-      auto shard = ServerProcess::Start(kServer, flags);
-      EXPECT_OK(shard.status());
-      if (!shard.ok()) return {};
-      addresses.push_back((*shard)->address());
-      shards.push_back(std::move(*shard));
-    }
+    absl::StatusOr<JobShards> shards =
+        StartJobShards(servers, workers, server_flags);
+    EXPECT_OK(shards.status());
+    if (!shards.ok()) return {};
     Run run;
     const std::string out = TestTempPath("out");
     run.out = out;
     run.log = TestTempPath("worker0.log");
-    std::vector<std::unique_ptr<ChildProcess>> ranks;
-    for (int r = 0; r < workers; ++r) {
-      std::vector<std::string> args = {
-          std::string("--config=") + kConfig,
-          "--servers=" + absl::StrJoin(addresses, ","),
-          absl::StrCat("--rank=", r),
-          absl::StrCat("--world_size=", workers),
-          "--train_data=" +
-              (train_file.empty() ? *data_ + "/train.txt" : train_file),
-          "--test_data=" +
-              (test_file.empty() ? *data_ + "/test.txt" : test_file),
-          "--bayes_metrics=" + *data_ + "/meta.json",
-          "--output_dir=" + out,
-          "--log_level=warn"};
-      args.insert(args.end(), extra.begin(), extra.end());
-      auto p = ChildProcess::Spawn(kWorker, args, "",
-                                   r == 0 ? run.log : "/dev/null");
-      EXPECT_OK(p.status());
-      if (p.ok()) ranks.push_back(std::move(*p));
-    }
-    for (size_t r = 0; r < ranks.size(); ++r) {
-      absl::StatusOr<int> code = ranks[r]->WaitFor(absl::Seconds(300));
-      EXPECT_OK(code.status());
-      if (r == 0 && code.ok()) run.exit_code = *code;
-    }
+    absl::StatusOr<std::vector<int>> codes = RunWorkers(
+        workers,
+        [&](int r) {
+          std::vector<std::string> args = {
+              std::string("--config=") + kConfig,
+              shards->servers_flag(),
+              absl::StrCat("--rank=", r),
+              absl::StrCat("--world_size=", workers),
+              "--train_data=" +
+                  (train_file.empty() ? *data_ + "/train.txt" : train_file),
+              "--test_data=" +
+                  (test_file.empty() ? *data_ + "/test.txt" : test_file),
+              "--bayes_metrics=" + *data_ + "/meta.json",
+              "--output_dir=" + out,
+              "--log_level=warn"};
+          args.insert(args.end(), extra.begin(), extra.end());
+          return args;
+        },
+        run.log);
+    EXPECT_OK(codes.status());
+    if (codes.ok()) run.exit_code = (*codes)[0];
     run.summary = ReadFile(out + "/summary.json");
-    for (const std::string& address : addresses) {
+    for (const std::string& address : shards->addresses) {
       absl::StatusOr<proto::StatsResponse> response = StatsWithDigests(address);
       EXPECT_OK(response.status());
       if (!response.ok()) continue;

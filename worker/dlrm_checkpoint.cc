@@ -85,6 +85,8 @@ absl::Status DlrmWorker::Checkpoint(int64_t steps_done, PreparedStep* pushing,
   if (pushing != nullptr) RETURN_IF_ERROR(AwaitPushes(*pushing));
   RETURN_IF_ERROR(communicator_->Barrier());
   if (o_.job.rank == 0) {
+    // The tier's rows are in the snapshot.
+    RETURN_IF_ERROR(WriteBackHotRows(steps_done, result));
     // The previous checkpoint must be complete: it is this one's parent.
     RETURN_IF_ERROR(AwaitCheckpoint(result));
     client::Client::CheckpointOptions options;

@@ -128,7 +128,7 @@ absl::Status DlrmWorker::Setup() {
   ASSIGN_OR_RETURN(trainer_,
                    dense::DataParallelTrainer::Create(
                        model_.get(), communicator_.get(), optimizer_.get()));
-  return absl::OkStatus();
+  return SetupHotRows();
 }
 
 namespace {
@@ -164,19 +164,36 @@ absl::StatusOr<std::unique_ptr<PreparedStep>> DlrmWorker::Prepare(
   for (size_t t = 0; t < handles_.size(); ++t) {
     TableBatch& table = step->tables[t];
     table.unique.swap(unique_scratch_[t]);
+    table.pulled = table.unique.size();
+    table.hot_slots.clear();
     RETURN_IF_ERROR(Reserve(*model_, table.rows, table.unique.size() * dim_));
+  }
+  if (hot_ != nullptr) {
+    // The tier's keys move behind the pulled ones; the slots' positions
+    // follow them.
+    for (size_t t = 0; t < handles_.size(); ++t) {
+      TableBatch& table = step->tables[t];
+      table.pulled = hot_->Split(static_cast<int>(t), table.unique, table.remap,
+                                 table.hot_slots);
+    }
+    for (size_t s = 0; s < slot_table_.size(); ++s) {
+      const std::vector<int32_t>& remap = step->tables[slot_table_[s]].remap;
+      if (remap.empty()) continue;
+      for (int32_t& position : step->index[s]) position = remap[position];
+    }
   }
   step->canceller = std::make_unique<client::Client::CallCanceller>();
   for (size_t t = 0; t < handles_.size(); ++t) {
     TableBatch& table = step->tables[t];
-    const absl::Span<float> rows =
-        table.rows.span().first(table.unique.size() * dim_);
+    const absl::Span<const uint64_t> pulled =
+        absl::MakeConstSpan(table.unique).first(table.pulled);
+    const absl::Span<float> rows = table.rows.span().first(table.pulled * dim_);
     step->pulls.push_back(
-        read_only ? client_->LookupAsync(
-                        handles_[t], table.unique, rows, pull_step,
-                        client::Client::Keys::kUnique, step->canceller.get())
-                  : client_->PullAsync(handles_[t], table.unique, rows,
-                                       pull_step, client::Client::Keys::kUnique,
+        read_only ? client_->LookupAsync(handles_[t], pulled, rows, pull_step,
+                                         client::Client::Keys::kUnique,
+                                         step->canceller.get())
+                  : client_->PullAsync(handles_[t], pulled, rows, pull_step,
+                                       client::Client::Keys::kUnique,
                                        step->canceller.get()));
   }
   return step;
@@ -201,6 +218,16 @@ absl::Status DlrmWorker::AwaitPulls(PreparedStep& step) {
   }
   step.pulls.clear();
   return first;
+}
+
+void DlrmWorker::FillHotRows(PreparedStep& step) const {
+  if (hot_ == nullptr) return;
+  for (size_t t = 0; t < step.tables.size(); ++t) {
+    TableBatch& table = step.tables[t];
+    hot_->Gather(static_cast<int>(t), table.hot_slots,
+                 table.rows.span().subspan(table.pulled * dim_,
+                                           table.hot_slots.size() * dim_));
+  }
 }
 
 dense::UniqueRowsBatch DlrmWorker::ModelBatch(const PreparedStep& step) const {
@@ -243,15 +270,41 @@ absl::StatusOr<float> DlrmWorker::TrainOn(PreparedStep& step) {
   const float scale = mode_.mode == proto::ConsistencyConfig::SYNC
                           ? 1.0f / static_cast<float>(o_.job.world_size)
                           : 1.0f;
+  // The tier's rows: one worker updates them here, while the device (if
+  // any) finishes the step; several after it, with every worker's sums.
+  const bool several = o_.job.world_size > 1;
+  std::vector<absl::Span<const int32_t>> hot_slots;
+  std::vector<absl::Span<const float>> hot_grads;
+  if (hot_ != nullptr) {
+    for (size_t t = 0; t < handles_.size(); ++t) {
+      const TableBatch& table = step.tables[t];
+      hot_slots.push_back(table.hot_slots);
+      hot_grads.push_back(absl::MakeConstSpan(grads[t]).subspan(
+          table.pulled * dim_, table.hot_slots.size() * dim_));
+    }
+  }
   const auto push = [&] {
     for (size_t t = 0; t < handles_.size(); ++t) {
-      step.pushes.push_back(
-          client_->PushAsync(handles_[t], step.tables[t].unique, grads[t],
-                             step.batch.step, client::Client::Keys::kUnique));
+      const TableBatch& table = step.tables[t];
+      step.pushes.push_back(client_->PushAsync(
+          handles_[t], absl::MakeConstSpan(table.unique).first(table.pulled),
+          absl::MakeConstSpan(grads[t]).first(table.pulled * dim_),
+          step.batch.step, client::Client::Keys::kUnique));
+    }
+    if (hot_ != nullptr && !several) {
+      // No collective, so no error.
+      hot_->Apply(hot_slots, hot_grads, nullptr).IgnoreError();
     }
   };
   absl::StatusOr<float> loss =
       trainer_->StepOnUniqueRows(batch, scale, grads, push, o_.stages_on_host);
+  if (loss.ok() && hot_ != nullptr && several) {
+    if (absl::Status s = hot_->Apply(hot_slots, hot_grads, communicator_.get());
+        !s.ok()) {
+      loss = absl::Status(s.code(),
+                          absl::StrCat("the hot rows' sums: ", s.message()));
+    }
+  }
   logits_.resize(n);
   if (loss.ok()) {
     if (absl::Status s = model_->LastLogits(absl::MakeSpan(logits_)); !s.ok()) {
@@ -309,6 +362,7 @@ absl::StatusOr<EvalPoint> DlrmWorker::Evaluate(int64_t trained_steps) {
                      Prepare(batch, static_cast<uint64_t>(trained_steps),
                              /*read_only=*/true));
     RETURN_IF_ERROR(AwaitPulls(*step));
+    FillHotRows(*step);
     batch_logits.resize(step->batch.size);
     RETURN_IF_ERROR(model_->PredictOnUniqueRows(ModelBatch(*step),
                                                 absl::MakeSpan(batch_logits)));
@@ -389,6 +443,9 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
   absl::Time next_publish =
       absl::Now() + absl::Seconds(c_.publish_every_seconds());
   if (publishes) RETURN_IF_ERROR(Publish(start_step_));
+  if (hot_ != nullptr && start_step_ < total_steps_) {
+    RETURN_IF_ERROR(RefreshHotRows(start_step_, result));
+  }
   std::unique_ptr<PreparedStep> current, pushing;
   if (start_step_ < total_steps_) {
     ASSIGN_OR_RETURN(std::optional<data::SchemaBatch> first, reader_->Next());
@@ -401,6 +458,7 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
   for (int64_t step = start_step_; step < total_steps_; ++step) {
     const absl::Time pull_start = absl::Now();
     RETURN_IF_ERROR(AwaitPulls(*current));
+    FillHotRows(*current);
     metrics_.pull_wait_seconds =
         metrics_.pull_wait_seconds +
         absl::ToDoubleSeconds(absl::Now() - pull_start);
@@ -460,7 +518,8 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
       result.keys += static_cast<int64_t>(bags.keys.size());
     }
     for (const TableBatch& table : current->tables) {
-      result.keys_pulled += static_cast<int64_t>(table.unique.size());
+      result.keys_pulled += static_cast<int64_t>(table.pulled);
+      result.keys_hot += static_cast<int64_t>(table.hot_slots.size());
     }
     metrics_.steps = step + 1;
     metrics_.samples = samples_;
@@ -486,6 +545,7 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
     if (publishes && absl::Now() >= next_publish && step + 1 < total_steps_) {
       // This step's pushes first: the shards publish once it is applied.
       RETURN_IF_ERROR(AwaitPushes(*pushing));
+      RETURN_IF_ERROR(WriteBackHotRows(step + 1, result));
       RETURN_IF_ERROR(Publish(step + 1));
       next_publish = absl::Now() + absl::Seconds(c_.publish_every_seconds());
     }
@@ -499,8 +559,23 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
                                          point.auc, point.logloss));
       result.evals.push_back(point);
     }
+    if (hot_ != nullptr && (step + 1) % hot_refresh_steps_ == 0 &&
+        step + 1 < total_steps_) {
+      RETURN_IF_ERROR(RefreshHotRows(step + 1, result));
+      ASSIGN_OR_RETURN(current, Reprepare(std::move(current),
+                                          static_cast<uint64_t>(step + 1)));
+    }
   }
   if (pushing != nullptr) RETURN_IF_ERROR(AwaitPushes(*pushing));
+  // The servers hold the whole table from here on.
+  if (o_.job.rank == 0 && total_steps_ > start_step_) {
+    RETURN_IF_ERROR(WriteBackHotRows(total_steps_, result));
+  }
+  if (hot_ != nullptr) {
+    for (int t = 0; t < hot_->num_tables(); ++t) {
+      result.hot_rows += static_cast<int64_t>(hot_->keys(t).size());
+    }
+  }
   if (publishes && total_steps_ > start_step_) {
     RETURN_IF_ERROR(Publish(total_steps_));
   }

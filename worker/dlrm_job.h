@@ -102,6 +102,12 @@ struct DlrmJobResult {
   // pulled, all steps: pulled ÷ samples is the traffic per sample.
   int64_t keys = 0;
   int64_t keys_pulled = 0;
+  // Unique keys the hot-row tier served instead of a Pull, all steps; the
+  // rows it held at the end (per worker); and the time its refreshes and
+  // write-backs took.
+  int64_t keys_hot = 0;
+  int64_t hot_rows = 0;
+  double hot_rows_seconds = 0;
   // The dense model's FLOPs per trained sample (forward and backward, at
   // the keys per bag seen): samples/s × this ÷ a device's peak is its MFU.
   double flops_per_sample = 0;

@@ -30,6 +30,7 @@
 #include "dense/unique_rows.h"
 #include "proto/checkpoint.pb.h"
 #include "worker/dlrm_job.h"
+#include "worker/hot_rows.h"
 #include "worker/job_data.h"
 #include "worker/key_dedup.h"
 #include "worker/worker_metrics.h"
@@ -39,8 +40,14 @@ namespace embedps::worker::dlrm_internal {
 // One step's batch, its unique keys per table, and their rows.
 // The rows and gradients are in the model's host memory (page-locked for
 // CUDA), grow-only: a step uses the first unique × dim floats of each.
+// With a hot-row tier the first `pulled` unique keys are pulled and
+// pushed, the others (hot_slots: their slots in the tier) are read from
+// and applied to the tier.
 struct TableBatch {
   std::vector<uint64_t> unique;
+  size_t pulled = 0;
+  std::vector<int32_t> hot_slots;
+  std::vector<int32_t> remap;  // scratch of the split
   dense::HostArray rows;
   dense::HostArray grads;
 };
@@ -85,6 +92,9 @@ class DlrmWorker {
                                                         uint64_t pull_step,
                                                         bool read_only = false);
   absl::Status AwaitPulls(PreparedStep& step);
+  // After its Pulls: the step's hot rows from the tier (which the steps
+  // before have updated).
+  void FillHotRows(PreparedStep& step) const;
   // A step done with (its Pushes finished) goes back for reuse.
   void Recycle(std::unique_ptr<PreparedStep> step);
   // The model's input for a prepared batch (after its Pulls).
@@ -109,6 +119,24 @@ class DlrmWorker {
   absl::Status AwaitCheckpoint(DlrmJobResult& result);
   // Publishes the tables and the dense model after `steps` steps.
   absl::Status Publish(int64_t steps);
+
+  // The hot-row tier (dlrm_hot_rows.cc). Setup: the tier, if the config
+  // asks for one (refused when it cannot work or fit).
+  absl::Status SetupHotRows();
+  // Every rank, at a step boundary where no step is prepared with the old
+  // set: rank 0 writes the tier back, and the ranks take the N most pulled
+  // keys of every table (rank 0's choice) with their rows at `step`.
+  absl::Status RefreshHotRows(int64_t step, DlrmJobResult& result);
+  // Rank 0 (every rank holds the same rows): the tier's rows back to their
+  // shards, after `step` steps.
+  absl::Status WriteBackHotRows(int64_t step, DlrmJobResult& result);
+  // A prepared step again (its batch split by the current hot set).
+  absl::StatusOr<std::unique_ptr<PreparedStep>> Reprepare(
+      std::unique_ptr<PreparedStep> step, uint64_t pull_step);
+  std::unique_ptr<HotRows> hot_;
+  // Per table: whether the tier may hold its rows (no TTL, no max_rows).
+  std::vector<bool> hot_table_;
+  int64_t hot_refresh_steps_ = 0;
   int64_t last_published_step_ = -1;
 
   const DlrmJobOptions& o_;

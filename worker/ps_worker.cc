@@ -69,6 +69,12 @@ ABSL_FLAG(int32_t, retry_deadline_s, 60,
 ABSL_FLAG(int32_t, blas_threads, 0,
           "overrides the config's blas_threads: the threads of the CPU "
           "model and of the host's batch stages");
+ABSL_FLAG(int64_t, hot_rows, -1,
+          "overrides the config's hot_rows_per_table when >= 0: each "
+          "worker trains the N most pulled rows of every table itself "
+          "(0: no hot-row tier)");
+ABSL_FLAG(int64_t, hot_rows_refresh_steps, 0,
+          "overrides the config's hot_rows_refresh_steps when > 0");
 ABSL_FLAG(bool, stages_on_host, false,
           "gather the bags' rows and sum their gradients per unique row on "
           "the host even with --device=cuda (which runs them on the device): "
@@ -129,6 +135,13 @@ absl::Status Configure(DlrmJobOptions& options, JobFromFlags& job) {
   }
   if (absl::GetFlag(FLAGS_blas_threads) > 0) {
     config.set_blas_threads(absl::GetFlag(FLAGS_blas_threads));
+  }
+  if (absl::GetFlag(FLAGS_hot_rows) >= 0) {
+    config.set_hot_rows_per_table(absl::GetFlag(FLAGS_hot_rows));
+  }
+  if (absl::GetFlag(FLAGS_hot_rows_refresh_steps) > 0) {
+    config.set_hot_rows_refresh_steps(
+        absl::GetFlag(FLAGS_hot_rows_refresh_steps));
   }
   if (absl::GetFlag(FLAGS_checkpoint_every_steps) >= 0) {
     config.set_checkpoint_every_steps(
