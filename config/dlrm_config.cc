@@ -197,9 +197,11 @@ absl::Status ValidateWorkerConfig(const WorkerConfig& c) {
     return absl::InvalidArgumentError(
         "checkpoint_every_steps must not be negative");
   }
-  if (c.hot_rows_per_table() < 0 || c.hot_rows_refresh_steps() < 0) {
+  if (c.hot_rows_per_table() < 0 || c.hot_rows_refresh_steps() < 0 ||
+      c.hot_rows_warmup_steps() < 0) {
     return absl::InvalidArgumentError(
-        "hot_rows_per_table and hot_rows_refresh_steps must not be negative");
+        "hot_rows_per_table, hot_rows_refresh_steps and hot_rows_warmup_steps "
+        "must not be negative");
   }
   if (c.full_checkpoint_every() < 0 || c.keep_checkpoints() < 0) {
     return absl::InvalidArgumentError(

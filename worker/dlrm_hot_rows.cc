@@ -1,9 +1,11 @@
 // DlrmWorker's hot-row tier (worker/hot_rows.h): set-up, refreshes of the
 // hot set, write-backs (docs/architecture.md "Hot rows").
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -18,8 +20,9 @@
 namespace embedps::worker::dlrm_internal {
 namespace {
 
-// Default of WorkerConfig.hot_rows_refresh_steps.
+// Defaults of WorkerConfig.hot_rows_refresh_steps and _warmup_steps.
 constexpr int64_t kDefaultRefreshSteps = 1000;
+constexpr int64_t kDefaultWarmupSteps = 50;
 
 // Rank 0's `keys` on every rank (their bits travel as floats: a broadcast
 // copies, it adds nothing).
@@ -86,10 +89,15 @@ absl::Status DlrmWorker::SetupHotRows() {
         "TTL or max_rows: {}",
         o_.job.rank, absl::StrJoin(kept_out, ", "));
   }
-  hot_ = std::make_unique<HotRows>(specs);
+  hot_ = std::make_unique<HotRows>(
+      specs,
+      static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)));
   hot_refresh_steps_ = c_.hot_rows_refresh_steps() > 0
                            ? c_.hot_rows_refresh_steps()
                            : kDefaultRefreshSteps;
+  hot_warmup_steps_ = c_.hot_rows_warmup_steps() > 0
+                          ? c_.hot_rows_warmup_steps()
+                          : kDefaultWarmupSteps;
   log_->info(
       "worker {}: hot-row tier of up to {} rows a table ({} bytes), "
       "chosen again every {} steps",
@@ -170,6 +178,12 @@ absl::Status DlrmWorker::RefreshHotRows(int64_t step, DlrmJobResult& result) {
              o_.job.rank, step, held,
              absl::ToDoubleSeconds(absl::Now() - start));
   return absl::OkStatus();
+}
+
+bool DlrmWorker::HotRowsRefreshDue(int64_t step) const {
+  return hot_ != nullptr && step < total_steps_ &&
+         (step == start_step_ + hot_warmup_steps_ ||
+          step % hot_refresh_steps_ == 0);
 }
 
 absl::StatusOr<std::unique_ptr<PreparedStep>> DlrmWorker::Reprepare(

@@ -559,8 +559,7 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
                                          point.auc, point.logloss));
       result.evals.push_back(point);
     }
-    if (hot_ != nullptr && (step + 1) % hot_refresh_steps_ == 0 &&
-        step + 1 < total_steps_) {
+    if (HotRowsRefreshDue(step + 1)) {
       RETURN_IF_ERROR(RefreshHotRows(step + 1, result));
       ASSIGN_OR_RETURN(current, Reprepare(std::move(current),
                                           static_cast<uint64_t>(step + 1)));

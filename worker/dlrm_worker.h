@@ -130,6 +130,8 @@ class DlrmWorker {
   // Rank 0 (every rank holds the same rows): the tier's rows back to their
   // shards, after `step` steps.
   absl::Status WriteBackHotRows(int64_t step, DlrmJobResult& result);
+  // Whether the hot set is chosen again before step `step`.
+  bool HotRowsRefreshDue(int64_t step) const;
   // A prepared step again (its batch split by the current hot set).
   absl::StatusOr<std::unique_ptr<PreparedStep>> Reprepare(
       std::unique_ptr<PreparedStep> step, uint64_t pull_step);
@@ -137,6 +139,7 @@ class DlrmWorker {
   // Per table: whether the tier may hold its rows (no TTL, no max_rows).
   std::vector<bool> hot_table_;
   int64_t hot_refresh_steps_ = 0;
+  int64_t hot_warmup_steps_ = 0;
   int64_t last_published_step_ = -1;
 
   const DlrmJobOptions& o_;

@@ -6,12 +6,20 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/for_each_part.h"
 #include "common/status_macros.h"
-#include "embedding/initializer.h"
 
 namespace embedps::worker {
 
-HotRows::HotRows(const std::vector<embedding::TableSpec>& specs) {
+namespace {
+
+// Rows below which a piece of Gather or Apply is not worth a thread.
+constexpr size_t kRowsPerThread = 4096;
+
+}  // namespace
+
+HotRows::HotRows(const std::vector<embedding::TableSpec>& specs, int threads)
+    : threads_(std::max(1, threads)) {
   tables_.resize(specs.size());
   for (size_t t = 0; t < specs.size(); ++t) {
     Table& table = tables_[t];
@@ -113,14 +121,44 @@ size_t HotRows::Split(int t, std::vector<uint64_t>& unique,
   return cold;
 }
 
+void HotRows::ForEachPiece(
+    const std::vector<size_t>& sizes,
+    const std::function<void(int, size_t, size_t)>& work) const {
+  size_t total = 0;
+  for (size_t size : sizes) total += size;
+  const int parts = static_cast<int>(std::min<size_t>(
+      threads_, std::max<size_t>(1, total / kRowsPerThread)));
+  if (parts == 1) {
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      if (sizes[t] > 0) work(static_cast<int>(t), 0, sizes[t]);
+    }
+    return;
+  }
+  // Part p takes the rows [p·total/parts, (p+1)·total/parts) of all
+  // tables' rows laid end to end.
+  ForEachPart(parts, [&](int p) {
+    const size_t from = total * p / parts;
+    const size_t to = total * (p + 1) / parts;
+    size_t base = 0;
+    for (size_t t = 0; t < sizes.size(); ++t) {
+      const size_t begin = std::max(from, base);
+      const size_t end = std::min(to, base + sizes[t]);
+      if (begin < end) work(static_cast<int>(t), begin - base, end - base);
+      base += sizes[t];
+    }
+  });
+}
+
 void HotRows::Gather(int t, absl::Span<const int32_t> slots,
                      absl::Span<float> rows) const {
   const Table& table = tables_[t];
-  for (size_t j = 0; j < slots.size(); ++j) {
-    std::memcpy(rows.data() + j * table.dim,
-                table.records.data() + slots[j] * table.record_floats + 2,
-                sizeof(float) * table.dim);
-  }
+  ForEachPiece({slots.size()}, [&](int, size_t begin, size_t end) {
+    for (size_t j = begin; j < end; ++j) {
+      std::memcpy(rows.data() + j * table.dim,
+                  table.records.data() + slots[j] * table.record_floats + 2,
+                  sizeof(float) * table.dim);
+    }
+  });
 }
 
 void HotRows::ApplyRow(Table& table, int32_t slot, const float* grad) {
@@ -132,12 +170,15 @@ absl::Status HotRows::Apply(absl::Span<const absl::Span<const int32_t>> slots,
                             absl::Span<const absl::Span<const float>> grads,
                             dense::Communicator* communicator) {
   if (communicator == nullptr || communicator->world_size() == 1) {
-    for (size_t t = 0; t < tables_.size(); ++t) {
+    std::vector<size_t> sizes;
+    for (const absl::Span<const int32_t>& s : slots) sizes.push_back(s.size());
+    // Distinct slots: the pieces update different rows.
+    ForEachPiece(sizes, [&](int t, size_t begin, size_t end) {
       Table& table = tables_[t];
-      for (size_t j = 0; j < slots[t].size(); ++j) {
+      for (size_t j = begin; j < end; ++j) {
         ApplyRow(table, slots[t][j], grads[t].data() + j * table.dim);
       }
-    }
+    });
     return absl::OkStatus();
   }
   // Per table, per slot: dim sums and a touch count, over every worker.
@@ -159,26 +200,17 @@ absl::Status HotRows::Apply(absl::Span<const absl::Span<const int32_t>> slots,
   }
   RETURN_IF_ERROR(
       communicator->AllReduce(absl::MakeSpan(summed_), dense::ReduceOp::kSum));
-  for (size_t t = 0; t < tables_.size(); ++t) {
+  std::vector<size_t> sizes;
+  for (const Table& table : tables_) sizes.push_back(table.keys.size());
+  ForEachPiece(sizes, [&](int t, size_t begin, size_t end) {
     Table& table = tables_[t];
     const int32_t dim = table.dim;
-    for (size_t slot = 0; slot < table.keys.size(); ++slot) {
+    for (size_t slot = begin; slot < end; ++slot) {
       const float* sum = summed_.data() + offset[t] + slot * (dim + 1);
       if (sum[dim] > 0.0f) ApplyRow(table, static_cast<int32_t>(slot), sum);
     }
-  }
+  });
   return absl::OkStatus();
-}
-
-void HotRows::Reset(int t, int32_t slot) {
-  Table& table = tables_[t];
-  float* record = table.records.data() + slot * table.record_floats;
-  record[0] = 0.0f;
-  record[1] = 0.0f;
-  embedding::InitialRow(table.spec.initializer, table.spec.seed,
-                        table.keys[slot],
-                        absl::MakeSpan(record + 2, table.dim));
-  table.optimizer->InitState(record + 2 + table.dim);
 }
 
 }  // namespace embedps::worker

@@ -14,12 +14,13 @@
 //
 // Thread safety: Split reads only the key sets, which change only in
 // Assign: it may run on another thread (the job's next batch being
-// prepared) while Gather, Apply and Reset run on the training thread.
+// prepared) while Gather and Apply run on the training thread.
 // Everything else is one thread's.
 #ifndef EMBEDPS_WORKER_HOT_ROWS_H_
 #define EMBEDPS_WORKER_HOT_ROWS_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -35,7 +36,9 @@ namespace embedps::worker {
 class HotRows {
  public:
   // `specs`: the job's tables in its table order (their servers' specs).
-  explicit HotRows(const std::vector<embedding::TableSpec>& specs);
+  // Gather and Apply split large steps over up to `threads` threads.
+  explicit HotRows(const std::vector<embedding::TableSpec>& specs,
+                   int threads = 1);
 
   int num_tables() const { return static_cast<int>(tables_.size()); }
   // Bytes a row of `spec` takes here: its record and a gradient sum.
@@ -78,11 +81,6 @@ class HotRows {
                      absl::Span<const absl::Span<const float>> grads,
                      dense::Communicator* communicator);
 
-  // The row of `slot` of table `t` starts over as a new row of its key
-  // would (initial embedding and optimizer state): its server no longer
-  // holds it (erased or evicted).
-  void Reset(int t, int32_t slot);
-
  private:
   struct Table {
     embedding::TableSpec spec;
@@ -96,7 +94,13 @@ class HotRows {
     std::vector<float> records;
   };
   void ApplyRow(Table& table, int32_t slot, const float* grad);
+  // Calls work(t, begin, end) over [0, sizes[t]) of every table, in pieces
+  // spread over the threads when there are enough.
+  void ForEachPiece(const std::vector<size_t>& sizes,
+                    const std::function<void(int, size_t, size_t)>& work)
+      const;
 
+  const int threads_;
   std::vector<Table> tables_;
   // Several workers: per table, per slot, dim sums and a touch count.
   std::vector<float> summed_;

@@ -10,7 +10,6 @@
 #include "common/status_matchers.h"
 #include "dense/collective/gloo_communicator.h"
 #include "dense/collective/in_memory_store.h"
-#include "embedding/initializer.h"
 #include "embedding/optimizer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -97,13 +96,38 @@ TEST(HotRowsTest, ApplyIsTheServersOptimizerOnTheRecord) {
     EXPECT_EQ(rows[d], expected[1 * record_floats + 2 + d]);
     EXPECT_EQ(rows[kDim + d], expected[2 * record_floats + 2 + d]);
   }
-  // Reset: what a new row of the key would be.
-  hot.Reset(0, 1);
-  std::vector<float> initial(kDim);
-  embedding::InitialRow(spec.initializer, spec.seed, 6,
-                        absl::MakeSpan(initial));
-  hot.Gather(0, {{1}}, absl::MakeSpan(rows).first(kDim));
-  EXPECT_EQ(std::vector<float>(rows.begin(), rows.begin() + kDim), initial);
+}
+
+// Large steps spread over threads: the same rows as on one.
+TEST(HotRowsTest, ThreadsChangeNothing) {
+  const embedding::TableSpec a = AdamSpec("a"), b = AdamSpec("b");
+  const size_t rows = 20000;
+  std::vector<uint64_t> keys(rows);
+  for (size_t i = 0; i < rows; ++i) keys[i] = i * 3 + 1;
+  std::vector<std::vector<float>> results;
+  for (int threads : {1, 3}) {
+    HotRows hot({a, b}, threads);
+    ASSERT_OK(hot.Assign(0, keys, RandomRecords(a, rows, 5)));
+    ASSERT_OK(hot.Assign(1, {keys.begin(), keys.begin() + 7},
+                         RandomRecords(b, 7, 6)));
+    std::vector<int32_t> slots0, slots1 = {6, 2};
+    for (size_t i = 0; i < rows; i += 2) slots0.push_back(i);
+    std::vector<float> grads0(slots0.size() * kDim), grads1(2 * kDim, 0.5f);
+    for (size_t i = 0; i < grads0.size(); ++i) grads0[i] = 0.001f * (i % 97);
+    std::vector<absl::Span<const int32_t>> s = {slots0, slots1};
+    std::vector<absl::Span<const float>> g = {grads0, grads1};
+    ASSERT_OK(hot.Apply(s, g, nullptr));
+    std::vector<float> gathered(slots0.size() * kDim);
+    hot.Gather(0, slots0, absl::MakeSpan(gathered));
+    std::vector<float> all(hot.records(0).size() / sizeof(float) +
+                           hot.records(1).size() / sizeof(float));
+    std::memcpy(all.data(), hot.records(0).data(), hot.records(0).size());
+    std::memcpy(all.data() + hot.records(0).size() / sizeof(float),
+                hot.records(1).data(), hot.records(1).size());
+    all.insert(all.end(), gathered.begin(), gathered.end());
+    results.push_back(std::move(all));
+  }
+  EXPECT_EQ(results[0], results[1]);
 }
 
 // Two workers touch different rows of the tier with different gradients:

@@ -75,6 +75,8 @@ ABSL_FLAG(int64_t, hot_rows, -1,
           "(0: no hot-row tier)");
 ABSL_FLAG(int64_t, hot_rows_refresh_steps, 0,
           "overrides the config's hot_rows_refresh_steps when > 0");
+ABSL_FLAG(int64_t, hot_rows_warmup_steps, 0,
+          "overrides the config's hot_rows_warmup_steps when > 0");
 ABSL_FLAG(bool, stages_on_host, false,
           "gather the bags' rows and sum their gradients per unique row on "
           "the host even with --device=cuda (which runs them on the device): "
@@ -142,6 +144,10 @@ absl::Status Configure(DlrmJobOptions& options, JobFromFlags& job) {
   if (absl::GetFlag(FLAGS_hot_rows_refresh_steps) > 0) {
     config.set_hot_rows_refresh_steps(
         absl::GetFlag(FLAGS_hot_rows_refresh_steps));
+  }
+  if (absl::GetFlag(FLAGS_hot_rows_warmup_steps) > 0) {
+    config.set_hot_rows_warmup_steps(
+        absl::GetFlag(FLAGS_hot_rows_warmup_steps));
   }
   if (absl::GetFlag(FLAGS_checkpoint_every_steps) >= 0) {
     config.set_checkpoint_every_steps(

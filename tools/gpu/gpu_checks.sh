@@ -11,14 +11,17 @@
 #  3. dense/model_benchmark: DLRM samples/s and MFU on the GPU next to the
 #     CPU in the same run, FP32 and TF32;
 #  4. the DLRM job end to end (datagen, 1 or 4 ps_servers, 1 ps_worker),
-#     batch 4096 and 8192: on CUDA with the batch stages on the device and,
-#     in the same run, with them on the host (--stages_on_host); then on
-#     the CPU. Samples/s, MFU, test AUC, the time per step by stage, and
-#     the keys pulled per sample.
+#     batch 4096 and 8192: on CUDA with the batch stages on the device, in
+#     the same run with the hot-row tier (--hot_rows) and with the stages
+#     on the host (--stages_on_host); then on the CPU. Samples/s (the whole
+#     run, and from the step after the tier's first choice on), MFU, test
+#     AUC, the time per step by stage, and the keys pulled per sample.
 # Writes one log per step under OUTDIR and a summary (OUTDIR/summary.txt).
 # For a short lease, the environment narrows it: TESTS (names), BENCHMARK=0,
 # BATCHES (default "4096 8192"), SERVERS ("1 4"), TRAIN_ROWS (1000000),
-# JOB_TIMEOUT (300 s), CPU_JOB=0.
+# JOB_TIMEOUT (300 s), CPU_JOB=0, HOT_ROWS (rows of the tier, 300000; 0:
+# no tier runs), HOT_WARMUP (steps before its first choice, 10),
+# HOST_STAGES=0.
 # Exits non-zero if a test failed or a job did not finish.
 set -uo pipefail
 out=${1:?usage: gpu_checks.sh OUTDIR}
@@ -92,7 +95,7 @@ run_job() {
     --servers="$servers" --device="$device" --batch_size="$batch" \
     --train_data="$work/data/train.txt" --test_data="$work/data/test.txt" \
     --bayes_metrics="$work/data/meta.json" --output_dir="$run/out" \
-    --job_name="gpu-$name" --log_level=warn "$@" \
+    --job_name="gpu-$name" --log_level=warn --log_every=5 "$@" \
     >"$run/summary.json" 2>"$out/worker_$name.log"
   rc=$?
   kill -TERM "${pids[@]}" 2>/dev/null
@@ -105,10 +108,20 @@ run_job() {
   fi
   cp "$run/summary.json" "$out/summary_$name.json"
   python3 - "$run/summary.json" "$label" "$batch" "$nservers" "$gpu_name" \
-    "$device" <<'PY' | tee -a "$summary"
-import json, sys
+    "$device" "$run/out/history.csv" "${HOT_WARMUP:-10}" <<'PY' | tee -a "$summary"
+import csv, json, sys
 s = json.load(open(sys.argv[1]))
 label, batch, nservers, gpu, device = sys.argv[2:7]
+# The rate from the first progress line past the tier's first choice on
+# (the whole run's includes the steps before it, and the choice).
+rows = [r for r in csv.reader(open(sys.argv[7])) if r and r[0].isdigit() and r[1]]
+from_step = int(sys.argv[8]) + 5
+later = [r for r in rows if int(r[0]) >= from_step]
+steady = ""
+if len(later) >= 2:
+    a, b = later[0], later[-1]
+    steady = (f", {(int(b[1]) - int(a[1])) / (float(b[6]) - float(a[6])):,.0f} "
+              f"samples/s from step {a[0]}")
 # NVIDIA data sheets, dense FP32 (the job runs without TF32).
 peaks = [("H100 PCIe", 51.2), ("H100", 66.9), ("H200", 66.9), ("A100", 19.5)]
 peak = next((p for n, p in peaks if n in gpu), 0) if device == "cuda" else 0
@@ -116,20 +129,28 @@ sps = s["samples_per_second"]
 mfu = f", MFU {100 * sps * s['flops_per_sample'] / (peak * 1e12):.2f}%" if peak else ""
 steps = max(s["steps"], 1)
 per = lambda k: 1000 * s[k] / steps
-print(f"{label} batch {batch}, {nservers} server(s): {sps:,.0f} samples/s{mfu}, "
+print(f"{label} batch {batch}, {nservers} server(s): {sps:,.0f} samples/s{mfu}{steady}, "
       f"test AUC {s['test_auc']:.4f}, {s['samples']:,} samples in "
       f"{s['train_seconds']:.1f} s; per step (ms): read {per('read_seconds'):.1f}, "
       f"prepare {per('prepare_seconds'):.1f}, pull wait {per('pull_wait_seconds'):.1f}, "
       f"compute {per('compute_seconds'):.1f}, push wait {per('push_seconds'):.1f}; "
-      f"keys pulled/sample {s['keys_pulled_per_sample']:.2f} of {s['keys_per_sample']:.1f}")
+      f"keys pulled/sample {s['keys_pulled_per_sample']:.2f} of {s['keys_per_sample']:.1f}"
+      f" (+ {s['keys_hot_per_sample']:.2f} from {s['hot_rows']:,} hot rows, "
+      f"{s['hot_rows_seconds']:.1f} s choosing and writing them back)")
 PY
 }
 # The device's stages against the host's, same data, same lease.
 for nservers in ${SERVERS:-1 4}; do
   for batch in ${BATCHES:-4096 8192}; do
     run_job cuda "$batch" "$nservers" cuda --blas_threads="$(nproc)"
-    run_job cuda "$batch" "$nservers" cuda-host-stages --stages_on_host \
-      --blas_threads="$(nproc)"
+    if [ "${HOT_ROWS:-300000}" != 0 ]; then
+      run_job cuda "$batch" "$nservers" cuda-hot --blas_threads="$(nproc)" \
+        --hot_rows="${HOT_ROWS:-300000}" --hot_rows_warmup_steps="${HOT_WARMUP:-10}"
+    fi
+    if [ "${HOST_STAGES:-1}" != 0 ]; then
+      run_job cuda "$batch" "$nservers" cuda-host-stages --stages_on_host \
+        --blas_threads="$(nproc)"
+    fi
   done
 done
 if [ "${CPU_JOB:-1}" != 0 ]; then
