@@ -19,9 +19,9 @@
 # Writes one log per step under OUTDIR and a summary (OUTDIR/summary.txt).
 # For a short lease, the environment narrows it: TESTS (names), BENCHMARK=0,
 # BATCHES (default "4096 8192"), SERVERS ("1 4"), TRAIN_ROWS (1000000),
-# JOB_TIMEOUT (300 s), CPU_JOB=0, HOT_ROWS (rows of the tier, 300000; 0:
-# no tier runs), HOT_WARMUP (steps before its first choice, 10),
-# HOST_STAGES=0.
+# JOB_TIMEOUT (300 s), CPU_JOB=0, HOT_ROWS (the tier's rows, one run
+# each: "300000"; 0: no tier runs), HOT_WARMUP (steps before its first
+# choice, 10), HOST_STAGES=0.
 # Exits non-zero if a test failed or a job did not finish.
 set -uo pipefail
 out=${1:?usage: gpu_checks.sh OUTDIR}
@@ -143,10 +143,11 @@ PY
 for nservers in ${SERVERS:-1 4}; do
   for batch in ${BATCHES:-4096 8192}; do
     run_job cuda "$batch" "$nservers" cuda --blas_threads="$(nproc)"
-    if [ "${HOT_ROWS:-300000}" != 0 ]; then
-      run_job cuda "$batch" "$nservers" cuda-hot --blas_threads="$(nproc)" \
-        --hot_rows="${HOT_ROWS:-300000}" --hot_rows_warmup_steps="${HOT_WARMUP:-10}"
-    fi
+    for hot in ${HOT_ROWS:-300000}; do
+      [ "$hot" = 0 ] && continue
+      run_job cuda "$batch" "$nservers" "cuda-hot$hot" --blas_threads="$(nproc)" \
+        --hot_rows="$hot" --hot_rows_warmup_steps="${HOT_WARMUP:-10}"
+    done
     if [ "${HOST_STAGES:-1}" != 0 ]; then
       run_job cuda "$batch" "$nservers" cuda-host-stages --stages_on_host \
         --blas_threads="$(nproc)"
