@@ -90,8 +90,8 @@ absl::Status DlrmWorker::SetupHotRows() {
         o_.job.rank, absl::StrJoin(kept_out, ", "));
   }
   hot_ = std::make_unique<HotRows>(
-      specs,
-      static_cast<int>(std::clamp(std::thread::hardware_concurrency(), 1u, 8u)));
+      specs, static_cast<int>(
+                 std::clamp(std::thread::hardware_concurrency(), 1u, 8u)));
   hot_refresh_steps_ = c_.hot_rows_refresh_steps() > 0
                            ? c_.hot_rows_refresh_steps()
                            : kDefaultRefreshSteps;
@@ -107,6 +107,7 @@ absl::Status DlrmWorker::SetupHotRows() {
 
 absl::Status DlrmWorker::WriteBackHotRows(int64_t step, DlrmJobResult& result) {
   if (hot_ == nullptr) return absl::OkStatus();
+  AwaitHotApply();
   const absl::Time start = absl::Now();
   uint64_t lost = 0;
   for (int t = 0; t < hot_->num_tables(); ++t) {
@@ -137,6 +138,7 @@ absl::Status DlrmWorker::WriteBackHotRows(int64_t step, DlrmJobResult& result) {
 }
 
 absl::Status DlrmWorker::RefreshHotRows(int64_t step, DlrmJobResult& result) {
+  AwaitHotApply();
   const absl::Time start = absl::Now();
   const bool several = o_.job.world_size > 1;
   if (o_.job.rank == 0) RETURN_IF_ERROR(WriteBackHotRows(step, result));

@@ -12,6 +12,7 @@
 #include <system_error>
 #include <thread>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -220,8 +221,13 @@ absl::Status DlrmWorker::AwaitPulls(PreparedStep& step) {
   return first;
 }
 
-void DlrmWorker::FillHotRows(PreparedStep& step) const {
+void DlrmWorker::AwaitHotApply() {
+  if (hot_applying_.valid()) hot_applying_.get();
+}
+
+void DlrmWorker::FillHotRows(PreparedStep& step) {
   if (hot_ == nullptr) return;
+  AwaitHotApply();
   for (size_t t = 0; t < step.tables.size(); ++t) {
     TableBatch& table = step.tables[t];
     hot_->Gather(static_cast<int>(t), table.hot_slots,
@@ -292,8 +298,13 @@ absl::StatusOr<float> DlrmWorker::TrainOn(PreparedStep& step) {
           step.batch.step, client::Client::Keys::kUnique));
     }
     if (hot_ != nullptr && !several) {
-      // No collective, so no error.
-      hot_->Apply(hot_slots, hot_grads, nullptr).IgnoreError();
+      // On a thread of its own, while this step finishes and the servers
+      // answer the next step's Pulls: FillHotRows waits for it. (No
+      // collective, so no error.)
+      hot_applying_ = std::async(
+          std::launch::async, [this, slots = hot_slots, grads = hot_grads] {
+            hot_->Apply(slots, grads, nullptr).IgnoreError();
+          });
     }
   };
   absl::StatusOr<float> loss =
@@ -447,6 +458,9 @@ absl::StatusOr<DlrmJobResult> DlrmWorker::Run() {
     RETURN_IF_ERROR(RefreshHotRows(start_step_, result));
   }
   std::unique_ptr<PreparedStep> current, pushing;
+  // The tier's update of a step reads its gradients: done before the
+  // steps go, whichever way Run returns.
+  absl::Cleanup await_hot_apply = [this] { AwaitHotApply(); };
   if (start_step_ < total_steps_) {
     ASSIGN_OR_RETURN(std::optional<data::SchemaBatch> first, reader_->Next());
     if (!first.has_value()) {

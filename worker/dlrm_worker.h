@@ -94,7 +94,10 @@ class DlrmWorker {
   absl::Status AwaitPulls(PreparedStep& step);
   // After its Pulls: the step's hot rows from the tier (which the steps
   // before have updated).
-  void FillHotRows(PreparedStep& step) const;
+  void FillHotRows(PreparedStep& step);
+  // Waits for the tier's update of the last step (one worker runs it on a
+  // thread of its own).
+  void AwaitHotApply();
   // A step done with (its Pushes finished) goes back for reuse.
   void Recycle(std::unique_ptr<PreparedStep> step);
   // The model's input for a prepared batch (after its Pulls).
@@ -140,6 +143,7 @@ class DlrmWorker {
   std::vector<bool> hot_table_;
   int64_t hot_refresh_steps_ = 0;
   int64_t hot_warmup_steps_ = 0;
+  std::future<void> hot_applying_;
   int64_t last_published_step_ = -1;
 
   const DlrmJobOptions& o_;

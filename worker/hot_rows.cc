@@ -126,8 +126,8 @@ void HotRows::ForEachPiece(
     const std::function<void(int, size_t, size_t)>& work) const {
   size_t total = 0;
   for (size_t size : sizes) total += size;
-  const int parts = static_cast<int>(std::min<size_t>(
-      threads_, std::max<size_t>(1, total / kRowsPerThread)));
+  const int parts = static_cast<int>(
+      std::min<size_t>(threads_, std::max<size_t>(1, total / kRowsPerThread)));
   if (parts == 1) {
     for (size_t t = 0; t < sizes.size(); ++t) {
       if (sizes[t] > 0) work(static_cast<int>(t), 0, sizes[t]);

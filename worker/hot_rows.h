@@ -97,8 +97,7 @@ class HotRows {
   // Calls work(t, begin, end) over [0, sizes[t]) of every table, in pieces
   // spread over the threads when there are enough.
   void ForEachPiece(const std::vector<size_t>& sizes,
-                    const std::function<void(int, size_t, size_t)>& work)
-      const;
+                    const std::function<void(int, size_t, size_t)>& work) const;
 
   const int threads_;
   std::vector<Table> tables_;

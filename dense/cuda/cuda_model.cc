@@ -90,6 +90,7 @@ class CudaModel final : public Model {
   ~CudaModel() override {
     cudaSetDevice(options_.device);
     if (cublas_ != nullptr) cublasDestroy(cublas_);
+    if (gradients_copied_ != nullptr) cudaEventDestroy(gradients_copied_);
     if (stream_ != nullptr) cudaStreamDestroy(stream_);
   }
 
@@ -162,6 +163,52 @@ class CudaModel final : public Model {
     const int n = batch.size;
     RETURN_IF_ERROR(UploadUnique(batch, /*with_labels=*/true));
     RETURN_IF_ERROR(Forward(n, [&](size_t s) { PoolUnique(batch, s); }));
+    // The unique rows' gradients are summed and copied as soon as the
+    // features' gradients exist: the host gets them (`ready`: the Pushes
+    // start) while the device goes on with the bottom MLP's backward.
+    bool summed = false;
+    const auto sum_and_copy = [&]() -> absl::Status {
+      // Per table: its keys' rows sorted (with their positions), then one
+      // sum per unique row.
+      for (size_t t = 0; t < batch.tables.size(); ++t) {
+        const int keys = static_cast<int>(table_keys_[t]);
+        const int rows =
+            static_cast<int>(batch.tables[t].size() / spec_.embedding_dim);
+        const size_t at = table_first_[t];
+        RETURN_IF_ERROR(table_gradients_[t].Resize(batch.tables[t].size()));
+        if (keys > 0) {
+          int bits = 1;
+          while (bits < 31 && (int64_t{1} << bits) < rows) ++bits;
+          LaunchIota(positions_.data() + at, keys, stream_);
+          size_t bytes = 0;
+          RETURN_IF_ERROR(
+              CudaStatus(SortPairs(nullptr, bytes, nullptr, nullptr, nullptr,
+                                   nullptr, keys, bits, stream_),
+                         "sizing the key sort"));
+          RETURN_IF_ERROR(sort_scratch_.Resize(bytes));
+          RETURN_IF_ERROR(CudaStatus(
+              SortPairs(sort_scratch_.data(), bytes, index_.data() + at,
+                        sorted_index_.data() + at, positions_.data() + at,
+                        sorted_positions_.data() + at, keys, bits, stream_),
+              "sorting the keys by row"));
+        }
+        // Positions count from the table's first key: so do the sources.
+        LaunchSumUniqueGradients(
+            sorted_index_.data() + at, sorted_positions_.data() + at, keys,
+            rows, spec_.embedding_dim, key_source_.data() + at,
+            key_by_.data() + at, key_unpool_.data() + at, dfeatures_.data(),
+            table_gradients_[t].data(), stream_);
+        RETURN_IF_ERROR(CudaStatus(
+            cudaMemcpyAsync(table_gradients[t].data(),
+                            table_gradients_[t].data(),
+                            table_gradients[t].size() * sizeof(float),
+                            cudaMemcpyDeviceToHost, stream_),
+            "copying unique-row gradients to the host"));
+      }
+      summed = true;
+      return CudaStatus(cudaEventRecord(gradients_copied_, stream_),
+                        "recording the gradients' copy");
+    };
     RETURN_IF_ERROR(Backward(n, [&]() -> absl::Status {
       for (size_t s = 0; s < batch.slots.size(); ++s) {
         const UniqueRowsBatch::Slot& slot = batch.slots[s];
@@ -173,47 +220,16 @@ class CudaModel final : public Model {
                          key_by_.data() + first, key_unpool_.data() + first,
                          stream_);
       }
-      return absl::OkStatus();
+      return sum_and_copy();
     }));
-    // Per table: its keys' rows sorted (with their positions), then one
-    // sum per unique row.
-    for (size_t t = 0; t < batch.tables.size(); ++t) {
-      const int keys = static_cast<int>(table_keys_[t]);
-      const int rows =
-          static_cast<int>(batch.tables[t].size() / spec_.embedding_dim);
-      const size_t at = table_first_[t];
-      RETURN_IF_ERROR(table_gradients_[t].Resize(batch.tables[t].size()));
-      if (keys > 0) {
-        int bits = 1;
-        while (bits < 31 && (int64_t{1} << bits) < rows) ++bits;
-        LaunchIota(positions_.data() + at, keys, stream_);
-        size_t bytes = 0;
-        RETURN_IF_ERROR(
-            CudaStatus(SortPairs(nullptr, bytes, nullptr, nullptr, nullptr,
-                                 nullptr, keys, bits, stream_),
-                       "sizing the key sort"));
-        RETURN_IF_ERROR(sort_scratch_.Resize(bytes));
-        RETURN_IF_ERROR(CudaStatus(
-            SortPairs(sort_scratch_.data(), bytes, index_.data() + at,
-                      sorted_index_.data() + at, positions_.data() + at,
-                      sorted_positions_.data() + at, keys, bits, stream_),
-            "sorting the keys by row"));
-      }
-      // Positions count from the table's first key: so do the sources.
-      LaunchSumUniqueGradients(
-          sorted_index_.data() + at, sorted_positions_.data() + at, keys, rows,
-          spec_.embedding_dim, key_source_.data() + at, key_by_.data() + at,
-          key_unpool_.data() + at, dfeatures_.data(),
-          table_gradients_[t].data(), stream_);
-      RETURN_IF_ERROR(CudaStatus(
-          cudaMemcpyAsync(table_gradients[t].data(), table_gradients_[t].data(),
-                          table_gradients[t].size() * sizeof(float),
-                          cudaMemcpyDeviceToHost, stream_),
-          "copying unique-row gradients to the host"));
+    // (A model without slots has no features' gradients to wait for.)
+    if (!summed) RETURN_IF_ERROR(sum_and_copy());
+    if (ready) {
+      RETURN_IF_ERROR(CudaStatus(cudaEventSynchronize(gradients_copied_),
+                                 "waiting for the unique-row gradients"));
+      ready();
     }
-    ASSIGN_OR_RETURN(const float loss, MeanLoss(n));
-    if (ready) ready();
-    return loss;
+    return MeanLoss(n);
   }
 
   absl::Status PredictOnUniqueRows(const UniqueRowsBatch& batch,
@@ -308,6 +324,9 @@ class CudaModel final : public Model {
     RETURN_IF_ERROR(
         CudaStatus(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking),
                    "cudaStreamCreate"));
+    RETURN_IF_ERROR(CudaStatus(
+        cudaEventCreateWithFlags(&gradients_copied_, cudaEventDisableTiming),
+        "cudaEventCreate"));
     RETURN_IF_ERROR(CublasStatus(cublasCreate(&cublas_), "cublasCreate"));
     RETURN_IF_ERROR(
         CublasStatus(cublasSetStream(cublas_, stream_), "cublasSetStream"));
@@ -603,6 +622,8 @@ class CudaModel final : public Model {
   const ModelLayout layout_;
   const ModelOptions options_;
   cudaStream_t stream_ = nullptr;
+  // TrainStepOnUniqueRows: the unique-row gradients are on the host.
+  cudaEvent_t gradients_copied_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
 
   DeviceArray<float> parameters_, gradients_;
