@@ -101,6 +101,40 @@ TEST_F(ClientTest, EachKeyLandsOnExactlyOneShardAndUpdatesRoundTrip) {
   EXPECT_EQ(total, static_cast<uint64_t>(kKeys));
 }
 
+// A Pull of many keys is read on several server threads (pieces of 16k
+// keys): every row comes back in its place, each created once.
+TEST_F(ClientTest, APullSplitOverServerThreadsAnswersEveryRowInPlace) {
+  server::ShardOptions threaded;
+  threaded.service.pull_threads = 3;
+  StartShards(1, threaded);
+  auto client = Connect();
+  proto::TableConfig config = SgdTable("threaded");
+  config.mutable_initializer()->set_kind(proto::InitializerConfig::UNIFORM);
+  ASSERT_OK_AND_ASSIGN(client::TableHandle table, client->CreateTable(config));
+  constexpr int kKeys = 60000;
+  std::vector<uint64_t> keys(kKeys);
+  for (int i = 0; i < kKeys; ++i) keys[i] = i * 7919 + 3;
+  std::vector<float> pulled(kKeys * kDim), looked_up(kKeys * kDim);
+  ASSERT_OK(client->Pull(table, keys, absl::MakeSpan(pulled)));
+  // The same rows one key at a time (a Lookup of one key is one piece).
+  for (int i = 0; i < kKeys; i += 997) {
+    ASSERT_OK(client->Lookup(table, {keys[i]},
+                             absl::MakeSpan(looked_up).subspan(i * kDim, kDim)));
+    for (int d = 0; d < kDim; ++d) {
+      ASSERT_EQ(pulled[i * kDim + d], looked_up[i * kDim + d]) << i;
+    }
+  }
+  ASSERT_OK_AND_ASSIGN(auto stats, client->Stats());
+  EXPECT_EQ(stats[0].table(0).rows(), static_cast<uint64_t>(kKeys));
+  // And after a Push, a threaded Lookup of them all reads every update.
+  std::vector<float> grads(kKeys * kDim, 0.5f);
+  ASSERT_OK(client->Push(table, keys, grads));
+  ASSERT_OK(client->Lookup(table, keys, absl::MakeSpan(looked_up)));
+  for (size_t i = 0; i < looked_up.size(); ++i) {
+    ASSERT_FLOAT_EQ(looked_up[i], pulled[i] - 0.5f) << i;
+  }
+}
+
 // Lookup reads like a Pull but changes nothing: stored rows come back as
 // they are, keys without a row get the initial values a Pull would give
 // them, and no row is created.

@@ -89,6 +89,9 @@ ABSL_FLAG(int, keep_checkpoints, 0,
           "keep_checkpoints): set one or the other");
 ABSL_FLAG(uint64_t, max_keys_per_request, uint64_t{4} << 20,
           "most keys one Pull or Push may carry (RESOURCE_EXHAUSTED above)");
+ABSL_FLAG(int32_t, pull_threads, 4,
+          "threads one Pull of many keys reads the table on (pieces of at "
+          "least 16384 keys; 1: the call's own thread)");
 ABSL_FLAG(uint64_t, max_sketch_counters, uint64_t{1} << 28,
           "most admission sketch counters (a byte each) one table may ask "
           "for (RESOURCE_EXHAUSTED above)");
@@ -222,6 +225,12 @@ absl::StatusOr<ShardOptions> OptionsFromFlags() {
   options.service.num_shards = absl::GetFlag(FLAGS_num_shards);
   options.service.max_keys_per_request =
       absl::GetFlag(FLAGS_max_keys_per_request);
+  options.service.pull_threads = absl::GetFlag(FLAGS_pull_threads);
+  if (options.service.pull_threads < 1 || options.service.pull_threads > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--pull_threads=", options.service.pull_threads,
+                     " must be in [1, 64]"));
+  }
   options.num_workers = absl::GetFlag(FLAGS_num_workers);
   if (options.service.num_shards < 1 || options.service.shard_index < 0 ||
       options.service.shard_index >= options.service.num_shards) {

@@ -2,6 +2,7 @@
 // their checks, SYNC waits, forwarding to backups) and Erase.
 #include <algorithm>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -10,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "common/for_each_part.h"
 #include "common/key_hash.h"
 #include "common/status_macros.h"
 #include "embedding/table.h"
@@ -24,16 +26,59 @@ namespace embedps::server {
 
 namespace {
 
+// Keys a piece of a Pull split over threads takes at least.
+constexpr size_t kKeysPerPullThread = 16384;
+
+// Runs read(keys, values) over `keys` in pieces on up to `threads`
+// threads (the table is thread-safe and the pieces write disjoint rows of
+// `values`); the first error.
+absl::Status InPieces(
+    int32_t threads, size_t dim, absl::Span<const uint64_t> keys,
+    absl::Span<float> values,
+    const std::function<absl::Status(absl::Span<const uint64_t>,
+                                     absl::Span<float>)>& read) {
+  const int parts = static_cast<int>(
+      std::min<size_t>(std::max(threads, 1),
+                       std::max<size_t>(1, keys.size() / kKeysPerPullThread)));
+  if (parts == 1) return read(keys, values);
+  std::vector<absl::Status> status(parts);
+  ForEachPart(parts, [&](int p) {
+    const size_t begin = keys.size() * p / parts;
+    const size_t end = keys.size() * (p + 1) / parts;
+    status[p] = read(keys.subspan(begin, end - begin),
+                     values.subspan(begin * dim, (end - begin) * dim));
+  });
+  for (absl::Status& s : status) RETURN_IF_ERROR(s);
+  return absl::OkStatus();
+}
+
 // The rows of `keys` without counting an access or an admission; a key
 // without a row reads as its initial values, what a Pull would create.
 absl::Status ReadValues(embedding::Table& table,
                         absl::Span<const uint64_t> keys,
-                        absl::Span<float> values) {
-  std::unique_ptr<bool[]> found(new bool[keys.size()]);
-  return table
-      .Lookup(keys, values, absl::MakeSpan(found.get(), keys.size()),
-              embedding::Table::MissingRows::kInitialValues)
-      .status();
+                        absl::Span<float> values, int32_t threads = 1) {
+  return InPieces(
+      threads, table.spec().dim, keys, values,
+      [&](absl::Span<const uint64_t> piece, absl::Span<float> piece_values) {
+        std::unique_ptr<bool[]> found(new bool[piece.size()]);
+        return table
+            .Lookup(piece, piece_values,
+                    absl::MakeSpan(found.get(), piece.size()),
+                    embedding::Table::MissingRows::kInitialValues)
+            .status();
+      });
+}
+
+// A Pull of `keys` (creating rows as admission allows), in pieces.
+absl::Status PullValues(embedding::Table& table,
+                        absl::Span<const uint64_t> keys,
+                        absl::Span<float> values, uint64_t step,
+                        int32_t threads) {
+  return InPieces(
+      threads, table.spec().dim, keys, values,
+      [&](absl::Span<const uint64_t> piece, absl::Span<float> piece_values) {
+        return table.Pull(piece, piece_values, embedding::AccessContext{step});
+      });
 }
 
 }  // namespace
@@ -137,9 +182,10 @@ grpc::Status TrainingServiceImpl::ServePull(const PullCall& call,
   const uint64_t read_at =
       may_read_ahead ? synchronizer->AppliedThrough() : uint64_t{0};
   const bool read_ahead = may_read_ahead && request.step() == read_at + 1;
+  const int32_t threads = options_.pull_threads;
   if (read_ahead) {
-    const absl::Status read = table->Pull(
-        keys, builder.values(), embedding::AccessContext{request.step()});
+    const absl::Status read =
+        PullValues(*table, keys, builder.values(), request.step(), threads);
     if (!read.ok()) return wire::ToGrpcStatus(read);
   }
   if (synchronizer != nullptr) {
@@ -149,13 +195,13 @@ grpc::Status TrainingServiceImpl::ServePull(const PullCall& call,
   absl::Status status;
   if (read_ahead) {
     status = RereadChanged(*synchronizer, *table, read_at, request.step(), keys,
-                           builder.values());
+                           builder.values(), threads);
   } else if (request.read_only()) {
     // Serving and evaluation.
-    status = ReadValues(*table, keys, builder.values());
+    status = ReadValues(*table, keys, builder.values(), threads);
   } else {
-    status = table->Pull(keys, builder.values(),
-                         embedding::AccessContext{request.step()});
+    status =
+        PullValues(*table, keys, builder.values(), request.step(), threads);
   }
   if (!status.ok()) return wire::ToGrpcStatus(status);
   *response = std::move(builder).Finish();
@@ -166,11 +212,12 @@ absl::Status TrainingServiceImpl::RereadChanged(StepSynchronizer& synchronizer,
                                                 embedding::Table& table,
                                                 uint64_t read_at, uint64_t step,
                                                 absl::Span<const uint64_t> keys,
-                                                absl::Span<float> values) {
+                                                absl::Span<float> values,
+                                                int32_t threads) {
   std::vector<std::shared_ptr<const StepSynchronizer::StepKeys>> changed;
   // A Lookup: the first read already counted the access.
   if (!synchronizer.ChangedKeys(read_at, step, &changed)) {
-    return ReadValues(table, keys, values);
+    return ReadValues(table, keys, values, threads);
   }
   std::vector<uint32_t> positions;
   std::vector<uint64_t> stale_keys;
@@ -185,7 +232,8 @@ absl::Status TrainingServiceImpl::RereadChanged(StepSynchronizer& synchronizer,
   if (positions.empty()) return absl::OkStatus();
   const size_t dim = table.spec().dim;
   std::vector<float> fresh(stale_keys.size() * dim);
-  RETURN_IF_ERROR(ReadValues(table, stale_keys, absl::MakeSpan(fresh)));
+  RETURN_IF_ERROR(
+      ReadValues(table, stale_keys, absl::MakeSpan(fresh), threads));
   for (size_t j = 0; j < positions.size(); ++j) {
     std::memcpy(values.data() + static_cast<size_t>(positions[j]) * dim,
                 fresh.data() + j * dim, sizeof(float) * dim);

@@ -53,6 +53,10 @@ struct TrainingServiceOptions {
   // Counters (a byte each) a table's admission sketch may ask for.
   // Default: 256 Mi.
   uint64_t max_sketch_counters = uint64_t{1} << 28;
+  // A Pull of many keys reads the table on up to this many threads
+  // (pieces of at least 16384 keys; 1: on the call's thread). Default: 4
+  // (ps_server: --pull_threads).
+  int32_t pull_threads = 4;
   // Tables held at once (DropTable frees a place). Default: 256.
   size_t max_tables = 256;
   // The process's resident memory past which calls that would allocate
@@ -186,7 +190,7 @@ class TrainingServiceImpl final : public TrainingServiceBase {
                                     embedding::Table& table, uint64_t read_at,
                                     uint64_t step,
                                     absl::Span<const uint64_t> keys,
-                                    absl::Span<float> values);
+                                    absl::Span<float> values, int32_t threads);
   // Checks and applies a Push. `forwarded`: a write its primary forwarded
   // (applied here as it is, not through the write order). On OK, *epoch
   // (if given) is the epoch the write order accepted it in.

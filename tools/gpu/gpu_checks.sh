@@ -21,7 +21,7 @@
 # BATCHES (default "4096 8192"), SERVERS ("1 4"), TRAIN_ROWS (1000000),
 # JOB_TIMEOUT (300 s), CPU_JOB=0, HOT_ROWS (the tier's rows, one run
 # each: "300000"; 0: no tier runs), HOT_WARMUP (steps before its first
-# choice, 10), HOST_STAGES=0.
+# choice, 10), HOST_STAGES=0, SERVER_FLAGS (more ps_server flags).
 # Exits non-zero if a test failed or a job did not finish.
 set -uo pipefail
 out=${1:?usage: gpu_checks.sh OUTDIR}
@@ -83,6 +83,7 @@ run_job() {
     ps_server --host=127.0.0.1 --port=0 --metrics_port=-1 \
       --shard_index=$((i - 1)) --num_shards="$nservers" \
       --port_file="$run/port$i" --data_dir="$run/data$i" --log_level=warn \
+      ${SERVER_FLAGS:-} \
       >"$run/server$i.log" 2>&1 &
     pids+=($!)
   done
