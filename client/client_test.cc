@@ -118,8 +118,8 @@ TEST_F(ClientTest, APullSplitOverServerThreadsAnswersEveryRowInPlace) {
   ASSERT_OK(client->Pull(table, keys, absl::MakeSpan(pulled)));
   // The same rows one key at a time (a Lookup of one key is one piece).
   for (int i = 0; i < kKeys; i += 997) {
-    ASSERT_OK(client->Lookup(table, {keys[i]},
-                             absl::MakeSpan(looked_up).subspan(i * kDim, kDim)));
+    ASSERT_OK(client->Lookup(
+        table, {keys[i]}, absl::MakeSpan(looked_up).subspan(i * kDim, kDim)));
     for (int d = 0; d < kDim; ++d) {
       ASSERT_EQ(pulled[i * kDim + d], looked_up[i * kDim + d]) << i;
     }

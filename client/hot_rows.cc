@@ -42,6 +42,27 @@ absl::StatusOr<size_t> RecordBytes(const TableHandle& table,
   return bytes / keys;
 }
 
+// The keys' parts by shard, each under kRecordBytesPerRequest of records.
+std::vector<client_internal::Part> RecordParts(absl::Span<const uint64_t> keys,
+                                               int32_t shards, size_t max_keys,
+                                               size_t record_bytes) {
+  return client_internal::SplitByShard(
+      keys, shards,
+      std::min(max_keys,
+               std::max<size_t>(1, kRecordBytesPerRequest / record_bytes)));
+}
+
+// The little-endian bytes of the keys at `rows`.
+std::string PackedKeys(absl::Span<const uint64_t> keys,
+                       const std::vector<uint32_t>& rows) {
+  std::string bytes(rows.size() * sizeof(uint64_t), '\0');
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::memcpy(bytes.data() + i * sizeof(uint64_t), &keys[rows[i]],
+                sizeof(uint64_t));
+  }
+  return bytes;
+}
+
 }  // namespace
 
 absl::StatusOr<std::vector<Client::HotKey>> Client::HotKeys(
@@ -99,21 +120,13 @@ absl::Status Client::ReadRows(const TableHandle& table,
                                found.size()));
   if (keys.empty()) return absl::OkStatus();
   RETURN_IF_ERROR(impl_->CheckServers());
-  const std::vector<client_internal::Part> parts =
-      client_internal::SplitByShard(
-          keys, num_shards(),
-          std::min(impl_->options.max_keys_per_request,
-                   std::max<size_t>(1, kRecordBytesPerRequest / record_bytes)));
+  const std::vector<client_internal::Part> parts = RecordParts(
+      keys, num_shards(), impl_->options.max_keys_per_request, record_bytes);
   return RunParts(parts.size(), [&](size_t p) {
     const client_internal::Part& part = parts[p];
-    std::string mine(part.rows.size() * sizeof(uint64_t), '\0');
-    for (size_t i = 0; i < part.rows.size(); ++i) {
-      std::memcpy(mine.data() + i * sizeof(uint64_t), &keys[part.rows[i]],
-                  sizeof(uint64_t));
-    }
     proto::ReadRowsRequest request;
     request.set_table_id(table.shard_table_ids[part.shard]);
-    request.set_keys(std::move(mine));
+    request.set_keys(PackedKeys(keys, part.rows));
     request.set_step(step);
     proto::ReadRowsResponse response;
     RETURN_IF_ERROR(impl_->Call(
@@ -148,25 +161,18 @@ absl::Status Client::WriteRows(const TableHandle& table,
                                written.size()));
   if (keys.empty()) return absl::OkStatus();
   RETURN_IF_ERROR(impl_->CheckServers());
-  const std::vector<client_internal::Part> parts =
-      client_internal::SplitByShard(
-          keys, num_shards(),
-          std::min(impl_->options.max_keys_per_request,
-                   std::max<size_t>(1, kRecordBytesPerRequest / record_bytes)));
+  const std::vector<client_internal::Part> parts = RecordParts(
+      keys, num_shards(), impl_->options.max_keys_per_request, record_bytes);
   return RunParts(parts.size(), [&](size_t p) {
     const client_internal::Part& part = parts[p];
-    std::string mine(part.rows.size() * sizeof(uint64_t), '\0');
     std::string mine_records(part.rows.size() * record_bytes, '\0');
     for (size_t i = 0; i < part.rows.size(); ++i) {
-      const size_t row = part.rows[i];
-      std::memcpy(mine.data() + i * sizeof(uint64_t), &keys[row],
-                  sizeof(uint64_t));
       std::memcpy(mine_records.data() + i * record_bytes,
-                  records.data() + row * record_bytes, record_bytes);
+                  records.data() + part.rows[i] * record_bytes, record_bytes);
     }
     proto::WriteRowsRequest request;
     request.set_table_id(table.shard_table_ids[part.shard]);
-    request.set_keys(std::move(mine));
+    request.set_keys(PackedKeys(keys, part.rows));
     request.set_records(std::move(mine_records));
     request.set_step(step);
     proto::WriteRowsResponse response;

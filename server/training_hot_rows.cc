@@ -25,17 +25,27 @@ size_t RecordBytes(const embedding::Table& table) {
 
 }  // namespace
 
+grpc::Status TrainingServiceImpl::ServedTable(uint32_t table_id,
+                                              TableRegistry::Entry* entry) {
+  if (absl::Status serves = writes_->CheckServes(); !serves.ok()) {
+    return wire::ToGrpcStatus(serves);
+  }
+  absl::StatusOr<TableRegistry::Entry> found = registry_->Find(table_id);
+  if (!found.ok()) {
+    return rejections_.Reject(Rejection::kUnknownTable, found.status());
+  }
+  *entry = *std::move(found);
+  return grpc::Status::OK;
+}
+
 grpc::Status TrainingServiceImpl::HotKeys(grpc::ServerContext*,
                                           const proto::HotKeysRequest* request,
                                           proto::HotKeysResponse* response) {
   return metrics_->Measure(RpcMethod::kHotKeys, [&]() -> grpc::Status {
-    if (absl::Status serves = writes_->CheckServes(); !serves.ok()) {
-      return wire::ToGrpcStatus(serves);
-    }
-    absl::StatusOr<TableRegistry::Entry> entry =
-        registry_->Find(request->table_id());
-    if (!entry.ok()) {
-      return rejections_.Reject(Rejection::kUnknownTable, entry.status());
+    TableRegistry::Entry entry;
+    if (grpc::Status found = ServedTable(request->table_id(), &entry);
+        !found.ok()) {
+      return found;
     }
     Rejection rejection;
     if (absl::Status checked = CheckKeyCount(request->count(), options_,
@@ -53,7 +63,7 @@ grpc::Status TrainingServiceImpl::HotKeys(grpc::ServerContext*,
     const size_t count = request->count();
     heap.reserve(count);
     const absl::Status scanned =
-        entry->table->Scan([&](const embedding::RowView& row) {
+        entry.table->Scan([&](const embedding::RowView& row) {
           const Ranked ranked(row.access_count, row.key);
           if (heap.size() < count) {
             heap.push_back(ranked);
@@ -84,19 +94,16 @@ grpc::Status TrainingServiceImpl::ReadRows(
     grpc::ServerContext*, const proto::ReadRowsRequest* request,
     proto::ReadRowsResponse* response) {
   return metrics_->Measure(RpcMethod::kReadRows, [&]() -> grpc::Status {
-    if (absl::Status serves = writes_->CheckServes(); !serves.ok()) {
-      return wire::ToGrpcStatus(serves);
-    }
-    absl::StatusOr<TableRegistry::Entry> entry =
-        registry_->Find(request->table_id());
-    if (!entry.ok()) {
-      return rejections_.Reject(Rejection::kUnknownTable, entry.status());
+    TableRegistry::Entry entry;
+    if (grpc::Status found = ServedTable(request->table_id(), &entry);
+        !found.ok()) {
+      return found;
     }
     Rejection rejection;
     absl::StatusOr<std::vector<uint64_t>> keys =
         ParseShardKeys(request->keys(), options_, &rejection);
     if (!keys.ok()) return rejections_.Reject(rejection, keys.status());
-    const size_t record_bytes = RecordBytes(*entry->table);
+    const size_t record_bytes = RecordBytes(*entry.table);
     const uint64_t response_bytes = keys->size() * (record_bytes + 1);
     if (response_bytes > options_.max_response_bytes) {
       return rejections_.Reject(
@@ -114,16 +121,16 @@ grpc::Status TrainingServiceImpl::ReadRows(
         !room.ok()) {
       return rejections_.Reject(Rejection::kOverLimit, room);
     }
-    if (entry->synchronizer != nullptr) {
+    if (entry.synchronizer != nullptr) {
       if (absl::Status pullable =
-              entry->synchronizer->AwaitPullable(request->step());
+              entry.synchronizer->AwaitPullable(request->step());
           !pullable.ok()) {
         return wire::ToGrpcStatus(pullable);
       }
     }
     std::string records(keys->size() * record_bytes, '\0');
     std::unique_ptr<bool[]> found(new bool[keys->size()]());
-    absl::StatusOr<uint64_t> read = entry->table->ReadRecords(
+    absl::StatusOr<uint64_t> read = entry.table->ReadRecords(
         *keys, absl::MakeSpan(records.data(), records.size()),
         absl::MakeSpan(found.get(), keys->size()));
     if (!read.ok()) return wire::ToGrpcStatus(read.status());
@@ -176,20 +183,14 @@ grpc::Status TrainingServiceImpl::WriteRowsImpl(
 grpc::Status TrainingServiceImpl::WriteRows(
     grpc::ServerContext*, const proto::WriteRowsRequest* request,
     proto::WriteRowsResponse* response) {
-  return metrics_->Measure(RpcMethod::kWriteRows, [&] {
-    grpc::Status result;
-    const absl::Status written = writes_->Write(
-        [&] {
-          proto::ReplicatedOp op;
-          *op.mutable_write_rows() = *request;
-          return op;
-        },
-        [&] {
-          result = WriteRowsImpl(*request, response);
-          return wire::FromGrpcStatus(result);
-        });
-    return result.ok() ? wire::ToGrpcStatus(written) : result;
-  });
+  return WriteInOrder(
+      RpcMethod::kWriteRows,
+      [&] {
+        proto::ReplicatedOp op;
+        *op.mutable_write_rows() = *request;
+        return op;
+      },
+      [&] { return WriteRowsImpl(*request, response); });
 }
 
 }  // namespace embedps::server

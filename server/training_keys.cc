@@ -398,23 +398,30 @@ grpc::Status TrainingServiceImpl::EraseImpl(const proto::EraseRequest& request,
   return grpc::Status::OK;
 }
 
+grpc::Status TrainingServiceImpl::WriteInOrder(
+    RpcMethod method, absl::FunctionRef<proto::ReplicatedOp()> op,
+    absl::FunctionRef<grpc::Status()> apply) {
+  return metrics_->Measure(method, [&] {
+    grpc::Status applied;
+    const absl::Status written = writes_->Write(op, [&] {
+      applied = apply();
+      return wire::FromGrpcStatus(applied);
+    });
+    return applied.ok() ? wire::ToGrpcStatus(written) : applied;
+  });
+}
+
 grpc::Status TrainingServiceImpl::Erase(grpc::ServerContext*,
                                         const proto::EraseRequest* request,
                                         proto::EraseResponse* response) {
-  return metrics_->Measure(RpcMethod::kErase, [&] {
-    grpc::Status erased;
-    const absl::Status written = writes_->Write(
-        [&] {
-          proto::ReplicatedOp op;
-          *op.mutable_erase() = *request;
-          return op;
-        },
-        [&] {
-          erased = EraseImpl(*request, response);
-          return wire::FromGrpcStatus(erased);
-        });
-    return erased.ok() ? wire::ToGrpcStatus(written) : erased;
-  });
+  return WriteInOrder(
+      RpcMethod::kErase,
+      [&] {
+        proto::ReplicatedOp op;
+        *op.mutable_erase() = *request;
+        return op;
+      },
+      [&] { return EraseImpl(*request, response); });
 }
 
 namespace {

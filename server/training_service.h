@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/functional/any_invocable.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "common/mutex.h"
 #include "proto/replication.pb.h"
@@ -174,6 +175,15 @@ class TrainingServiceImpl final : public TrainingServiceBase {
                          proto::EraseResponse* response);
   grpc::Status WriteRowsImpl(const proto::WriteRowsRequest& request,
                              proto::WriteRowsResponse* response);
+  // A write in the shard's order (forwarded to backups when replicated):
+  // `op` is what the backups apply, `apply` applies it here; measured as
+  // `method`.
+  grpc::Status WriteInOrder(RpcMethod method,
+                            absl::FunctionRef<proto::ReplicatedOp()> op,
+                            absl::FunctionRef<grpc::Status()> apply);
+  // The table of a read call, if this shard serves calls (a backup does
+  // not) and holds it.
+  grpc::Status ServedTable(uint32_t table_id, TableRegistry::Entry* entry);
   // A Pull whose request has been read and checked.
   struct PullCall {
     proto::PullRequest header;  // all but the keys

@@ -5,7 +5,7 @@
 #
 #   tools/reference/compare.sh [--train_rows=N] [--test_rows=N] [--out=DIR]
 #       [--model=small|large] [--vocab=A,B,...] [--torch=pypi|debian|both]
-#       [--workers=N] [--rounds=N]
+#       [--workers=N] [--rounds=N] [--worker_flags="--hot_rows=N ..."]
 #
 # embedps: 1 ps_server + 1 ps_worker (sync, batch 512,
 # deploy/local/dlrm_small.txtpb, or dlrm_large.txtpb: dim 64, bottom
@@ -26,7 +26,9 @@
 # candidate); each round's ratio is to that round's fastest candidate, and
 # the median of the rounds' ratios is the figure (this machine's speed
 # drifts by tens of percent within minutes: rounds taken in turn see the
-# same drift). Installs python3-torch and libopenblas0-openmp if missing
+# same drift). --worker_flags: more ps_worker flags (e.g. the hot-row
+# tier); embedps' line then names them and its keys pulled per sample.
+# Installs python3-torch and libopenblas0-openmp if missing
 # (benchmark-only dependencies).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -39,6 +41,7 @@ vocab=100,10000,300000,3000000
 which_torch=both
 workers=1
 rounds=1
+worker_flags=""
 for arg in "$@"; do
   case "$arg" in
     --train_rows=*) train_rows="${arg#*=}" ;;
@@ -49,6 +52,7 @@ for arg in "$@"; do
     --torch=*) which_torch="${arg#*=}" ;;
     --workers=*) workers="${arg#*=}" ;;
     --rounds=*) rounds="${arg#*=}" ;;
+    --worker_flags=*) worker_flags="${arg#*=}" ;;
     *) sed -n '/^#   tools/,/^#$/p' "$0" >&2; exit 2 ;;
   esac
 done
@@ -114,7 +118,7 @@ run_embedps() {
     bazel-bin/worker/ps_worker --config="$config" --servers="$servers" \
       --rank=$r --world_size="$workers" --job_name="compare-$$" --mode=sync \
       --train_data="$data/train.txt" --test_data="$data/test.txt" \
-      --bayes_metrics="$data/meta.json" --log_level=warn \
+      --bayes_metrics="$data/meta.json" --log_level=warn $worker_flags \
       >"$out/embedps$r.json" &
     worker_pids+=($!)
     pids+=($!)
@@ -154,8 +158,8 @@ for ((round = 1; round <= rounds; round++)); do
   results+=(--)
 done
 
-/usr/bin/python3 - "$data/meta.json" "${results[@]}" <<'PY'
-import json, statistics, sys
+WORKER_FLAGS="$worker_flags" /usr/bin/python3 - "$data/meta.json" "${results[@]}" <<'PY'
+import json, os, statistics, sys
 meta = json.load(open(sys.argv[1]))
 rounds, current = [], []
 for arg in sys.argv[2:]:
@@ -178,13 +182,21 @@ ours_runs = [runs[0] for runs in rounds]
 n = ours_runs[0].get("workers", 1)
 label = "median of rounds" if len(rounds) > 1 else ""
 print(f"\n{'implementation':<52} {'samples/s':>10} {'test AUC':>9} {'logloss':>8}  {label}")
-print(f"{f'embedps {n} server(s) + {n} worker(s)':<52} "
+flags = os.environ.get("WORKER_FLAGS", "")
+ours = f"embedps {n} server(s) + {n} worker(s)" + (f" {flags}" if flags else "")
+print(f"{ours:<52} "
       f"{median(r['samples_per_second'] for r in ours_runs):>10,.0f} "
       f"{ours_runs[0]['test_auc']:>9.5f} {ours_runs[0]['test_logloss']:>8.5f}")
 for c in range(1, len(rounds[0])):
     runs = [rs[c] for rs in rounds]
     print(f"{name_of(runs[0]):<52} {median(r['samples_per_second'] for r in runs):>10,.0f} "
           f"{runs[0]['test_auc']:>9.5f} {runs[0]['test_logloss']:>8.5f}")
+print(f"embedps keys pulled per sample: "
+      f"{median(r['keys_pulled_per_sample'] for r in ours_runs):.2f} of "
+      f"{ours_runs[0]['keys_per_sample']:.1f}"
+      + (f" (+ {median(r['keys_hot_per_sample'] for r in ours_runs):.2f} "
+         f"from {ours_runs[0]['hot_rows']:,} hot rows)"
+         if ours_runs[0].get('hot_rows') else ""))
 print(f"{'Bayes-optimal':<52} {'':>10} {meta['bayes_test_auc']:>9.5f} {meta['bayes_test_logloss']:>8.5f}")
 ratios, bests = [], []
 for runs in rounds:
