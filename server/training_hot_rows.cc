@@ -47,11 +47,10 @@ grpc::Status TrainingServiceImpl::HotKeys(grpc::ServerContext*,
         !found.ok()) {
       return found;
     }
-    Rejection rejection;
-    if (absl::Status checked = CheckKeyCount(request->count(), options_,
-                                             /*allow_empty=*/false, &rejection);
-        !checked.ok()) {
-      return rejections_.Reject(rejection, checked);
+    if (request->count() == 0) {
+      return rejections_.Reject(
+          Rejection::kEmptyRequest,
+          absl::InvalidArgumentError("HotKeys of no key: count is 0"));
     }
     // The `count` best (count, key) pairs, in a heap whose top is the
     // worst kept: more pulls first, then the smaller key.
@@ -60,7 +59,9 @@ grpc::Status TrainingServiceImpl::HotKeys(grpc::ServerContext*,
       return a.first != b.first ? a.first > b.first : a.second < b.second;
     };
     std::vector<Ranked> heap;
-    const size_t count = request->count();
+    // At most what a request may carry: the caller asks the keys' rows next.
+    const size_t count =
+        std::min<uint64_t>(request->count(), options_.max_keys_per_request);
     heap.reserve(count);
     const absl::Status scanned =
         entry.table->Scan([&](const embedding::RowView& row) {
