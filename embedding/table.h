@@ -247,10 +247,11 @@ class Table {
                                                absl::Span<bool> found) = 0;
 
   // The write-back of a worker's hot-row tier: the embedding and optimizer
-  // state of every key that has a row become those of its record (the
-  // record's access metadata is ignored; the row counts as touched by
-  // `context` and as changed, for incremental snapshots and the change
-  // log). Never creates a row: a key without one (erased or evicted since
+  // state of every key that has a row become those of its record, and the
+  // record's access count (the uses the tier served meanwhile) adds to the
+  // row's, saturating; its last touch is ignored: the row counts as
+  // touched by `context`, and as changed for incremental snapshots and the
+  // change log. Never creates a row: a key without one (erased or evicted since
   // it was read) is skipped and written[i] stays false. Returns the rows
   // written. INVALID_ARGUMENT, with nothing written, if the sizes do not
   // match keys.size(), a key repeats, or a float is NaN or infinite.

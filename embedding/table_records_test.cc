@@ -147,6 +147,21 @@ TEST_P(TableRecordsTest, WrittenRecordsAreTheRowsAndTheirOptimizerGoesOn) {
                           Table::MissingRows::kZeros));
   EXPECT_FALSE(found) << "a write never creates a row";
 
+  // The records' counts (the tier's uses) add to the rows' own.
+  {
+    const Records counted = Read(*table, {1});
+    uint32_t before;
+    std::memcpy(&before, counted.bytes.data() + 4, sizeof(before));
+    std::vector<char> one = counted.bytes;
+    const uint32_t uses = 5;
+    std::memcpy(one.data() + 4, &uses, sizeof(uses));
+    bool flag = false;
+    ASSERT_OK(table->WriteRecords({1}, one, absl::MakeSpan(&flag, 1)));
+    uint32_t after;
+    std::memcpy(&after, Read(*table, {1}).bytes.data() + 4, sizeof(after));
+    EXPECT_EQ(after, before + 5);
+  }
+
   // Every written row changed: logged, and in the next incremental snapshot.
   std::vector<uint64_t> changed = table->TakeChangedKeys();
   EXPECT_EQ(changed.size(), keys.size());  // 299 written + 1 erased

@@ -135,6 +135,9 @@ const char* OptimizerKindName(OptimizerSpec::Kind kind);
 inline size_t RowRecordBytes(int32_t dim, int32_t state_floats) {
   return 8 + sizeof(float) * (static_cast<size_t>(dim) + state_floats);
 }
+// A record's access count saturates here (a row keeps two flag bits beside
+// it in memory).
+constexpr uint32_t kMaxRecordAccessCount = (uint32_t{1} << 30) - 1;
 
 }  // namespace embedps::embedding
 

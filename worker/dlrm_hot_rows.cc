@@ -124,6 +124,8 @@ absl::Status DlrmWorker::WriteBackHotRows(int64_t step, DlrmJobResult& result) {
                        "' back at step ", step, ": ", s.message()));
     }
     for (size_t i = 0; i < keys.size(); ++i) lost += written[i] ? 0 : 1;
+    // The servers counted the tier's uses: they start over.
+    hot_->ClearCounts(t);
   }
   if (lost > 0) {
     // Erased (or evicted) on their shard since the tier read them: they

@@ -81,7 +81,17 @@ absl::Status HotRows::Assign(int t, std::vector<uint64_t> keys,
   table.keys = std::move(keys);
   table.slot_of_key = std::move(slot_of_key);
   table.records = std::move(floats);
+  ClearCounts(t);
   return absl::OkStatus();
+}
+
+void HotRows::ClearCounts(int t) {
+  Table& table = tables_[t];
+  for (size_t i = 0; i < table.keys.size(); ++i) {
+    float* record = table.records.data() + i * table.record_floats;
+    record[0] = 0.0f;  // the bits of uint32 0
+    record[1] = 0.0f;
+  }
 }
 
 absl::Span<const char> HotRows::records(int t) const {
@@ -161,9 +171,16 @@ void HotRows::Gather(int t, absl::Span<const int32_t> slots,
   });
 }
 
-void HotRows::ApplyRow(Table& table, int32_t slot, const float* grad) {
-  float* row = table.records.data() + slot * table.record_floats + 2;
-  table.optimizer->Apply(row, row + table.dim, grad);
+void HotRows::ApplyRow(Table& table, int32_t slot, const float* grad,
+                       uint32_t uses) {
+  float* record = table.records.data() + slot * table.record_floats;
+  table.optimizer->Apply(record + 2, record + 2 + table.dim, grad);
+  uint32_t count;
+  std::memcpy(&count, record + 1, sizeof(count));
+  count +=
+      std::min(uses, embedding::kMaxRecordAccessCount -
+                         std::min(count, embedding::kMaxRecordAccessCount));
+  std::memcpy(record + 1, &count, sizeof(count));
 }
 
 absl::Status HotRows::Apply(absl::Span<const absl::Span<const int32_t>> slots,
@@ -176,7 +193,7 @@ absl::Status HotRows::Apply(absl::Span<const absl::Span<const int32_t>> slots,
     ForEachPiece(sizes, [&](int t, size_t begin, size_t end) {
       Table& table = tables_[t];
       for (size_t j = begin; j < end; ++j) {
-        ApplyRow(table, slots[t][j], grads[t].data() + j * table.dim);
+        ApplyRow(table, slots[t][j], grads[t].data() + j * table.dim, 1);
       }
     });
     return absl::OkStatus();
@@ -207,7 +224,10 @@ absl::Status HotRows::Apply(absl::Span<const absl::Span<const int32_t>> slots,
     const int32_t dim = table.dim;
     for (size_t slot = begin; slot < end; ++slot) {
       const float* sum = summed_.data() + offset[t] + slot * (dim + 1);
-      if (sum[dim] > 0.0f) ApplyRow(table, static_cast<int32_t>(slot), sum);
+      if (sum[dim] > 0.0f) {
+        ApplyRow(table, static_cast<int32_t>(slot), sum,
+                 static_cast<uint32_t>(sum[dim]));
+      }
     }
   });
   return absl::OkStatus();

@@ -54,9 +54,13 @@ class HotRows {
                       absl::Span<const char> records);
 
   // The keys of table `t`, in their slot order, and their records (the
-  // write-back).
+  // write-back): each record's access count is the uses the tier served
+  // since Assign or ClearCounts (a row touched by a step counts once per
+  // worker that touched it, as its Pulls would have), its last touch 0.
   absl::Span<const uint64_t> keys(int t) const { return tables_[t].keys; }
   absl::Span<const char> records(int t) const;
+  // After a write-back: the counts start over.
+  void ClearCounts(int t);
   size_t record_bytes(int t) const { return tables_[t].record_bytes; }
 
   // Moves the hot keys of `unique` (table `t`'s distinct keys of a step)
@@ -93,7 +97,8 @@ class HotRows {
     // Records, as floats (the first two hold the 8 bytes of metadata).
     std::vector<float> records;
   };
-  void ApplyRow(Table& table, int32_t slot, const float* grad);
+  // One update of `slot`, used by `uses` workers.
+  void ApplyRow(Table& table, int32_t slot, const float* grad, uint32_t uses);
   // Calls work(t, begin, end) over [0, sizes[t]) of every table, in pieces
   // spread over the threads when there are enough.
   void ForEachPiece(const std::vector<size_t>& sizes,

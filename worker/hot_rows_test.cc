@@ -49,6 +49,20 @@ std::vector<char> RandomRecords(const embedding::TableSpec& spec, size_t keys,
   return bytes;
 }
 
+// The access count of record `i` of `records` (floats, records of
+// `record_floats`), and the same records with their counts zeroed.
+uint32_t CountOf(const std::vector<float>& records, size_t record_floats,
+                 size_t i) {
+  uint32_t count;
+  std::memcpy(&count, records.data() + i * record_floats + 1, sizeof(count));
+  return count;
+}
+std::vector<float> WithoutCounts(std::vector<float> records,
+                                 size_t record_floats) {
+  for (size_t i = 1; i < records.size(); i += record_floats) records[i] = 0;
+  return records;
+}
+
 TEST(HotRowsTest, SplitMovesHotKeysBehindTheOthersInOrder) {
   HotRows hot({AdamSpec("a")});
   ASSERT_OK(hot.Assign(0, {50, 10, 30}, RandomRecords(AdamSpec("a"), 3, 1)));
@@ -89,7 +103,14 @@ TEST(HotRowsTest, ApplyIsTheServersOptimizerOnTheRecord) {
   }
   std::vector<float> got(expected.size());
   std::memcpy(got.data(), hot.records(0).data(), hot.records(0).size());
-  EXPECT_EQ(got, expected);
+  EXPECT_EQ(WithoutCounts(got, record_floats), expected);
+  // Each touched row counts the use (what its Pull would have counted).
+  EXPECT_EQ(CountOf(got, record_floats, 0), 1u);
+  EXPECT_EQ(CountOf(got, record_floats, 1), 0u);
+  EXPECT_EQ(CountOf(got, record_floats, 2), 1u);
+  hot.ClearCounts(0);
+  std::memcpy(got.data(), hot.records(0).data(), hot.records(0).size());
+  EXPECT_EQ(CountOf(got, record_floats, 0), 0u);
   std::vector<float> rows(2 * kDim);
   hot.Gather(0, {{1, 2}}, absl::MakeSpan(rows));
   for (int d = 0; d < kDim; ++d) {
@@ -175,10 +196,14 @@ TEST(HotRowsTest, SeveralWorkersApplyTheSumAndStayEqual) {
   std::vector<float> expected(results[0].size());
   std::memcpy(expected.data(), alone.records(0).data(),
               alone.records(0).size());
-  EXPECT_EQ(results[0], expected);
+  const size_t record_floats = expected.size() / 4;
+  EXPECT_EQ(WithoutCounts(results[0], record_floats),
+            WithoutCounts(expected, record_floats));
+  // Slot 1 was used by both workers.
+  EXPECT_EQ(CountOf(results[0], record_floats, 1), 2u);
+  EXPECT_EQ(CountOf(results[0], record_floats, 0), 1u);
   std::vector<float> original(expected.size());
   std::memcpy(original.data(), records.data(), records.size());
-  const size_t record_floats = expected.size() / 4;
   EXPECT_TRUE(std::equal(original.begin() + 2 * record_floats,
                          original.begin() + 3 * record_floats,
                          results[0].begin() + 2 * record_floats))

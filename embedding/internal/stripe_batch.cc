@@ -372,15 +372,20 @@ absl::Status WriteGroup(const TableCore& core, Stripe& stripe,
       if (spilled == nullptr) continue;  // erased or evicted: not recreated
       ASSIGN_OR_RETURN(id, PromoteRow(core, stripe, key, spilled));
     }
-    // The floats only: the row keeps its own access count.
-    std::memcpy(
-        stripe.Record(id) + 8,
-        records.data() + static_cast<size_t>(pos) * core.record_bytes + 8,
-        core.record_bytes - 8);
+    const char* record =
+        records.data() + static_cast<size_t>(pos) * core.record_bytes;
+    std::memcpy(stripe.Record(id) + 8, record + 8, core.record_bytes - 8);
     stripe.ForgetSpillCopy(id);
     RowHeader& header = stripe.MutableHeader(id);
     header.last_touch = touch;
-    header.access_word |= kDirtyBit | kReferencedBit;
+    // The record's count (the pulls a tier served) adds to the row's.
+    uint32_t added;
+    std::memcpy(&added, record + 4, sizeof(added));
+    const uint32_t count = header.access_word & kCountMask;
+    const uint32_t sum =
+        count + std::min<uint32_t>(added & kCountMask, kCountMask - count);
+    header.access_word =
+        (header.access_word & ~kCountMask) | sum | kDirtyBit | kReferencedBit;
     core.LogChange(stripe, header.key);
     written[pos] = true;
   }

@@ -109,9 +109,10 @@ uint64_t LookupGroup(const TableCore& core, const Stripe& stripe,
     ABSL_SHARED_LOCKS_REQUIRED(stripe.mu);
 
 // WriteRecords of a group: the embedding and optimizer state of each key's
-// row (promoted if spilled) become its record's; the row counts as touched
-// at `touch` and changed (snapshots, change log). Keys without a row are
-// skipped (a second pass looks for deferred ones). Sets written[pos].
+// row (promoted if spilled) become its record's, the record's access count
+// adds to the row's (saturating); the row counts as touched at `touch` and
+// changed (snapshots, change log). Keys without a row are skipped (a
+// second pass looks for deferred ones). Sets written[pos].
 absl::Status WriteGroup(const TableCore& core, Stripe& stripe,
                         absl::Span<const uint64_t> keys,
                         absl::Span<const char> records, BatchScratch& scratch,
