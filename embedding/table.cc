@@ -205,12 +205,8 @@ class MemoryTable final : public Table {
           embedding_internal::SortedMisses(scratch);
       const std::vector<uint64_t> miss_keys =
           embedding_internal::KeysAt(keys, missed);
-      const size_t record_bytes = core_.record_bytes;
-      std::vector<char> miss_records(missed.size() * record_bytes);
-      for (size_t i = 0; i < missed.size(); ++i) {
-        std::memcpy(miss_records.data() + i * record_bytes,
-                    records.data() + missed[i] * record_bytes, record_bytes);
-      }
+      const std::vector<char> miss_records =
+          embedding_internal::RowsAt(records, core_.record_bytes, missed);
       std::unique_ptr<bool[]> flags(new bool[missed.size()]());
       RETURN_IF_ERROR(embedding_internal::ResolveMisses(
           core_, miss_keys, scratch.generation_seen,
@@ -497,12 +493,8 @@ class MemoryTable final : public Table {
         embedding_internal::SortedMisses(scratch);
     const std::vector<uint64_t> miss_keys =
         embedding_internal::KeysAt(keys, missed);
-    std::vector<float> miss_grads(missed.size() * dim);
-    for (size_t i = 0; i < missed.size(); ++i) {
-      std::memcpy(miss_grads.data() + i * dim,
-                  grads.data() + static_cast<size_t>(missed[i]) * dim,
-                  sizeof(float) * dim);
-    }
+    const std::vector<float> miss_grads =
+        embedding_internal::RowsAt(grads, dim, missed);
     return embedding_internal::ResolveMisses(
         core_, miss_keys, scratch.generation_seen,
         [&](Stripe& stripe, BatchScratch& sub, uint32_t begin, uint32_t end,

@@ -38,6 +38,23 @@ grpc::Status TrainingServiceImpl::ServedTable(uint32_t table_id,
   return grpc::Status::OK;
 }
 
+grpc::Status TrainingServiceImpl::TableAndKeys(uint32_t table_id,
+                                               const std::string& key_bytes,
+                                               TableRegistry::Entry* entry,
+                                               std::vector<uint64_t>* keys) {
+  absl::StatusOr<TableRegistry::Entry> found = registry_->Find(table_id);
+  if (!found.ok()) {
+    return rejections_.Reject(Rejection::kUnknownTable, found.status());
+  }
+  Rejection rejection;
+  absl::StatusOr<std::vector<uint64_t>> parsed =
+      ParseShardKeys(key_bytes, options_, &rejection);
+  if (!parsed.ok()) return rejections_.Reject(rejection, parsed.status());
+  *entry = *std::move(found);
+  *keys = *std::move(parsed);
+  return grpc::Status::OK;
+}
+
 grpc::Status TrainingServiceImpl::HotKeys(grpc::ServerContext*,
                                           const proto::HotKeysRequest* request,
                                           proto::HotKeysResponse* response) {
@@ -95,29 +112,30 @@ grpc::Status TrainingServiceImpl::ReadRows(
     grpc::ServerContext*, const proto::ReadRowsRequest* request,
     proto::ReadRowsResponse* response) {
   return metrics_->Measure(RpcMethod::kReadRows, [&]() -> grpc::Status {
+    if (absl::Status serves = writes_->CheckServes(); !serves.ok()) {
+      return wire::ToGrpcStatus(serves);
+    }
     TableRegistry::Entry entry;
-    if (grpc::Status found = ServedTable(request->table_id(), &entry);
+    std::vector<uint64_t> keys;
+    if (grpc::Status found =
+            TableAndKeys(request->table_id(), request->keys(), &entry, &keys);
         !found.ok()) {
       return found;
     }
-    Rejection rejection;
-    absl::StatusOr<std::vector<uint64_t>> keys =
-        ParseShardKeys(request->keys(), options_, &rejection);
-    if (!keys.ok()) return rejections_.Reject(rejection, keys.status());
     const size_t record_bytes = RecordBytes(*entry.table);
-    const uint64_t response_bytes = keys->size() * (record_bytes + 1);
+    const uint64_t response_bytes = keys.size() * (record_bytes + 1);
     if (response_bytes > options_.max_response_bytes) {
       return rejections_.Reject(
           Rejection::kOverLimit,
           absl::ResourceExhaustedError(absl::StrCat(
-              "a ReadRows of ", keys->size(), " keys answers ", response_bytes,
+              "a ReadRows of ", keys.size(), " keys answers ", response_bytes,
               " bytes; this server sends at most ", options_.max_response_bytes,
               " in one response (--max_message_bytes): split the batch")));
     }
     if (absl::Status room = memory_->Admit(
             response_bytes,
             [&] {
-              return absl::StrCat("a ReadRows of ", keys->size(), " keys");
+              return absl::StrCat("a ReadRows of ", keys.size(), " keys");
             });
         !room.ok()) {
       return rejections_.Reject(Rejection::kOverLimit, room);
@@ -129,14 +147,14 @@ grpc::Status TrainingServiceImpl::ReadRows(
         return wire::ToGrpcStatus(pullable);
       }
     }
-    std::string records(keys->size() * record_bytes, '\0');
-    std::unique_ptr<bool[]> found(new bool[keys->size()]());
+    std::string records(keys.size() * record_bytes, '\0');
+    std::unique_ptr<bool[]> found(new bool[keys.size()]());
     absl::StatusOr<uint64_t> read = entry.table->ReadRecords(
-        *keys, absl::MakeSpan(records.data(), records.size()),
-        absl::MakeSpan(found.get(), keys->size()));
+        keys, absl::MakeSpan(records.data(), records.size()),
+        absl::MakeSpan(found.get(), keys.size()));
     if (!read.ok()) return wire::ToGrpcStatus(read.status());
-    std::string flags(keys->size(), '\0');
-    for (size_t i = 0; i < keys->size(); ++i) flags[i] = found[i] ? 1 : 0;
+    std::string flags(keys.size(), '\0');
+    for (size_t i = 0; i < keys.size(); ++i) flags[i] = found[i] ? 1 : 0;
     response->set_records(std::move(records));
     response->set_found(std::move(flags));
     return grpc::Status::OK;
@@ -146,37 +164,35 @@ grpc::Status TrainingServiceImpl::ReadRows(
 grpc::Status TrainingServiceImpl::WriteRowsImpl(
     const proto::WriteRowsRequest& request,
     proto::WriteRowsResponse* response) {
-  absl::StatusOr<TableRegistry::Entry> entry =
-      registry_->Find(request.table_id());
-  if (!entry.ok()) {
-    return rejections_.Reject(Rejection::kUnknownTable, entry.status());
+  TableRegistry::Entry entry;
+  std::vector<uint64_t> keys;
+  if (grpc::Status found =
+          TableAndKeys(request.table_id(), request.keys(), &entry, &keys);
+      !found.ok()) {
+    return found;
   }
-  Rejection rejection;
-  absl::StatusOr<std::vector<uint64_t>> keys =
-      ParseShardKeys(request.keys(), options_, &rejection);
-  if (!keys.ok()) return rejections_.Reject(rejection, keys.status());
-  const size_t record_bytes = RecordBytes(*entry->table);
-  if (request.records().size() != keys->size() * record_bytes) {
+  const size_t record_bytes = RecordBytes(*entry.table);
+  if (request.records().size() != keys.size() * record_bytes) {
     return rejections_.Reject(
         Rejection::kSizeMismatch,
         absl::InvalidArgumentError(absl::StrCat(
-            "WriteRows of table '", entry->table->spec().name,
-            "': ", keys->size(), " keys need ", keys->size() * record_bytes,
+            "WriteRows of table '", entry.table->spec().name,
+            "': ", keys.size(), " keys need ", keys.size() * record_bytes,
             " bytes of records (", record_bytes, " each), got ",
             request.records().size())));
   }
-  std::unique_ptr<bool[]> written(new bool[keys->size()]());
+  std::unique_ptr<bool[]> written(new bool[keys.size()]());
   embedding::AccessContext context;
   context.step = request.step();
-  absl::StatusOr<uint64_t> count = entry->table->WriteRecords(
-      *keys, request.records(), absl::MakeSpan(written.get(), keys->size()),
+  absl::StatusOr<uint64_t> count = entry.table->WriteRecords(
+      keys, request.records(), absl::MakeSpan(written.get(), keys.size()),
       context);
   if (!count.ok()) {
     // Repeated keys or floats that are not finite: nothing was written.
     return rejections_.Reject(Rejection::kNonFinite, count.status());
   }
-  std::string flags(keys->size(), '\0');
-  for (size_t i = 0; i < keys->size(); ++i) flags[i] = written[i] ? 1 : 0;
+  std::string flags(keys.size(), '\0');
+  for (size_t i = 0; i < keys.size(); ++i) flags[i] = written[i] ? 1 : 0;
   response->set_written(std::move(flags));
   return grpc::Status::OK;
 }

@@ -383,16 +383,14 @@ absl::Status TrainingServiceImpl::ApplyForwarded(
 
 grpc::Status TrainingServiceImpl::EraseImpl(const proto::EraseRequest& request,
                                             proto::EraseResponse* response) {
-  absl::StatusOr<TableRegistry::Entry> entry =
-      registry_->Find(request.table_id());
-  if (!entry.ok()) {
-    return rejections_.Reject(Rejection::kUnknownTable, entry.status());
+  TableRegistry::Entry entry;
+  std::vector<uint64_t> keys;
+  if (grpc::Status found =
+          TableAndKeys(request.table_id(), request.keys(), &entry, &keys);
+      !found.ok()) {
+    return found;
   }
-  Rejection rejection;
-  absl::StatusOr<std::vector<uint64_t>> keys =
-      ParseShardKeys(request.keys(), options_, &rejection);
-  if (!keys.ok()) return rejections_.Reject(rejection, keys.status());
-  absl::StatusOr<uint64_t> erased = entry->table->Erase(*keys);
+  absl::StatusOr<uint64_t> erased = entry.table->Erase(keys);
   if (!erased.ok()) return wire::ToGrpcStatus(erased.status());
   response->set_erased(*erased);
   return grpc::Status::OK;

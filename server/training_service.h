@@ -184,6 +184,10 @@ class TrainingServiceImpl final : public TrainingServiceBase {
   // The table of a read call, if this shard serves calls (a backup does
   // not) and holds it.
   grpc::Status ServedTable(uint32_t table_id, TableRegistry::Entry* entry);
+  // The table and the checked keys (key_checks.h) of a key-addressed call.
+  grpc::Status TableAndKeys(uint32_t table_id, const std::string& key_bytes,
+                            TableRegistry::Entry* entry,
+                            std::vector<uint64_t>* keys);
   // A Pull whose request has been read and checked.
   struct PullCall {
     proto::PullRequest header;  // all but the keys

@@ -40,14 +40,6 @@ size_t HotRows::BytesPerRow(const embedding::TableSpec& spec) {
          sizeof(float) * (spec.dim + 1) + sizeof(uint64_t) * 3;
 }
 
-size_t HotRows::bytes() const {
-  size_t bytes = 0;
-  for (const Table& table : tables_) {
-    bytes += table.keys.size() * BytesPerRow(table.spec);
-  }
-  return bytes;
-}
-
 absl::Status HotRows::Assign(int t, std::vector<uint64_t> keys,
                              absl::Span<const char> records) {
   Table& table = tables_[t];
@@ -110,7 +102,10 @@ size_t HotRows::Split(int t, std::vector<uint64_t>& unique,
   if (table.keys.empty()) return unique.size();
   // One lookup per key: hot keys' slots in order, and a mark where they
   // were (-1 - j for the j-th hot key).
-  std::vector<int32_t> hot_mark(unique.size(), 0);
+  // Scratch kept by the thread (the preparing thread, every step).
+  thread_local std::vector<int32_t> hot_mark;
+  thread_local std::vector<uint64_t> reordered;
+  hot_mark.assign(unique.size(), 0);
   for (size_t i = 0; i < unique.size(); ++i) {
     const auto it = table.slot_of_key.find(unique[i]);
     if (it == table.slot_of_key.end()) continue;
@@ -120,7 +115,7 @@ size_t HotRows::Split(int t, std::vector<uint64_t>& unique,
   if (slots.empty()) return unique.size();
   const size_t cold = unique.size() - slots.size();
   remap.resize(unique.size());
-  std::vector<uint64_t> reordered(unique.size());
+  reordered.resize(unique.size());
   size_t next_cold = 0;
   for (size_t i = 0; i < unique.size(); ++i) {
     const size_t to = hot_mark[i] < 0 ? cold + (-1 - hot_mark[i]) : next_cold++;

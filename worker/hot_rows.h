@@ -43,8 +43,6 @@ class HotRows {
   int num_tables() const { return static_cast<int>(tables_.size()); }
   // Bytes a row of `spec` takes here: its record and a gradient sum.
   static size_t BytesPerRow(const embedding::TableSpec& spec);
-  // Bytes held.
-  size_t bytes() const;
 
   // Table `t` holds `keys` (distinct) with `records` (ReadRows' records,
   // one per key): the set of the table from now on. INVALID_ARGUMENT if

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -232,6 +233,19 @@ std::vector<uint64_t> SortedUnique(absl::Span<const uint64_t> keys);
 // keys[positions[i]] for every i.
 std::vector<uint64_t> KeysAt(absl::Span<const uint64_t> keys,
                              absl::Span<const uint32_t> positions);
+
+// The rows (`width` elements each) of `rows` at `positions`, in order.
+template <typename T>
+std::vector<T> RowsAt(absl::Span<const T> rows, size_t width,
+                      absl::Span<const uint32_t> positions) {
+  std::vector<T> out(positions.size() * width);
+  for (size_t i = 0; i < positions.size(); ++i) {
+    std::memcpy(out.data() + i * width,
+                rows.data() + static_cast<size_t>(positions[i]) * width,
+                sizeof(T) * width);
+  }
+  return out;
+}
 
 }  // namespace embedps::embedding_internal
 
