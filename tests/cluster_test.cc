@@ -184,7 +184,9 @@ TEST(ServerProcessTest, HelpAndBadFlags) {
              "--serving_storage=bfloat16", "--port=0"},
             "none of float32, float16, int8"},
            {{"--serving_storage=int8", "--port=0"},
-            "--serving_storage applies to --role=serving only"}}) {
+            "--serving_storage applies to --role=serving only"},
+           {{"--pull_threads=0", "--port=0"},
+            "--pull_threads=0 must be in [1, 64]"}}) {
     const std::string storage_log = ::testing::TempDir() + "/storage.log";
     ASSERT_OK_AND_ASSIGN(
         auto storage, testing::ChildProcess::Spawn("server/ps_server", args, "",

@@ -123,6 +123,10 @@ TEST(ValidateWorkerConfigTest, EachMistakeIsNamed) {
   refused(c, "checkpoint_every_steps must not be negative");
 
   c = LocalConfig();
+  c.set_hot_rows_warmup_steps(-1);
+  refused(c, "hot_rows_warmup_steps must not be negative");
+
+  c = LocalConfig();
   c.set_embedding_dim(8);
   for (auto& table : *c.mutable_table()) table.set_dim(8);
   refused(c, "embedding_dim");  // != the bottom MLP's output width
