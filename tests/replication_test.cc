@@ -667,17 +667,22 @@ TEST_P(ReplicationTest, CheckpointAndRestoreWithReplication) {
   setup.reset();
 
   // A new cluster: a new control plane, one replica per shard restoring.
-  for (auto& shard : replicas_) {
-    for (auto& replica : shard) replica.reset();
+  // Fresh ports: the old ones may belong to the new control plane by now.
+  for (int shard = 0; shard < kShards; ++shard) {
+    for (int r = 0; r < kReplicas; ++r) {
+      replicas_[shard][r].reset();
+      ports_[shard][r].clear();
+    }
   }
   ASSERT_OK(StartControlPlane());
   for (int shard = 0; shard < kShards; ++shard) {
     std::vector<std::string> args = {absl::StrCat("--shard_index=", shard),
                                      absl::StrCat("--num_shards=", kShards),
-                                     ControlPlaneFlag(), "--restore=" + root,
-                                     "--port=" + ports_[shard][0]};
+                                     ControlPlaneFlag(), "--restore=" + root};
     ASSERT_OK_AND_ASSIGN(replicas_[shard][0],
                          ServerProcess::Start(kServer, args));
+    const std::string& address = replicas_[shard][0]->address();
+    ports_[shard][0] = address.substr(address.rfind(':') + 1);
     const absl::Time give_up = absl::Now() + absl::Seconds(20);
     while (absl::Now() < give_up) {
       absl::StatusOr<proto::ReplicaView> view = View(shard);
@@ -685,6 +690,8 @@ TEST_P(ReplicationTest, CheckpointAndRestoreWithReplication) {
       absl::SleepFor(absl::Milliseconds(50));
     }
     ASSERT_OK_AND_ASSIGN(replicas_[shard][1], StartReplica(shard, 1));
+    const std::string& joined = replicas_[shard][1]->address();
+    ports_[shard][1] = joined.substr(joined.rfind(':') + 1);
     ASSERT_TRUE(AllInSync(shard, absl::Seconds(30))) << "shard " << shard;
   }
   auto restored = Connect(Servers());
