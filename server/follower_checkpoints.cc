@@ -19,6 +19,7 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "embedding/table.h"
+#include "embedding/values_table.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/serving.pb.h"
@@ -261,7 +262,7 @@ absl::StatusOr<bool> Follower::ApplyNewestIncrement(
                          SpecFromConfig(ValuesOnlyConfig(table.config())));
         spec.expected_rows = 0;
         spec.memory_budget_bytes = 0;
-        ASSIGN_OR_RETURN(into, embedding::Table::Create(spec));
+        ASSIGN_OR_RETURN(into, embedding::CreateValuesTable(spec));
       }
       checkpoint::ValuesOnly values_only;
       values_only.dim = table.config().dim();

@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "checkpoint/format.h"
 #include "common/status_macros.h"
+#include "embedding/values_table.h"
 #include "google/protobuf/descriptor.h"
 #include "server/serving_storage.h"
 #include "server/table_config.h"
@@ -141,8 +142,16 @@ absl::StatusOr<std::shared_ptr<TableRegistry::Slot>> TableRegistry::Build(
     options.spill_block_cache_bytes = options_.spill_block_cache_bytes;
     options.spill_read_around = options_.spill_read_around;
   }
-  ASSIGN_OR_RETURN(slot->table,
-                   embedding::Table::Create(local, std::move(options)));
+  const bool spills =
+      !options.spill_directory.empty() && local.memory_budget_bytes > 0;
+  if (options_.serving_rows && !spills &&
+      embedding::OptimizerStateFloats(local.optimizer, local.dim) == 0) {
+    // A replica's rows in memory: values and keys, nothing else.
+    ASSIGN_OR_RETURN(slot->table, embedding::CreateValuesTable(local));
+  } else {
+    ASSIGN_OR_RETURN(slot->table,
+                     embedding::Table::Create(local, std::move(options)));
+  }
   const proto::ConsistencyConfig& consistency = canonical.consistency();
   if (consistency.mode() != proto::ConsistencyConfig::ASYNC) {
     slot->synchronizer = std::make_unique<StepSynchronizer>(

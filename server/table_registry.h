@@ -50,7 +50,8 @@ class TableRegistry {
     // config's serving.storage stores them (serving_storage.h), its spec's
     // dim the stored floats a row while its Entry's config keeps the
     // served dim. The configs given must have no optimizer state
-    // (ValuesOnlyConfig).
+    // (ValuesOnlyConfig). A table that does not spill is an
+    // embedding::ValuesTable (a row costs its floats and its key).
     bool serving_rows = false;
   };
 

@@ -167,6 +167,9 @@ int Run() {
         absl::StrCat("serving replica ", storage, ", process (minus empty)")
             .c_str(),
         replica_row, replica_row / value_bytes);
+    std::fprintf(stderr, "  (resident: replica %.1f MB, empty %.1f MB)\n",
+                 static_cast<double>(full_stats.resident_bytes()) / 1e6,
+                 static_cast<double>(empty_stats.resident_bytes()) / 1e6);
     std::printf(
         "%-44s %12.1f %9.2fx\n",
         absl::StrCat("serving replica ", storage, ", its table").c_str(),

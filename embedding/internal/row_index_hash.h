@@ -20,6 +20,12 @@ constexpr uint64_t TableKeyHash(uint64_t key) {
   return Mix64(key + kTableHashSalt);
 }
 
+// The lock stripe of a key of hash `hash`: stripes take the hash's top
+// bits; absl's index uses the low ones.
+constexpr uint32_t StripeIndexOfHash(uint64_t hash, uint32_t stripe_mask) {
+  return static_cast<uint32_t>(hash >> 52) & stripe_mask;
+}
+
 // 8 bits of `hash` remixed by a multiply, so that they are independent of
 // the bits absl and the stripes use. An index slot keeps them next to the
 // row id: a lookup tells most other keys apart without reading their rows.

@@ -55,11 +55,6 @@ constexpr int32_t kHeaderFloats = sizeof(RowHeader) / sizeof(float);
 // The hash a table computes once per key (row_index_hash.h).
 inline uint64_t KeyHash(uint64_t key) { return TableKeyHash(key); }
 
-// Stripes take the hash's top bits; absl's index uses the low ones.
-inline uint32_t StripeIndexOfHash(uint64_t hash, uint32_t stripe_mask) {
-  return static_cast<uint32_t>(hash >> 52) & stripe_mask;
-}
-
 // Records outside memory carry the access count only: clears the flags of
 // the record's access word, in place.
 inline void ClearRecordFlags(char* record) {
