@@ -16,8 +16,10 @@
 // Predict at batch 1 and 64; freshness (a pushed row's lag until it is
 // served) under a training load with publications every
 // --publish_interval; and Lookup latency while --big_update changed rows
-// are applied, as a publication and as an incremental checkpoint. Prints
-// a table and the targets.
+// are applied, as a publication and as an incremental checkpoint (written
+// by training first, then revealed to the replicas whole: the window
+// measures their applying it, not training writing it on the same
+// cores). Prints a table and the targets.
 #include <algorithm>
 #include <atomic>
 #include <cinttypes>
@@ -343,15 +345,42 @@ config::WorkerConfig PredictConfig(config::WorkerConfig config) {
 
 // A checkpoint of the trainer's tables with `dense` as its dense model,
 // as ps_worker writes it.
-absl::Status CheckpointWithDense(client::Client& trainer,
-                                 client::Client::CheckpointOptions options,
-                                 const std::string& dense) {
+// Writes a checkpoint with the dense model; its directory's name.
+absl::StatusOr<std::string> CheckpointWithDense(
+    client::Client& trainer, client::Client::CheckpointOptions options,
+    const std::string& dense) {
   auto pending = trainer.StartCheckpoint(options);
   if (!pending.ok()) return pending.status();
   std::ofstream((*pending)->directory() + "/" +
                 checkpoint::kDenseParametersFile)
       << dense;
-  return (*pending)->Finish({checkpoint::kDenseParametersFile}).status();
+  absl::StatusOr<proto::CheckpointManifest> manifest =
+      (*pending)->Finish({checkpoint::kDenseParametersFile});
+  if (!manifest.ok()) return manifest.status();
+  return manifest->name();
+}
+
+// Makes checkpoint `name` of `from` appear whole in `into` (the root the
+// replicas follow): its files hard-linked into a directory of another
+// name, renamed into place. The replicas then see a checkpoint that
+// training wrote earlier, so that what is measured is their applying it,
+// not training writing it on the same cores.
+void Reveal(const std::string& from, const std::string& into,
+            const std::string& name) {
+  namespace fs = std::filesystem;
+  const fs::path source = fs::path(from) / name;
+  const fs::path staging = fs::path(into) / (".staging-" + name);
+  fs::create_directories(staging);
+  for (const fs::directory_entry& entry :
+       fs::recursive_directory_iterator(source)) {
+    const fs::path target = staging / fs::relative(entry.path(), source);
+    if (entry.is_directory()) {
+      fs::create_directories(target);
+    } else {
+      fs::create_hard_link(entry.path(), target);
+    }
+  }
+  fs::rename(staging, fs::path(into) / name);
 }
 
 // Waits until every replica serves `step` or later.
@@ -384,9 +413,14 @@ int Full() {
       Must(testing::LocateBinary("", "worker/ps_predictor"), "ps_predictor");
   std::string work = absl::GetFlag(FLAGS_work_dir);
   if (work.empty()) work = testing::TestTempPath("serve_bench");
+  // Training writes checkpoints under `root`; the replicas follow
+  // `served`, where each appears once written (Reveal).
   const std::string root = work + "/checkpoints";
+  const std::string served = work + "/served";
   std::filesystem::remove_all(root);
+  std::filesystem::remove_all(served);
   std::filesystem::create_directories(root);
+  std::filesystem::create_directories(served);
   const uint64_t keys = absl::GetFlag(FLAGS_keys);
   const int32_t dim = config.embedding_dim();
   const std::string table_name = config.table(0).name();
@@ -459,20 +493,23 @@ int Full() {
   client::Client::CheckpointOptions checkpoint;
   checkpoint.root = root;
   checkpoint.step = 1;
-  Die(CheckpointWithDense(*trainer, checkpoint, dense_bytes), "checkpoint");
+  Reveal(root, served,
+         Must(CheckpointWithDense(*trainer, checkpoint, dense_bytes),
+              "checkpoint"));
   std::printf("filled and checkpointed in %.1f s\n",
               absl::ToDoubleSeconds(absl::Now() - fill_start));
 
   std::vector<std::unique_ptr<ServerProcess>> replicas;
   std::vector<std::string> replica_addresses;
   for (int r = 0; r < absl::GetFlag(FLAGS_replicas); ++r) {
-    replicas.push_back(Must(
-        ServerProcess::Start(server_binary,
-                             {"--role=serving", "--follow_checkpoints=" + root,
-                              "--training_servers=" + training->address(),
-                              "--checkpoint_poll=1s"},
-                             absl::Minutes(10)),
-        "replica"));
+    replicas.push_back(
+        Must(ServerProcess::Start(
+                 server_binary,
+                 {"--role=serving", "--follow_checkpoints=" + served,
+                  "--training_servers=" + training->address(),
+                  "--checkpoint_poll=1s"},
+                 absl::Minutes(10)),
+             "replica"));
     replica_addresses.push_back(replicas.back()->address());
   }
   // A version with the dense model, for the predictor.
@@ -704,6 +741,16 @@ int Full() {
       Die(trainer->Push(table, batch, grads), "update push");
     }
     const uint64_t update_step = step++;
+    std::string written;  // the incremental checkpoint, written beforehand
+    if (how == 1) {
+      client::Client::CheckpointOptions incremental;
+      incremental.root = root;
+      incremental.step = update_step;
+      incremental.incremental = true;
+      written = Must(CheckpointWithDense(*trainer, incremental, dense_bytes),
+                     "incremental");
+      absl::SleepFor(absl::Seconds(2));  // the writer's aftermath settles
+    }
     double apply_seconds = NAN;
     std::thread apply([&] {
       absl::SleepFor(absl::Milliseconds(500));
@@ -711,12 +758,7 @@ int Full() {
       if (how == 0) {
         Must(trainer->Publish(update_step, dense_bytes), "big publish");
       } else {
-        client::Client::CheckpointOptions incremental;
-        incremental.root = root;
-        incremental.step = update_step;
-        incremental.incremental = true;
-        Die(CheckpointWithDense(*trainer, incremental, dense_bytes),
-            "incremental");
+        Reveal(root, served, written);
       }
       AwaitVersion(*plain, update_step);
       apply_seconds = absl::ToDoubleSeconds(absl::Now() - begin);
@@ -767,6 +809,7 @@ int Full() {
   for (auto& r : replicas) r->Stop();
   training->Stop();
   std::filesystem::remove_all(root);
+  std::filesystem::remove_all(served);
   return 0;
 }
 
