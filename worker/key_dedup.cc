@@ -34,7 +34,10 @@ void KeyDeduplicator::Run(
   for (const absl::Span<const uint64_t>& k : slot_keys) keys += k.size();
   const int parts = static_cast<int>(std::max<size_t>(
       1, std::min<size_t>(threads_, keys / kMinKeysPerThread)));
-  unique.assign(num_tables_, {});
+  // Cleared, not replaced: each table's list keeps its capacity from step
+  // to step (swapped with the partition's list below when there is one).
+  unique.resize(num_tables_);
+  for (std::vector<uint64_t>& u : unique) u.clear();
   index.resize(slots);
   for (size_t s = 0; s < slots; ++s) index[s].resize(slot_keys[s].size());
   // Phase 1: each partition's keys, deduplicated in its own maps; index
