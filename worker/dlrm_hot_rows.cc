@@ -110,12 +110,17 @@ absl::Status DlrmWorker::WriteBackHotRows(int64_t step, DlrmJobResult& result) {
   AwaitHotApply();
   const absl::Time start = absl::Now();
   uint64_t lost = 0;
+  std::vector<uint64_t> keys;
+  std::vector<char> records;
   for (int t = 0; t < hot_->num_tables(); ++t) {
-    const absl::Span<const uint64_t> keys = hot_->keys(t);
+    // Only the rows the tier used: the others hold what their shard holds,
+    // and a row written counts as changed (incremental checkpoints,
+    // publications).
+    hot_->UsedRecords(t, keys, records);
     if (keys.empty()) continue;
     std::unique_ptr<bool[]> written(new bool[keys.size()]());
     if (absl::Status s = client_->WriteRows(
-            handles_[t], keys, hot_->records(t), static_cast<uint64_t>(step),
+            handles_[t], keys, records, static_cast<uint64_t>(step),
             absl::MakeSpan(written.get(), keys.size()));
         !s.ok()) {
       return absl::Status(

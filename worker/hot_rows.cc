@@ -86,6 +86,23 @@ void HotRows::ClearCounts(int t) {
   }
 }
 
+void HotRows::UsedRecords(int t, std::vector<uint64_t>& keys,
+                          std::vector<char>& records) const {
+  const Table& table = tables_[t];
+  keys.clear();
+  records.clear();
+  const size_t bytes = table.record_floats * sizeof(float);
+  for (size_t i = 0; i < table.keys.size(); ++i) {
+    const float* record = table.records.data() + i * table.record_floats;
+    uint32_t count;
+    std::memcpy(&count, record + 1, sizeof(count));
+    if (count == 0) continue;
+    keys.push_back(table.keys[i]);
+    const char* begin = reinterpret_cast<const char*>(record);
+    records.insert(records.end(), begin, begin + bytes);
+  }
+}
+
 absl::Span<const char> HotRows::records(int t) const {
   const Table& table = tables_[t];
   return absl::MakeConstSpan(

@@ -57,6 +57,11 @@ class HotRows {
   // worker that touched it, as its Pulls would have), its last touch 0.
   absl::Span<const uint64_t> keys(int t) const { return tables_[t].keys; }
   absl::Span<const char> records(int t) const;
+  // The keys of table `t` the tier used since Assign or ClearCounts, and
+  // their records (as records()): the rows a write-back must send; the
+  // others hold what their shard holds.
+  void UsedRecords(int t, std::vector<uint64_t>& keys,
+                   std::vector<char>& records) const;
   // After a write-back: the counts start over.
   void ClearCounts(int t);
   size_t record_bytes(int t) const { return tables_[t].record_bytes; }

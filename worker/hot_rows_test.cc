@@ -108,7 +108,21 @@ TEST(HotRowsTest, ApplyIsTheServersOptimizerOnTheRecord) {
   EXPECT_EQ(CountOf(got, record_floats, 0), 1u);
   EXPECT_EQ(CountOf(got, record_floats, 1), 0u);
   EXPECT_EQ(CountOf(got, record_floats, 2), 1u);
+  // What a write-back sends: the used rows (keys 5 and 7), whole.
+  std::vector<uint64_t> used_keys;
+  std::vector<char> used;
+  hot.UsedRecords(0, used_keys, used);
+  EXPECT_EQ(used_keys, (std::vector<uint64_t>{5, 7}));
+  const size_t record_bytes = record_floats * sizeof(float);
+  ASSERT_EQ(used.size(), 2 * record_bytes);
+  EXPECT_EQ(std::memcmp(used.data(), hot.records(0).data(), record_bytes), 0);
+  EXPECT_EQ(std::memcmp(used.data() + record_bytes,
+                        hot.records(0).data() + 2 * record_bytes, record_bytes),
+            0);
   hot.ClearCounts(0);
+  hot.UsedRecords(0, used_keys, used);
+  EXPECT_TRUE(used_keys.empty());
+  EXPECT_TRUE(used.empty());
   std::memcpy(got.data(), hot.records(0).data(), hot.records(0).size());
   EXPECT_EQ(CountOf(got, record_floats, 0), 0u);
   std::vector<float> rows(2 * kDim);
