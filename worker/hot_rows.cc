@@ -210,36 +210,87 @@ absl::Status HotRows::Apply(absl::Span<const absl::Span<const int32_t>> slots,
     });
     return absl::OkStatus();
   }
-  // Per table, per slot: dim sums and a touch count, over every worker.
+  // Each worker's touched slots and sums, gathered: first how many each
+  // worker touched per table, then the rows, each worker's padded to the
+  // most any worker touched (a slot of -1 pads).
+  const int world = communicator->world_size();
+  const size_t num_tables = tables_.size();
+  local_.assign(num_tables, 0.0f);
+  for (size_t t = 0; t < num_tables; ++t) {
+    local_[t] = static_cast<float>(slots[t].size());  // exact below 2^24
+  }
+  gathered_.resize(world * num_tables);
+  RETURN_IF_ERROR(communicator->AllGather(local_, absl::MakeSpan(gathered_)));
+  std::vector<size_t> most(num_tables, 0), offset(num_tables, 0);
   size_t floats = 0;
-  std::vector<size_t> offset(tables_.size());
-  for (size_t t = 0; t < tables_.size(); ++t) {
+  for (size_t t = 0; t < num_tables; ++t) {
+    for (int r = 0; r < world; ++r) {
+      most[t] =
+          std::max(most[t], static_cast<size_t>(gathered_[r * num_tables + t]));
+    }
     offset[t] = floats;
-    floats += tables_[t].keys.size() * (tables_[t].dim + 1);
+    floats += most[t] * (tables_[t].dim + 1);
   }
   if (floats == 0) return absl::OkStatus();
-  summed_.assign(floats, 0.0f);
-  for (size_t t = 0; t < tables_.size(); ++t) {
+  local_.assign(floats, 0.0f);
+  for (size_t t = 0; t < num_tables; ++t) {
     const int32_t dim = tables_[t].dim;
-    for (size_t j = 0; j < slots[t].size(); ++j) {
-      float* sum = summed_.data() + offset[t] + slots[t][j] * (dim + 1);
-      std::memcpy(sum, grads[t].data() + j * dim, sizeof(float) * dim);
-      sum[dim] = 1.0f;
+    for (size_t j = 0; j < most[t]; ++j) {
+      float* entry = local_.data() + offset[t] + j * (dim + 1);
+      const int32_t slot = j < slots[t].size() ? slots[t][j] : -1;
+      std::memcpy(entry, &slot, sizeof(slot));  // bits, not a number
+      if (slot >= 0) {
+        std::memcpy(entry + 1, grads[t].data() + j * dim, sizeof(float) * dim);
+      }
     }
   }
-  RETURN_IF_ERROR(
-      communicator->AllReduce(absl::MakeSpan(summed_), dense::ReduceOp::kSum));
-  std::vector<size_t> sizes;
-  for (const Table& table : tables_) sizes.push_back(table.keys.size());
+  gathered_.resize(world * floats);
+  RETURN_IF_ERROR(communicator->AllGather(local_, absl::MakeSpan(gathered_)));
+  touched_.resize(num_tables);
+  std::vector<size_t> sizes(num_tables);
+  for (size_t t = 0; t < num_tables; ++t) {
+    const int32_t dim = tables_[t].dim;
+    Touched& touched = touched_[t];
+    touched.position.resize(tables_[t].keys.size(), -1);
+    touched.slots.clear();
+    touched.sums.clear();
+    touched.uses.clear();
+    for (int r = 0; r < world; ++r) {
+      const float* part = gathered_.data() + r * floats + offset[t];
+      for (size_t j = 0; j < most[t]; ++j) {
+        const float* entry = part + j * (dim + 1);
+        int32_t slot;
+        std::memcpy(&slot, entry, sizeof(slot));
+        if (slot < 0) continue;
+        if (static_cast<size_t>(slot) >= touched.position.size()) {
+          return absl::InternalError(absl::StrCat(
+              "hot rows of table '", tables_[t].spec.name, "': worker ", r,
+              " updated row ", slot, " of a tier of ", touched.position.size(),
+              " rows here (the workers' tiers "
+              "differ)"));
+        }
+        int32_t& at = touched.position[slot];
+        if (at < 0) {
+          at = static_cast<int32_t>(touched.slots.size());
+          touched.slots.push_back(slot);
+          touched.sums.insert(touched.sums.end(), entry + 1, entry + 1 + dim);
+          touched.uses.push_back(1);
+          continue;
+        }
+        float* sum = touched.sums.data() + size_t(at) * dim;
+        for (int32_t d = 0; d < dim; ++d) sum[d] += entry[1 + d];
+        ++touched.uses[at];
+      }
+    }
+    sizes[t] = touched.slots.size();
+  }
   ForEachPiece(sizes, [&](int t, size_t begin, size_t end) {
     Table& table = tables_[t];
-    const int32_t dim = table.dim;
-    for (size_t slot = begin; slot < end; ++slot) {
-      const float* sum = summed_.data() + offset[t] + slot * (dim + 1);
-      if (sum[dim] > 0.0f) {
-        ApplyRow(table, static_cast<int32_t>(slot), sum,
-                 static_cast<uint32_t>(sum[dim]));
-      }
+    Touched& touched = touched_[t];
+    for (size_t i = begin; i < end; ++i) {
+      ApplyRow(table, touched.slots[i], touched.sums.data() + i * table.dim,
+               touched.uses[i]);
+      touched.position[touched.slots[i]] = -1;
     }
   });
   return absl::OkStatus();

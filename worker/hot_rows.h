@@ -8,7 +8,8 @@
 // the optimizer the servers would apply (embedding::RowOptimizer of the
 // same spec: one update per touched row per step) instead of being
 // Pushed. In a job of several workers every worker holds the same rows and
-// applies the same sums (AllReduce over the workers), so the copies stay
+// applies the same sums (the touched rows gathered from every worker), so
+// the copies stay
 // equal, bit for bit, and equal what SYNC servers would hold up to the
 // order of the sum.
 //
@@ -81,9 +82,13 @@ class HotRows {
   // One step's gradient sums of every table: grads[t] holds one row of
   // dim floats per slot of slots[t] (distinct slots). With one worker
   // (`communicator` null or of world size 1) each row gets one update;
-  // with several, the sums of every worker are added first (AllReduce: all
-  // workers must call Apply at the same step) and every row some worker
-  // touched gets one update. Errors only from the AllReduce.
+  // with several, the sums of every worker are added first and every row
+  // some worker touched gets one update. The workers exchange only the
+  // rows they touched (two AllGathers: the counts, then each worker's
+  // touched slots and sums padded to the most any worker has), so a step
+  // moves what the workers touched, not the tier: all workers must call
+  // Apply at the same step. Sums are added in rank order. Errors only from
+  // the AllGathers.
   absl::Status Apply(absl::Span<const absl::Span<const int32_t>> slots,
                      absl::Span<const absl::Span<const float>> grads,
                      dense::Communicator* communicator);
@@ -109,8 +114,17 @@ class HotRows {
 
   const int threads_;
   std::vector<Table> tables_;
-  // Several workers: per table, per slot, dim sums and a touch count.
-  std::vector<float> summed_;
+  // Several workers: what the AllGathers carry, and per table the rows
+  // touched in a step (position of a slot in them, -1 for none; reset
+  // after each step), their sums and uses.
+  std::vector<float> local_, gathered_;
+  struct Touched {
+    std::vector<int32_t> position;  // by slot
+    std::vector<int32_t> slots;
+    std::vector<float> sums;
+    std::vector<uint32_t> uses;
+  };
+  std::vector<Touched> touched_;
 };
 
 }  // namespace embedps::worker

@@ -224,6 +224,60 @@ TEST(HotRowsTest, SeveralWorkersApplyTheSumAndStayEqual) {
       << "slot 2: untouched";
 }
 
+// Workers touching different numbers of rows (one none) exchange padded
+// lists and still agree; a worker whose tier holds fewer rows than another
+// updated says the tiers differ.
+TEST(HotRowsTest, UnevenTouchesAgreeAndDifferentTiersAreAnError) {
+  const embedding::TableSpec spec = AdamSpec("a");
+  const std::vector<char> records = RandomRecords(spec, 4, 5);
+  const std::vector<uint64_t> keys = {21, 22, 23, 24};
+  const auto run = [&](const std::vector<size_t>& tier_rows,
+                       const std::vector<std::vector<int32_t>>& slots,
+                       std::vector<std::vector<float>>& results,
+                       std::vector<absl::Status>& statuses) {
+    dense::InMemoryStore store;
+    std::vector<std::thread> threads;
+    for (int rank = 0; rank < 2; ++rank) {
+      threads.emplace_back([&, rank] {
+        dense::GlooOptions options;
+        options.rank = rank;
+        options.world_size = 2;
+        auto communicator = dense::CreateGlooCommunicator(options, &store);
+        ASSERT_OK(communicator);
+        HotRows hot({spec});
+        const size_t n = tier_rows[rank];
+        const size_t record_bytes = records.size() / keys.size();
+        ASSERT_OK(hot.Assign(
+            0, std::vector<uint64_t>(keys.begin(), keys.begin() + n),
+            absl::MakeConstSpan(records).subspan(0, n * record_bytes)));
+        const std::vector<float> grads(slots[rank].size() * kDim, 0.5f);
+        std::vector<absl::Span<const int32_t>> s = {slots[rank]};
+        std::vector<absl::Span<const float>> g = {grads};
+        statuses[rank] = hot.Apply(s, g, communicator->get());
+        results[rank].resize(hot.records(0).size() / sizeof(float));
+        std::memcpy(results[rank].data(), hot.records(0).data(),
+                    hot.records(0).size());
+      });
+    }
+    for (std::thread& thread : threads) thread.join();
+  };
+  std::vector<std::vector<float>> results(2);
+  std::vector<absl::Status> statuses(2);
+  run({4, 4}, {{0, 2, 3}, {}}, results, statuses);
+  ASSERT_OK(statuses[0]);
+  ASSERT_OK(statuses[1]);
+  EXPECT_EQ(results[0], results[1]);
+  const size_t record_floats = results[0].size() / 4;
+  EXPECT_EQ(CountOf(results[0], record_floats, 0), 1u);
+  EXPECT_EQ(CountOf(results[0], record_floats, 1), 0u);
+  EXPECT_EQ(CountOf(results[0], record_floats, 3), 1u);
+
+  run({4, 2}, {{3}, {1}}, results, statuses);
+  EXPECT_OK(statuses[0]);
+  EXPECT_THAT(statuses[1], StatusIs(absl::StatusCode::kInternal,
+                                    HasSubstr("the workers' tiers differ")));
+}
+
 TEST(HotRowsTest, BadRowsAreRefusedAndChangeNothing) {
   const embedding::TableSpec spec = AdamSpec("a");
   HotRows hot({spec});
