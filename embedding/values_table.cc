@@ -282,53 +282,27 @@ class ValuesTable final : public Table {
           "table '", spec_.name, "': ", records.size(), " record bytes for ",
           keys.size(), " keys; a record has ", record_bytes));
     }
-    MutexLock writing(&writer_mu_);
-    const Grouping& grouping = Group(keys);
-    for (size_t s = 0; s < stripes_.size(); ++s) {
-      const uint32_t begin = grouping.begin[s];
-      const uint32_t end = grouping.begin[s + 1];
-      if (begin == end) continue;
-      ValuesStripe& stripe = *stripes_[s];
-      {
-        MutexLock lock(&stripe.mu);
-        for (uint32_t j = begin; j < end; ++j) {
-          const uint32_t i = grouping.order[j];
-          // A record is its metadata (8 bytes), then the floats.
-          const char* floats = records.data() + i * record_bytes + 8;
-          Store(stripe, keys[i], grouping.hashes[i], floats);
-        }
-      }
-      MaybeRebuild(stripe, /*always=*/false);
-    }
+    WriteByStripe(keys, [&](ValuesStripe& stripe, uint32_t i, uint64_t hash)
+                            ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+                              // A record is its metadata (8 bytes), then the
+                              // floats.
+                              Store(stripe, keys[i], hash,
+                                    records.data() + i * record_bytes + 8);
+                            });
     return absl::OkStatus();
   }
 
   absl::StatusOr<uint64_t> Erase(absl::Span<const uint64_t> keys) override {
-    MutexLock writing(&writer_mu_);
-    const Grouping& grouping = Group(keys);
     uint64_t erased = 0;
-    for (size_t s = 0; s < stripes_.size(); ++s) {
-      const uint32_t begin = grouping.begin[s];
-      const uint32_t end = grouping.begin[s + 1];
-      if (begin == end) continue;
-      ValuesStripe& stripe = *stripes_[s];
-      {
-        MutexLock lock(&stripe.mu);
-        uint64_t here = 0;
-        for (uint32_t j = begin; j < end; ++j) {
-          const uint32_t i = grouping.order[j];
-          if (stripe.pending.erase(keys[i]) > 0) {
-            ++here;
-          } else if (stripe.settled.Find(grouping.hashes[i]) != kNotFound &&
-                     stripe.removed.insert(keys[i]).second) {
-            ++here;
-          }
-        }
-        stripe.erased += here;
-        erased += here;
-      }
-      MaybeRebuild(stripe, /*always=*/false);
-    }
+    WriteByStripe(keys, [&](ValuesStripe& stripe, uint32_t i, uint64_t hash)
+                            ABSL_EXCLUSIVE_LOCKS_REQUIRED(stripe.mu) {
+                              if (stripe.pending.erase(keys[i]) > 0 ||
+                                  (stripe.settled.Find(hash) != kNotFound &&
+                                   stripe.removed.insert(keys[i]).second)) {
+                                ++stripe.erased;
+                                ++erased;
+                              }
+                            });
     return erased;
   }
 
@@ -444,6 +418,29 @@ class ValuesTable final : public Table {
     stripe.pending.emplace(key, static_cast<uint32_t>(row));
     stripe.pending_values.resize((row + 1) * dim_);
     std::memcpy(stripe.pending_values.data() + row * dim_, floats, bytes);
+  }
+
+  // A write of `keys`: under the writer lock, for each stripe with keys
+  // of the batch, work(stripe, i, hash of keys[i]) for each of them under
+  // the stripe's lock, then the stripe rebuilt if its changes are due.
+  template <typename Work>
+  void WriteByStripe(absl::Span<const uint64_t> keys, Work&& work) {
+    MutexLock writing(&writer_mu_);
+    const Grouping& grouping = Group(keys);
+    for (size_t s = 0; s < stripes_.size(); ++s) {
+      const uint32_t begin = grouping.begin[s];
+      const uint32_t end = grouping.begin[s + 1];
+      if (begin == end) continue;
+      ValuesStripe& stripe = *stripes_[s];
+      {
+        MutexLock lock(&stripe.mu);
+        for (uint32_t j = begin; j < end; ++j) {
+          const uint32_t i = grouping.order[j];
+          work(stripe, i, grouping.hashes[i]);
+        }
+      }
+      MaybeRebuild(stripe, /*always=*/false);
+    }
   }
 
   // Merges the stripe's pending rows in and its removed keys out, if they
