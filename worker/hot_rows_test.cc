@@ -1,6 +1,7 @@
 #include "worker/hot_rows.h"
 
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <random>
@@ -61,6 +62,23 @@ std::vector<float> WithoutCounts(std::vector<float> records,
                                  size_t record_floats) {
   for (size_t i = 1; i < records.size(); i += record_floats) records[i] = 0;
   return records;
+}
+
+// Runs work(rank, communicator) on two Gloo workers, each on a thread.
+void OnTwoWorkers(const std::function<void(int, dense::Communicator*)>& work) {
+  dense::InMemoryStore store;
+  std::vector<std::thread> threads;
+  for (int rank = 0; rank < 2; ++rank) {
+    threads.emplace_back([&, rank] {
+      dense::GlooOptions options;
+      options.rank = rank;
+      options.world_size = 2;
+      auto communicator = dense::CreateGlooCommunicator(options, &store);
+      ASSERT_OK(communicator);
+      work(rank, communicator->get());
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
 }
 
 TEST(HotRowsTest, SplitMovesHotKeysBehindTheOthersInOrder) {
@@ -177,26 +195,16 @@ TEST(HotRowsTest, SeveralWorkersApplyTheSumAndStayEqual) {
   const std::vector<std::vector<float>> grads = {
       {1, 1, 1, 1, 0.5f, 0.5f, 0.5f, 0.5f}, {2, 2, 2, 2, 0.25f, 0, 0, 1}};
   std::vector<std::vector<float>> results(2);
-  dense::InMemoryStore store;
-  std::vector<std::thread> threads;
-  for (int rank = 0; rank < 2; ++rank) {
-    threads.emplace_back([&, rank] {
-      dense::GlooOptions options;
-      options.rank = rank;
-      options.world_size = 2;
-      auto communicator = dense::CreateGlooCommunicator(options, &store);
-      ASSERT_OK(communicator);
-      HotRows hot({spec});
-      ASSERT_OK(hot.Assign(0, keys, records));
-      std::vector<absl::Span<const int32_t>> s = {slots[rank]};
-      std::vector<absl::Span<const float>> g = {grads[rank]};
-      ASSERT_OK(hot.Apply(s, g, communicator->get()));
-      results[rank].resize(hot.records(0).size() / sizeof(float));
-      std::memcpy(results[rank].data(), hot.records(0).data(),
-                  hot.records(0).size());
-    });
-  }
-  for (std::thread& thread : threads) thread.join();
+  OnTwoWorkers([&](int rank, dense::Communicator* communicator) {
+    HotRows hot({spec});
+    ASSERT_OK(hot.Assign(0, keys, records));
+    std::vector<absl::Span<const int32_t>> s = {slots[rank]};
+    std::vector<absl::Span<const float>> g = {grads[rank]};
+    ASSERT_OK(hot.Apply(s, g, communicator));
+    results[rank].resize(hot.records(0).size() / sizeof(float));
+    std::memcpy(results[rank].data(), hot.records(0).data(),
+                hot.records(0).size());
+  });
   EXPECT_EQ(results[0], results[1]);
 
   HotRows alone({spec});
@@ -235,31 +243,21 @@ TEST(HotRowsTest, UnevenTouchesAgreeAndDifferentTiersAreAnError) {
                        const std::vector<std::vector<int32_t>>& slots,
                        std::vector<std::vector<float>>& results,
                        std::vector<absl::Status>& statuses) {
-    dense::InMemoryStore store;
-    std::vector<std::thread> threads;
-    for (int rank = 0; rank < 2; ++rank) {
-      threads.emplace_back([&, rank] {
-        dense::GlooOptions options;
-        options.rank = rank;
-        options.world_size = 2;
-        auto communicator = dense::CreateGlooCommunicator(options, &store);
-        ASSERT_OK(communicator);
-        HotRows hot({spec});
-        const size_t n = tier_rows[rank];
-        const size_t record_bytes = records.size() / keys.size();
-        ASSERT_OK(hot.Assign(
-            0, std::vector<uint64_t>(keys.begin(), keys.begin() + n),
-            absl::MakeConstSpan(records).subspan(0, n * record_bytes)));
-        const std::vector<float> grads(slots[rank].size() * kDim, 0.5f);
-        std::vector<absl::Span<const int32_t>> s = {slots[rank]};
-        std::vector<absl::Span<const float>> g = {grads};
-        statuses[rank] = hot.Apply(s, g, communicator->get());
-        results[rank].resize(hot.records(0).size() / sizeof(float));
-        std::memcpy(results[rank].data(), hot.records(0).data(),
-                    hot.records(0).size());
-      });
-    }
-    for (std::thread& thread : threads) thread.join();
+    OnTwoWorkers([&](int rank, dense::Communicator* communicator) {
+      HotRows hot({spec});
+      const size_t n = tier_rows[rank];
+      const size_t record_bytes = records.size() / keys.size();
+      ASSERT_OK(hot.Assign(
+          0, std::vector<uint64_t>(keys.begin(), keys.begin() + n),
+          absl::MakeConstSpan(records).subspan(0, n * record_bytes)));
+      const std::vector<float> grads(slots[rank].size() * kDim, 0.5f);
+      std::vector<absl::Span<const int32_t>> s = {slots[rank]};
+      std::vector<absl::Span<const float>> g = {grads};
+      statuses[rank] = hot.Apply(s, g, communicator);
+      results[rank].resize(hot.records(0).size() / sizeof(float));
+      std::memcpy(results[rank].data(), hot.records(0).data(),
+                  hot.records(0).size());
+    });
   };
   std::vector<std::vector<float>> results(2);
   std::vector<absl::Status> statuses(2);
