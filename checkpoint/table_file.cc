@@ -253,15 +253,23 @@ absl::StatusOr<TableFileSummary> WriteTableFile(
 
 namespace {
 
+// Where ReadAndApply puts rows: a table, or a sink of embeddings of
+// `sink_dim` floats (exactly one of the two).
+struct Target {
+  Table* table = nullptr;
+  ValuesSink* sink = nullptr;
+  int32_t sink_dim = 0;
+};
+
 // RestoreTableFile's reading and applying. Once it knows how much of the
 // file it reads itself, it starts the whole-file checksum with
 // `start_checksum`; `verify` returns the checksum's verdict (starting it if
 // need be, waiting for it) and must pass before anything is applied to
-// `table`.
+// `target`.
 absl::StatusOr<TableFileRestore> ReadAndApply(
-    const std::string& path, Table& table,
+    const std::string& path, const Target& target,
     const std::function<bool(uint64_t)>& keep, const ValuesOnly* values_only,
-    bool list_removed, absl::FunctionRef<void(PageCache)> start_checksum,
+    absl::FunctionRef<void(PageCache)> start_checksum,
     absl::FunctionRef<absl::Status()> verify) {
   const rocksdb::Options options = FileOptions();
   rocksdb::SstFileReader reader(options);
@@ -269,9 +277,13 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
   // No separate VerifyChecksum pass: every block read below verifies its
   // own checksum, and the whole-file XXH3 is checked besides.
 
+  Table* const table = target.table;
+  ValuesSink* const sink = target.sink;
+  // The records it takes: a sink's, cut after the embedding.
+  const int32_t dim = table != nullptr ? table->spec().dim : target.sink_dim;
   const size_t record_bytes = RowRecordBytes(
-      table.spec().dim,
-      OptimizerStateFloats(table.spec().optimizer, table.spec().dim));
+      dim, table != nullptr ? OptimizerStateFloats(table->spec().optimizer, dim)
+                            : 0);
   rocksdb::ReadOptions read;
   read.verify_checksums = true;
   read.readahead_size = 4 << 20;
@@ -311,16 +323,20 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
   // which may be encoded into the table's row.
   const bool encode = values_only != nullptr && values_only->encode != nullptr;
   const bool cut =
-      values_only != nullptr &&
-      record_bytes == RowRecordBytes(table.spec().dim, 0) &&
-      (encode ? file_record_bytes >= RowRecordBytes(values_only->dim, 0)
-              : file_record_bytes > record_bytes &&
-                    values_only->dim == table.spec().dim);
+      sink != nullptr
+          ? file_record_bytes > record_bytes
+          : values_only != nullptr && record_bytes == RowRecordBytes(dim, 0) &&
+                (encode
+                     ? file_record_bytes >= RowRecordBytes(values_only->dim, 0)
+                     : file_record_bytes > record_bytes &&
+                           values_only->dim == dim);
   if ((file_record_bytes != record_bytes || encode) && !cut) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint file '", path, "' holds rows of ",
-                     file_record_bytes, " bytes; table '", table.spec().name,
-                     "' needs ", record_bytes, " (dim or optimizer changed?)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint file '", path, "' holds rows of ", file_record_bytes,
+        " bytes; ",
+        table != nullptr ? absl::StrCat("table '", table->spec().name, "'")
+                         : absl::StrCat("embeddings of dim ", dim),
+        " need ", record_bytes, " (dim or optimizer changed?)"));
   }
   result.admission_states.assign(stripes, "");
   // The other metadata entries (they follow the info entry).
@@ -348,9 +364,10 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
   }
   RETURN_IF_ERROR(FromRocks(it->status(), "read", path));
 
+  const bool spills = table != nullptr && table->spills();
   const bool adopt_whole_file =
-      !result.incremental && !keep && !cut && table.spills() &&
-      stripe_rows.size() == static_cast<size_t>(table.spec().num_stripes);
+      spills && !result.incremental && !keep && !cut &&
+      stripe_rows.size() == static_cast<size_t>(table->spec().num_stripes);
   // A file adopted whole is read here only in part: its checksum reads it
   // around the page cache (at the disk's rate, without a copy). Otherwise
   // this thread reads all of it, and the checksum's read, running ahead
@@ -359,7 +376,7 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
   if (adopt_whole_file) {
     // A whole full file joins the spill tier as it is. Only its first
     // rows are read, as many as the memory budget holds: they go to memory.
-    const size_t prefix_limit = table.spec().memory_budget_bytes;
+    const size_t prefix_limit = table->spec().memory_budget_bytes;
     std::vector<uint64_t> keys;
     std::vector<char> records;
     for (it->SeekToFirst(); it->Valid() && it->key().size() == 8 &&
@@ -378,13 +395,13 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
     RETURN_IF_ERROR(FromRocks(it->status(), "read", path));
     for (uint64_t rows : stripe_rows) result.rows += rows;
     RETURN_IF_ERROR(verify());
-    RETURN_IF_ERROR(table.AdoptSpillFile(path, keys, records, stripe_rows));
+    RETURN_IF_ERROR(table->AdoptSpillFile(path, keys, records, stripe_rows));
     return result;
   }
 
   const size_t batch_rows = std::max<size_t>(
       1, std::min(kRestoreBatchBytes / record_bytes,
-                  table.spills() ? SIZE_MAX : kRestoreBatchRowsInMemory));
+                  spills ? SIZE_MAX : kRestoreBatchRowsInMemory));
   const Table::RestoredKeys assume = result.incremental
                                          ? Table::RestoredKeys::kMayExist
                                          : Table::RestoredKeys::kNew;
@@ -394,10 +411,16 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
   std::vector<float> embedding_floats, row_floats;  // aligned copies
   const auto flush = [&]() -> absl::Status {
     RETURN_IF_ERROR(verify());
-    if (!keys.empty()) {
-      RETURN_IF_ERROR(table.RestoreRows(keys, records, assume));
+    if (sink != nullptr) {
+      if (!keys.empty()) RETURN_IF_ERROR(sink->Rows(keys, embedding_floats));
+      if (!removed.empty()) RETURN_IF_ERROR(sink->Removed(removed));
+      embedding_floats.clear();
+    } else {
+      if (!keys.empty()) {
+        RETURN_IF_ERROR(table->RestoreRows(keys, records, assume));
+      }
+      if (!removed.empty()) RETURN_IF_ERROR(table->Erase(removed).status());
     }
-    if (!removed.empty()) RETURN_IF_ERROR(table.Erase(removed).status());
     keys.clear();
     records.clear();
     removed.clear();
@@ -417,7 +440,6 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
     }
     if (value.empty()) {
       removed.push_back(row_key);
-      if (list_removed) result.removed_keys.push_back(row_key);
       ++result.removed;
     } else if (value.size() != file_record_bytes) {
       return absl::DataLossError(absl::StrCat(
@@ -425,7 +447,12 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
           value.size(), " bytes, expected ", file_record_bytes));
     } else {
       keys.push_back(row_key);
-      if (encode) {
+      if (sink != nullptr) {  // the embedding alone, after the metadata
+        const size_t at = embedding_floats.size();
+        embedding_floats.resize(at + static_cast<size_t>(dim));
+        std::memcpy(embedding_floats.data() + at,
+                    value.data() + RowRecordBytes(0, 0), dim * sizeof(float));
+      } else if (encode) {
         // Metadata as it is, then the encoded embedding.
         const size_t at = records.size();
         records.resize(at + record_bytes);
@@ -433,7 +460,7 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
         embedding_floats.resize(values_only->dim);
         std::memcpy(embedding_floats.data(), value.data() + 8,
                     embedding_floats.size() * sizeof(float));
-        row_floats.resize(table.spec().dim);
+        row_floats.resize(dim);
         values_only->encode(embedding_floats.data(), row_floats.data());
         std::memcpy(records.data() + at + 8, row_floats.data(),
                     row_floats.size() * sizeof(float));
@@ -450,20 +477,10 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
   return result;
 }
 
-}  // namespace
-
-absl::StatusOr<TableFileRestore> RestoreTableFile(
-    const std::string& path, uint64_t expected_xxh3, Table& table,
+// ReadAndApply against `expected`, checked on a second thread.
+absl::StatusOr<TableFileRestore> ReadChecked(
+    const std::string& path, const FileChecksum& expected, const Target& target,
     const std::function<bool(uint64_t)>& keep, const ValuesOnly* values_only) {
-  return RestoreTableFile(
-      path, FileChecksum{FileChecksum::Kind::kXxh3, expected_xxh3}, table, keep,
-      values_only);
-}
-
-absl::StatusOr<TableFileRestore> RestoreTableFile(
-    const std::string& path, const FileChecksum& expected, Table& table,
-    const std::function<bool(uint64_t)>& keep, const ValuesOnly* values_only,
-    bool list_removed) {
   // The whole-file checksum is computed on a second thread while the file
   // is read; nothing is applied before it matched.
   const bool xxh3 = expected.kind == FileChecksum::Kind::kXxh3;
@@ -494,12 +511,43 @@ absl::StatusOr<TableFileRestore> RestoreTableFile(
     }
     return *verdict;
   };
-  absl::StatusOr<TableFileRestore> result = ReadAndApply(
-      path, table, keep, values_only, list_removed, start_checksum, verify);
+  absl::StatusOr<TableFileRestore> result =
+      ReadAndApply(path, target, keep, values_only, start_checksum, verify);
   // A file that fails to read is reported by its checksum first: that
   // names the more basic fault (a missing file, or cut short).
   if (!result.ok()) RETURN_IF_ERROR(verify());
   return result;
+}
+
+}  // namespace
+
+absl::StatusOr<TableFileRestore> RestoreTableFile(
+    const std::string& path, uint64_t expected_xxh3, Table& table,
+    const std::function<bool(uint64_t)>& keep, const ValuesOnly* values_only) {
+  return RestoreTableFile(
+      path, FileChecksum{FileChecksum::Kind::kXxh3, expected_xxh3}, table, keep,
+      values_only);
+}
+
+absl::StatusOr<TableFileRestore> RestoreTableFile(
+    const std::string& path, const FileChecksum& expected, Table& table,
+    const std::function<bool(uint64_t)>& keep, const ValuesOnly* values_only) {
+  Target target;
+  target.table = &table;
+  return ReadChecked(path, expected, target, keep, values_only);
+}
+
+absl::StatusOr<TableFileRestore> ReadTableFileValues(
+    const std::string& path, const FileChecksum& expected, int32_t dim,
+    ValuesSink& sink, const std::function<bool(uint64_t)>& keep) {
+  if (dim <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("embeddings of dim ", dim, " (must be positive)"));
+  }
+  Target target;
+  target.sink = &sink;
+  target.sink_dim = dim;
+  return ReadChecked(path, expected, target, keep, /*values_only=*/nullptr);
 }
 
 absl::StatusOr<uint64_t> TableFileXxh3(const std::string& path,

@@ -12,6 +12,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/types/span.h"
 #include "checkpoint/format.h"
 #include "common/file_io.h"
 #include "embedding/table.h"
@@ -52,8 +53,6 @@ struct TableFileRestore {
   uint64_t skipped = 0;
   bool incremental = false;
   std::vector<std::string> admission_states;
-  // The keys the file removed (and `keep` accepted), when asked for.
-  std::vector<uint64_t> removed_keys;
 };
 
 // Applies a table file to `table`: rows of keys `keep` accepts (every key
@@ -84,13 +83,33 @@ absl::StatusOr<TableFileRestore> RestoreTableFile(
     const std::function<bool(uint64_t)>& keep = nullptr,
     const ValuesOnly* values_only = nullptr);
 
-// As above, against `expected` (format.h FileChecksum); with
-// `list_removed`, the removed keys are also listed in the result.
+// As above, against `expected` (format.h FileChecksum).
 absl::StatusOr<TableFileRestore> RestoreTableFile(
     const std::string& path, const FileChecksum& expected,
     embedding::Table& table,
     const std::function<bool(uint64_t)>& keep = nullptr,
-    const ValuesOnly* values_only = nullptr, bool list_removed = false);
+    const ValuesOnly* values_only = nullptr);
+
+// Where ReadTableFileValues puts a file's rows: a reader that keeps the
+// embeddings only and is not a Table (a serving replica's overlay of an
+// incremental checkpoint). Called in the file's key order, batch by batch,
+// from the reading thread, only once the file's checksum matched.
+class ValuesSink {
+ public:
+  virtual ~ValuesSink() = default;
+  // Rows: keys and their embeddings (keys × dim floats).
+  virtual absl::Status Rows(absl::Span<const uint64_t> keys,
+                            absl::Span<const float> embeddings) = 0;
+  // Keys the file removes.
+  virtual absl::Status Removed(absl::Span<const uint64_t> keys) = 0;
+};
+
+// As RestoreTableFile with values only (`dim` floats an embedding), into
+// `sink` instead of a table; the rows of keys `keep` refuses are skipped.
+// Errors as RestoreTableFile's, and whatever `sink` returns.
+absl::StatusOr<TableFileRestore> ReadTableFileValues(
+    const std::string& path, const FileChecksum& expected, int32_t dim,
+    ValuesSink& sink, const std::function<bool(uint64_t)>& keep = nullptr);
 
 // XXH3-64 of a whole file, as TableFileSummary::xxh3, read through or
 // around the page cache (common/file_io.h). NOT_FOUND / UNAVAILABLE naming

@@ -424,6 +424,94 @@ TEST_P(CheckpointFileTest, CorruptTruncatedOrForeignFilesAreRefused) {
                        HasSubstr("dim or optimizer changed")));
 }
 
+// Collects what ReadTableFileValues hands over.
+class CollectingSink : public checkpoint::ValuesSink {
+ public:
+  absl::Status Rows(absl::Span<const uint64_t> keys,
+                    absl::Span<const float> embeddings) override {
+    EXPECT_EQ(embeddings.size(), keys.size() * kDim);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      rows[keys[i]].assign(embeddings.begin() + i * kDim,
+                           embeddings.begin() + (i + 1) * kDim);
+    }
+    return absl::OkStatus();
+  }
+  absl::Status Removed(absl::Span<const uint64_t> keys) override {
+    removed.insert(removed.end(), keys.begin(), keys.end());
+    return absl::OkStatus();
+  }
+  std::map<uint64_t, std::vector<float>> rows;
+  std::vector<uint64_t> removed;
+};
+
+// A reader that keeps embeddings only (a serving replica's overlay) gets
+// an incremental file's changed rows' embeddings exactly, its removals, the
+// rows of its keys only; a bad file or a wrong dim hands it nothing.
+TEST_P(CheckpointFileTest, ValuesAloneGoToASink) {
+  auto table = MakeTable();
+  Train(*table, 20, 6);
+  ASSERT_OK_AND_ASSIGN(auto full, table->TakeSnapshot(false));
+  const std::string dir = Dir();
+  ASSERT_OK(WriteTableFile(*full, dir + "/full.sst").status());
+  const std::vector<uint64_t> changed = {7919 * 3, 7919 * 5};
+  ASSERT_OK(table->Push(changed, std::vector<float>(2 * kDim, 0.5f)));
+  ASSERT_OK_AND_ASSIGN(const uint64_t erased, table->Erase({7919 * 9}));
+  ASSERT_OK_AND_ASSIGN(auto increment, table->TakeSnapshot(true));
+  const std::string path = dir + "/incr.sst";
+  ASSERT_OK_AND_ASSIGN(const TableFileSummary summary,
+                       WriteTableFile(*increment, path));
+  const checkpoint::FileChecksum checksum{checkpoint::FileChecksum::Kind::kXxh3,
+                                          summary.xxh3};
+  std::map<uint64_t, std::vector<float>> want;
+  ASSERT_OK(table->Scan([&](const RowView& row) {
+    want[row.key].assign(row.embedding.begin(), row.embedding.end());
+  }));
+
+  CollectingSink sink;
+  ASSERT_OK_AND_ASSIGN(
+      const TableFileRestore result,
+      checkpoint::ReadTableFileValues(path, checksum, kDim, sink));
+  EXPECT_TRUE(result.incremental);
+  EXPECT_EQ(result.rows, summary.rows);
+  ASSERT_EQ(sink.rows.size(), summary.rows);
+  for (const auto& [key, embedding] : sink.rows) {
+    EXPECT_EQ(embedding, want.at(key)) << key;
+  }
+  EXPECT_EQ(sink.removed, erased > 0 ? std::vector<uint64_t>{7919 * 9}
+                                     : std::vector<uint64_t>{});
+
+  // One of three shards' keys.
+  const auto shard_one = [](uint64_t key) {
+    return JumpConsistentHash(Mix64(key), 3) == 1;
+  };
+  CollectingSink part;
+  ASSERT_OK(
+      checkpoint::ReadTableFileValues(path, checksum, kDim, part, shard_one)
+          .status());
+  for (const auto& [key, embedding] : part.rows) EXPECT_TRUE(shard_one(key));
+  EXPECT_LE(part.rows.size(), sink.rows.size());
+
+  CollectingSink untouched;
+  const std::string flipped = dir + "/flipped.sst";
+  std::filesystem::copy_file(path, flipped);
+  {
+    std::fstream f(flipped, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(static_cast<std::streamoff>(summary.bytes / 2));
+    f.put('\x5a');
+  }
+  EXPECT_THAT(
+      checkpoint::ReadTableFileValues(flipped, checksum, kDim, untouched),
+      StatusIs(absl::StatusCode::kDataLoss, HasSubstr(flipped)));
+  EXPECT_THAT(
+      checkpoint::ReadTableFileValues(path, checksum, kDim * 4, untouched),
+      StatusIs(absl::StatusCode::kFailedPrecondition,
+               HasSubstr("embeddings of dim 16")));
+  EXPECT_THAT(checkpoint::ReadTableFileValues(path, checksum, 0, untouched),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  EXPECT_TRUE(untouched.rows.empty());
+  EXPECT_TRUE(untouched.removed.empty());
+}
+
 TEST(TableFileXxh3Test, IsXxh3OfTheWholeFile) {
   const std::string path = absl::StrCat(::testing::TempDir(), "/check.bin");
   std::string bytes(3 << 20, '\0');

@@ -1,9 +1,5 @@
 #include "server/follower.h"
 
-#include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -22,6 +18,7 @@
 #include "common/logging.h"
 #include "common/malloc_options.h"
 #include "common/status_macros.h"
+#include "common/thread_priority.h"
 #include "embedding/table.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/checkpoint.pb.h"
@@ -47,13 +44,6 @@ struct Follower::Source {
 };
 
 namespace {
-
-// Applying publications and loading checkpoints is background work: at a
-// lower CPU priority (nice +10 for this thread), so that Lookups, which
-// wait on it for nothing, keep the cores when they compete.
-void ToBackgroundPriority() {
-  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
-}
 
 // A publication's rows of one table, kept to this serving shard's keys.
 struct TableRows {
@@ -249,6 +239,7 @@ proto::ServingVersionResponse Follower::Describe() const {
   out.set_base_checkpoint(base_name_);
   out.set_base_step(base_step_);
   out.set_publications_applied(publications_applied_);
+  out.set_publications_passed_over(publications_passed_over_);
   out.set_checkpoints_loaded(loads_.load());
   out.set_increments_applied(increments_applied_.load());
   out.set_pinned(options_.pinned_step > 0);
@@ -256,6 +247,8 @@ proto::ServingVersionResponse Follower::Describe() const {
 }
 
 void Follower::PollCheckpoints() {
+  // Background work (Lookups wait on it for nothing): the cores go to
+  // them when both want them.
   ToBackgroundPriority();
   while (!stopping_) {
     {
@@ -342,6 +335,12 @@ void Follower::FollowStream(size_t index) {
     proto::SubscribeRequest request;
     request.set_publisher_id(publisher_id);
     request.set_after_sequence(after);
+    if (publisher_id == 0) {
+      // Afresh: the publications after the base's step (older ones hold
+      // nothing the base lacks; the history may hold hundreds of MB).
+      MutexLock lock(&apply_mu_);
+      request.set_after_step(base_step_);
+    }
     std::unique_ptr<grpc::ClientReader<proto::Publication>> reader =
         source.stubs[source.current]->Subscribe(&context, request);
     bool first = publisher_id == 0;
@@ -447,7 +446,10 @@ absl::Status Follower::Apply(const std::vector<proto::Publication>& parts,
                           head.previous_step(), " or later"));
     return absl::OkStatus();
   }
-  if (step <= base_step_) return absl::OkStatus();  // the base is newer
+  if (step <= base_step_) {  // the base is newer
+    ++publications_passed_over_;
+    return absl::OkStatus();
+  }
   // This serving shard's rows, by table.
   absl::flat_hash_map<std::string, TableRows> tables;
   for (const proto::Publication& part : parts) {

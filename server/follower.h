@@ -178,6 +178,7 @@ class Follower {
   uint64_t base_step_ ABSL_GUARDED_BY(apply_mu_) = 0;
   std::string base_name_ ABSL_GUARDED_BY(apply_mu_);
   uint64_t publications_applied_ ABSL_GUARDED_BY(apply_mu_) = 0;
+  uint64_t publications_passed_over_ ABSL_GUARDED_BY(apply_mu_) = 0;
   // A stream gap: a checkpoint of at least this step is needed (0: none).
   uint64_t needs_checkpoint_at_ ABSL_GUARDED_BY(apply_mu_) = 0;
   // Every version installed that may still be alive (requests, retained).

@@ -18,8 +18,8 @@
 #include "common/key_hash.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "common/thread_priority.h"
 #include "embedding/table.h"
-#include "embedding/values_table.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/serving.pb.h"
@@ -62,6 +62,76 @@ TableRegistry::Options FollowerRegistryOptions(const std::string& spill_dir) {
   options.num_shards = 0;
   options.serving_rows = true;
   return options;
+}
+
+// An incremental checkpoint's rows of one table, read straight from its
+// files into the overlay the replica serves them from (no table between):
+// a later link's row replaces an earlier one's, a removal marks its key.
+class OverlayBuilder : public checkpoint::ValuesSink {
+ public:
+  // Sized for `expected_rows` (a guess: more grows it).
+  OverlayBuilder(int32_t dim, size_t expected_rows)
+      : dim_(static_cast<size_t>(dim)), overlay_(std::make_shared<Overlay>()) {
+    overlay_->rows.reserve(expected_rows);
+    overlay_->values.reserve(expected_rows * dim_);
+  }
+
+  absl::Status Rows(absl::Span<const uint64_t> keys,
+                    absl::Span<const float> embeddings) override {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      const float* row = embeddings.data() + i * dim_;
+      auto [it, added] = overlay_->rows.try_emplace(keys[i], 0);
+      if (!added && it->second != Overlay::kRemoved) {
+        std::copy(row, row + dim_,
+                  overlay_->values.begin() + it->second * dim_);
+        continue;
+      }
+      const size_t index = overlay_->values.size() / dim_;
+      if (index >= Overlay::kRemoved) {
+        return absl::ResourceExhaustedError(
+            "an incremental checkpoint of over 4G rows for one replica");
+      }
+      it->second = static_cast<uint32_t>(index);
+      overlay_->values.insert(overlay_->values.end(), row, row + dim_);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Removed(absl::Span<const uint64_t> keys) override {
+    for (uint64_t key : keys) overlay_->rows[key] = Overlay::kRemoved;
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<Overlay> Take() { return std::move(overlay_); }
+
+ private:
+  const size_t dim_;
+  std::shared_ptr<Overlay> overlay_;
+};
+
+// The rows and removals of table `name` in the links of `chain` newer than
+// `base` (their manifests' counts, at most what their files' sizes can
+// hold), this serving shard's share of them.
+size_t ExpectedOverlayRows(const std::vector<checkpoint::ChainLink>& chain,
+                           size_t base, const std::string& name, int32_t dim,
+                           int32_t num_shards) {
+  uint64_t rows = 0;
+  for (size_t i = 0; i < base; ++i) {
+    for (const proto::CheckpointTable& table : chain[i].manifest.table()) {
+      if (table.config().name() != name) continue;
+      for (const proto::CheckpointShardFile& file : table.file()) {
+        std::error_code error;
+        const uintmax_t bytes = std::filesystem::file_size(
+            std::filesystem::path(chain[i].dir) / file.path(), error);
+        if (error) continue;
+        rows += std::min<uint64_t>(
+            file.rows() + file.removed(),
+            bytes / (sizeof(uint64_t) + sizeof(float) * dim));
+      }
+    }
+  }
+  return static_cast<size_t>(
+      rows / static_cast<uint64_t>(std::max<int32_t>(num_shards, 1)));
 }
 
 }  // namespace
@@ -239,8 +309,8 @@ absl::StatusOr<bool> Follower::ApplyNewestIncrement(
       }
     }
   }
-  // The links newer than the base, oldest first, into one values-only
-  // table per table: later rows replace earlier ones, removals erase them.
+  // The links newer than the base, oldest first, straight into one overlay
+  // per table: later rows replace earlier ones, removals mark their keys.
   const std::function<bool(uint64_t)> keep =
       options_.num_shards == 1
           ? std::function<bool(uint64_t)>()
@@ -248,41 +318,47 @@ absl::StatusOr<bool> Follower::ApplyNewestIncrement(
               return ShardOfKey(key, options_.num_shards) ==
                      options_.shard_index;
             };
-  absl::flat_hash_map<std::string, std::unique_ptr<embedding::Table>> changed;
-  absl::flat_hash_map<std::string, absl::flat_hash_set<uint64_t>> removed;
+  absl::flat_hash_map<std::string, std::unique_ptr<OverlayBuilder>> changed;
   for (size_t i = base; i-- > 0;) {
-    const checkpoint::ChainLink& link = (*chain)[i];
-    for (const proto::CheckpointTable& table : link.manifest.table()) {
+    for (const proto::CheckpointTable& table : (*chain)[i].manifest.table()) {
       const std::string& name = table.config().name();
-      std::unique_ptr<embedding::Table>& into = changed[name];
-      if (into == nullptr) {
-        // Float32 rows: the overlay made of them is stored as the base
-        // stores rows when it is written into it.
-        ASSIGN_OR_RETURN(embedding::TableSpec spec,
-                         SpecFromConfig(ValuesOnlyConfig(table.config())));
-        spec.expected_rows = 0;
-        spec.memory_budget_bytes = 0;
-        ASSIGN_OR_RETURN(into, embedding::CreateValuesTable(spec));
+      // The served table's rows, or a whole load (which checks it all).
+      if (table.config().dim() != current->tables.at(name)->dim()) {
+        return false;
       }
-      checkpoint::ValuesOnly values_only;
-      values_only.dim = table.config().dim();
-      for (const proto::CheckpointShardFile& file : table.file()) {
-        absl::StatusOr<checkpoint::TableFileRestore> restored =
-            checkpoint::RestoreTableFile(
-                (std::filesystem::path(link.dir) / file.path()).string(),
-                checkpoint::ExpectedChecksum(link.manifest, file), *into, keep,
-                &values_only, /*list_removed=*/true);
-        if (!restored.ok()) {
-          failed_dirs_.insert(dir);
-          ReportBadCheckpoint(absl::StrCat(
-              "checkpoint ", dir,
-              " cannot be applied: ", restored.status().ToString()));
-          return restored.status();
-        }
-        removed[name].insert(restored->removed_keys.begin(),
-                             restored->removed_keys.end());
+      std::unique_ptr<OverlayBuilder>& into = changed[name];
+      if (into == nullptr) {
+        into = std::make_unique<OverlayBuilder>(
+            table.config().dim(),
+            ExpectedOverlayRows(*chain, base, name, table.config().dim(),
+                                options_.num_shards));
       }
     }
+  }
+  // Reading is the bulk of the work and touches nothing a Lookup reads:
+  // it runs only on cores the Lookups leave idle.
+  const absl::Status read = RunAtIdlePriority([&]() -> absl::Status {
+    for (size_t i = base; i-- > 0;) {
+      const checkpoint::ChainLink& link = (*chain)[i];
+      for (const proto::CheckpointTable& table : link.manifest.table()) {
+        for (const proto::CheckpointShardFile& file : table.file()) {
+          RETURN_IF_ERROR(
+              checkpoint::ReadTableFileValues(
+                  (std::filesystem::path(link.dir) / file.path()).string(),
+                  checkpoint::ExpectedChecksum(link.manifest, file),
+                  table.config().dim(), *changed.at(table.config().name()),
+                  keep)
+                  .status());
+        }
+      }
+    }
+    return absl::OkStatus();
+  });
+  if (!read.ok()) {
+    failed_dirs_.insert(dir);
+    ReportBadCheckpoint(absl::StrCat("checkpoint ", dir,
+                                     " cannot be applied: ", read.ToString()));
+    return read;
   }
   const proto::CheckpointManifest& manifest = chain->front().manifest;
   ASSIGN_OR_RETURN(std::shared_ptr<const std::string> dense,
@@ -292,27 +368,20 @@ absl::StatusOr<bool> Follower::ApplyNewestIncrement(
   const std::shared_ptr<const ServingVersion> now = Current();
   if (now->step >= manifest.step()) return true;  // the stream overtook
   if (base_name_ != base_name) return false;      // another base meanwhile
+  // A training shard whose stream is past the checkpoint had rows newer
+  // than it, which the checkpoint's rows now cover: its publications after
+  // the checkpoint's step come again. The others go on where they are (the
+  // publications up to the step are passed over; a fresh subscription
+  // would be sent the whole history again).
+  const bool overtaken =
+      std::any_of(now->source_steps.begin(), now->source_steps.end(),
+                  [&](uint64_t step) { return step > manifest.step(); });
   auto next = std::make_shared<ServingVersion>(*now);
   next->sequence = ++sequence_;
-  for (auto& [name, table] : changed) {
-    auto overlay = std::make_shared<Overlay>();
+  for (auto& [name, builder] : changed) {
+    std::shared_ptr<Overlay> overlay = builder->Take();
     overlay->step = manifest.step();
     overlay->sequence = next->sequence;
-    const size_t dim = static_cast<size_t>(table->spec().dim);
-    // Sized once: growing 1M rows' worth by doubling copied and faulted
-    // in twice the memory while Lookups ran beside it.
-    const uint64_t rows = table->Stats().rows;
-    overlay->rows.reserve(rows + removed[name].size());
-    overlay->values.reserve(rows * dim);
-    RETURN_IF_ERROR(table->Scan([&](const embedding::RowView& row) {
-      overlay->rows[row.key] =
-          static_cast<uint32_t>(overlay->values.size() / dim);
-      overlay->values.insert(overlay->values.end(), row.embedding.begin(),
-                             row.embedding.end());
-    }));
-    for (uint64_t key : removed[name]) {
-      overlay->rows.try_emplace(key, Overlay::kRemoved);
-    }
     auto it = next->tables.find(name);
     it->second = it->second->With(std::move(overlay));
   }
@@ -332,7 +401,7 @@ absl::StatusOr<bool> Follower::ApplyNewestIncrement(
   ++increments_applied_;
   FoldIntoBase(*next);
   Install(std::move(next));
-  ResubscribeAll();
+  if (overtaken) ResubscribeAll();
   Logger("follower")
       ->info("applied incremental checkpoint '{}' (step {}) in place",
              manifest.name(), base_step_);

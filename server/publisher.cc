@@ -141,7 +141,7 @@ absl::StatusOr<proto::PublishResponse> Publisher::Publish(
   // The first publication holds every row: it follows any checkpoint.
   const uint64_t previous_step = last_step_ == UINT64_MAX ? 0 : last_step_;
   last_step_ = request.step();
-  Held held{sequence, 0, {}};
+  Held held{sequence, request.step(), 0, {}};
   uint64_t rows = 0;
   for (size_t p = 0; p < parts.size(); ++p) {
     proto::Publication& part = parts[p];
@@ -180,16 +180,22 @@ absl::StatusOr<proto::PublishResponse> Publisher::Publish(
 
 absl::StatusOr<std::vector<std::shared_ptr<const proto::Publication>>>
 Publisher::After(uint64_t publisher_id, uint64_t after_sequence,
-                 absl::Time deadline) {
+                 absl::Time deadline, uint64_t after_step) {
   if (publisher_id != 0 && publisher_id != id_) {
     return absl::FailedPreconditionError(
         absl::StrCat("publisher ", publisher_id,
                      " is gone (this shard restarted as publisher ", id_,
                      "): catch up from a checkpoint, then subscribe afresh"));
   }
+  // A fresh subscriber skips the publications of steps it already holds.
+  const bool skip_steps = publisher_id == 0 && after_step > 0;
+  auto wanted = [&](const Held& held) {
+    return held.sequence > after_sequence &&
+           !(skip_steps && held.step <= after_step);
+  };
   MutexLock lock(&mu_);
   published_.WaitUntil(&mu_, deadline, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    return closed_ || next_sequence_ - 1 > after_sequence;
+    return closed_ || (!history_.empty() && wanted(history_.back()));
   });
   if (closed_) return absl::CancelledError("the publisher is shutting down");
   std::vector<std::shared_ptr<const proto::Publication>> out;
@@ -203,7 +209,7 @@ Publisher::After(uint64_t publisher_id, uint64_t after_sequence,
         "): catch up from a newer checkpoint, then subscribe afresh"));
   }
   for (const Held& held : history_) {
-    if (held.sequence <= after_sequence) continue;
+    if (!wanted(held)) continue;
     out.insert(out.end(), held.parts.begin(), held.parts.end());
   }
   return out;

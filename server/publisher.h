@@ -67,13 +67,15 @@ class Publisher {
       const proto::PublishRequest& request);
 
   // The messages of every publication after `after_sequence` of publisher
-  // `publisher_id` (0, 0: a fresh subscriber, from the oldest held), in
-  // order; waits until `deadline` for one if there is none yet, and then
-  // returns none. FAILED_PRECONDITION if `publisher_id` is another
-  // publisher's, or the history no longer holds the next publication;
-  // CANCELLED once Close was called.
+  // `publisher_id` (0, 0: a fresh subscriber, from the oldest held whose
+  // step is greater than `after_step`), in order; waits until `deadline`
+  // for one if there is none yet, and then returns none.
+  // FAILED_PRECONDITION if `publisher_id` is another publisher's, or the
+  // history no longer holds the next publication; CANCELLED once Close was
+  // called.
   absl::StatusOr<std::vector<std::shared_ptr<const proto::Publication>>> After(
-      uint64_t publisher_id, uint64_t after_sequence, absl::Time deadline);
+      uint64_t publisher_id, uint64_t after_sequence, absl::Time deadline,
+      uint64_t after_step = 0);
 
   // Wakes every waiting After (which then returns CANCELLED). For shutdown.
   void Close();
@@ -84,6 +86,7 @@ class Publisher {
  private:
   struct Held {
     uint64_t sequence;
+    uint64_t step;
     uint64_t bytes;
     std::vector<std::shared_ptr<const proto::Publication>> parts;
   };

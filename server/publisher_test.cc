@@ -113,6 +113,49 @@ TEST(PublisherTest, AWaitingSubscriberWakesForANewPublication) {
               StatusIs(absl::StatusCode::kCancelled));
 }
 
+// A fresh subscriber that holds a checkpoint's step is sent only the
+// publications of later steps; the first still names its previous step.
+// With none newer yet it waits (and then gets none) rather than returning
+// at once.
+TEST(PublisherTest, AFreshSubscriberSkipsTheStepsItHolds) {
+  TableRegistry registry;
+  ASSERT_OK(registry.Create(SgdTable("t")).status());
+  Publisher publisher({}, &registry);
+  for (uint64_t step : {10, 20, 30}) {
+    proto::PublishRequest request;
+    request.set_step(step);
+    ASSERT_OK(publisher.Publish(request).status());
+  }
+  ASSERT_OK_AND_ASSIGN(auto newer, publisher.After(0, 0, absl::Now(), 20));
+  ASSERT_EQ(newer.size(), 1u);
+  EXPECT_EQ(newer[0]->step(), 30u);
+  EXPECT_EQ(newer[0]->previous_step(), 20u);
+  ASSERT_OK_AND_ASSIGN(auto all, publisher.After(0, 0, absl::Now(), 0));
+  EXPECT_EQ(all.size(), 3u);
+  // A subscriber that knows its publisher goes by sequence alone.
+  ASSERT_OK_AND_ASSIGN(auto by_sequence,
+                       publisher.After(publisher.id(), 1, absl::Now(), 25));
+  EXPECT_EQ(by_sequence.size(), 2u);
+
+  const absl::Time begin = absl::Now();
+  ASSERT_OK_AND_ASSIGN(
+      auto none,
+      publisher.After(0, 0, absl::Now() + absl::Milliseconds(50), 30));
+  EXPECT_TRUE(none.empty());
+  EXPECT_GE(absl::Now() - begin, absl::Milliseconds(40));
+  std::thread later([&] {
+    absl::SleepFor(absl::Milliseconds(20));
+    proto::PublishRequest request;
+    request.set_step(31);
+    ASSERT_OK(publisher.Publish(request).status());
+  });
+  ASSERT_OK_AND_ASSIGN(
+      auto woken, publisher.After(0, 0, absl::Now() + absl::Seconds(30), 30));
+  later.join();
+  ASSERT_EQ(woken.size(), 1u);
+  EXPECT_EQ(woken[0]->step(), 31u);
+}
+
 // Rows erased after they changed leave gaps among the rows read into a
 // message: each published key keeps its own row, in every part.
 TEST(PublisherTest, ErasedRowsAmongChangedOnesLeaveEachKeyItsOwnRow) {

@@ -825,6 +825,40 @@ TEST_F(ServingTest, IncrementalCheckpointsAreAppliedInPlace) {
   EXPECT_EQ(Rows(*replica, all), Pull(all));
 }
 
+// A replica that follows publications and checkpoints is never sent again
+// what its base already holds: an increment applied in place keeps its
+// streams where they are, and a new base subscribes for the publications
+// after its step only (the history may hold hundreds of MB).
+TEST_F(ServingTest, ANewBaseIsNotSentThePublicationsItHolds) {
+  Push({1, 2}, 1.0f);
+  Checkpoint(10);
+  ASSERT_OK_AND_ASSIGN(auto replica, StartReplica());
+  for (uint64_t step : {11, 12}) {
+    Push({1}, 0.5f);
+    ASSERT_OK(client_->Publish(step, "").status());
+  }
+  AwaitStep(*replica, 12);
+  Push({2, 3}, 0.25f);
+  Checkpoint(20, /*incremental=*/true);
+  AwaitStep(*replica, 20);
+  EXPECT_EQ(Version(*replica).base_step(), 20u);
+  Push({3}, 0.25f);
+  ASSERT_OK(client_->Publish(21, "").status());
+  AwaitStep(*replica, 21);
+  Push({1, 4}, 0.25f);
+  Checkpoint(30);
+  AwaitStep(*replica, 30);
+  Push({4}, 0.25f);
+  ASSERT_OK(client_->Publish(31, "").status());
+  AwaitStep(*replica, 31);
+  const proto::ServingVersionResponse version = Version(*replica);
+  EXPECT_EQ(version.base_step(), 30u);
+  EXPECT_GE(version.increments_applied(), 1u);
+  EXPECT_EQ(version.publications_applied(), 4u);
+  EXPECT_EQ(version.publications_passed_over(), 0u);
+  EXPECT_EQ(Rows(*replica, {1, 2, 3, 4}), Pull({1, 2, 3, 4}));
+}
+
 TEST_F(ServingTest, NoCheckpointMeansNoReplica) {
   EXPECT_THAT(StartReplica().status(), StatusIs(absl::StatusCode::kNotFound));
 }

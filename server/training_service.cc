@@ -311,7 +311,8 @@ grpc::Status TrainingServiceImpl::Subscribe(
       // Short waits, so that a shutdown or a gone subscriber is noticed.
       absl::StatusOr<std::vector<std::shared_ptr<const proto::Publication>>>
           parts = publisher_->After(publisher_id, after,
-                                    absl::Now() + absl::Milliseconds(500));
+                                    absl::Now() + absl::Milliseconds(500),
+                                    request->after_step());
       if (!parts.ok()) return wire::ToGrpcStatus(parts.status());
       for (const std::shared_ptr<const proto::Publication>& part : *parts) {
         if (!writer->Write(*part)) return grpc::Status::OK;  // subscriber gone
