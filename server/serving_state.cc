@@ -31,28 +31,47 @@ void ServingTable::Default(uint64_t key, absl::Span<float> out) const {
 absl::Status ServingTable::Read(absl::Span<const uint64_t> keys,
                                 absl::Span<float> values) const {
   const size_t dim = config_.dim();
+  // An overlay may hold millions of rows (an incremental checkpoint): each
+  // key's probes are prefetched kAhead keys ahead, and a row found is
+  // prefetched then and copied once every key was probed.
+  constexpr size_t kAhead = 8;
+  static constexpr float kRemovedRow = 0;
+  std::vector<const float*> answers(keys.size(), nullptr);
   // Keys no overlay answers go to the base in one batch.
   std::vector<uint64_t> base_keys;
   std::vector<uint32_t> base_positions;
   for (size_t i = 0; i < keys.size(); ++i) {
-    float* out = values.data() + i * dim;
-    bool answered = false;
+    if (i + kAhead < keys.size()) {
+      for (const std::shared_ptr<const Overlay>& overlay : overlays_) {
+        overlay->rows.prefetch(keys[i + kAhead]);
+      }
+    }
     for (const std::shared_ptr<const Overlay>& overlay : overlays_) {
       auto it = overlay->rows.find(keys[i]);
       if (it == overlay->rows.end()) continue;
       if (it->second == Overlay::kRemoved) {
-        // A row that training removed reads as a key without a row.
-        Default(keys[i], absl::MakeSpan(out, dim));
-      } else {
-        std::memcpy(out, overlay->values.data() + size_t{it->second} * dim,
-                    dim * sizeof(float));
+        answers[i] = &kRemovedRow;
+        break;
       }
-      answered = true;
+      answers[i] = overlay->values.data() + size_t{it->second} * dim;
+      for (size_t line = 0; line < dim; line += 64 / sizeof(float)) {
+        __builtin_prefetch(answers[i] + line);
+      }
       break;
     }
-    if (!answered) {
+    if (answers[i] == nullptr) {
       base_keys.push_back(keys[i]);
       base_positions.push_back(static_cast<uint32_t>(i));
+    }
+  }
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (answers[i] == nullptr) continue;
+    float* out = values.data() + i * dim;
+    if (answers[i] == &kRemovedRow) {
+      // A row that training removed reads as a key without a row.
+      Default(keys[i], absl::MakeSpan(out, dim));
+    } else {
+      std::memcpy(out, answers[i], dim * sizeof(float));
     }
   }
   if (base_keys.empty()) return absl::OkStatus();
