@@ -477,18 +477,22 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
   return result;
 }
 
-// ReadAndApply against `expected`, checked on a second thread.
+// ReadAndApply against `expected`. Into a table, the checksum is computed
+// on a second thread while the file is read, and nothing is applied before
+// it matched. Into a sink (whose rows count for nothing until the file
+// passed), the file is read once at the pace the rows are taken, and its
+// checksum computed after, from the page cache: no read of the whole
+// file at the disk's rate beside the work of a serving replica.
 absl::StatusOr<TableFileRestore> ReadChecked(
     const std::string& path, const FileChecksum& expected, const Target& target,
     const std::function<bool(uint64_t)>& keep, const ValuesOnly* values_only) {
-  // The whole-file checksum is computed on a second thread while the file
-  // is read; nothing is applied before it matched.
   const bool xxh3 = expected.kind == FileChecksum::Kind::kXxh3;
+  const bool check_after = target.sink != nullptr;
   std::future<absl::StatusOr<uint64_t>> checksum;
   const auto start_checksum = [&](PageCache page_cache) {
     if (checksum.valid()) return;
     checksum =
-        std::async(std::launch::async,
+        std::async(check_after ? std::launch::deferred : std::launch::async,
                    [path, page_cache, xxh3]() -> absl::StatusOr<uint64_t> {
                      if (xxh3) return TableFileXxh3(path, page_cache);
                      ASSIGN_OR_RETURN(const uint32_t crc, FileCrc32(path));
@@ -496,7 +500,9 @@ absl::StatusOr<TableFileRestore> ReadChecked(
                    });
   };
   std::optional<absl::Status> verdict;
+  bool reading = true;
   const auto verify = [&]() -> absl::Status {
+    if (check_after && reading) return absl::OkStatus();
     if (!verdict.has_value()) {
       start_checksum(PageCache::kUse);
       const absl::StatusOr<uint64_t> computed = checksum.get();
@@ -513,9 +519,10 @@ absl::StatusOr<TableFileRestore> ReadChecked(
   };
   absl::StatusOr<TableFileRestore> result =
       ReadAndApply(path, target, keep, values_only, start_checksum, verify);
+  reading = false;
   // A file that fails to read is reported by its checksum first: that
   // names the more basic fault (a missing file, or cut short).
-  if (!result.ok()) RETURN_IF_ERROR(verify());
+  if (!result.ok() || check_after) RETURN_IF_ERROR(verify());
   return result;
 }
 

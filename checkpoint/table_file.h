@@ -93,7 +93,9 @@ absl::StatusOr<TableFileRestore> RestoreTableFile(
 // Where ReadTableFileValues puts a file's rows: a reader that keeps the
 // embeddings only and is not a Table (a serving replica's overlay of an
 // incremental checkpoint). Called in the file's key order, batch by batch,
-// from the reading thread, only once the file's checksum matched.
+// from the reading thread, as the file is read: what it was given counts
+// only if ReadTableFileValues then succeeds (the whole file's checksum is
+// checked last), and is to be dropped otherwise.
 class ValuesSink {
  public:
   virtual ~ValuesSink() = default;
@@ -106,7 +108,10 @@ class ValuesSink {
 
 // As RestoreTableFile with values only (`dim` floats an embedding), into
 // `sink` instead of a table; the rows of keys `keep` refuses are skipped.
-// Errors as RestoreTableFile's, and whatever `sink` returns.
+// The file is read once, at the pace `sink` takes its rows, and its
+// checksum computed afterwards (from the page cache). Errors as
+// RestoreTableFile's (after rows may have reached `sink`), and whatever
+// `sink` returns.
 absl::StatusOr<TableFileRestore> ReadTableFileValues(
     const std::string& path, const FileChecksum& expected, int32_t dim,
     ValuesSink& sink, const std::function<bool(uint64_t)>& keep = nullptr);

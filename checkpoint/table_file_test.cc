@@ -446,7 +446,7 @@ class CollectingSink : public checkpoint::ValuesSink {
 
 // A reader that keeps embeddings only (a serving replica's overlay) gets
 // an incremental file's changed rows' embeddings exactly, its removals, the
-// rows of its keys only; a bad file or a wrong dim hands it nothing.
+// rows of its keys only; a bad file fails, a wrong dim hands it nothing.
 TEST_P(CheckpointFileTest, ValuesAloneGoToASink) {
   auto table = MakeTable();
   Train(*table, 20, 6);
@@ -491,7 +491,10 @@ TEST_P(CheckpointFileTest, ValuesAloneGoToASink) {
   for (const auto& [key, embedding] : part.rows) EXPECT_TRUE(shard_one(key));
   EXPECT_LE(part.rows.size(), sink.rows.size());
 
-  CollectingSink untouched;
+  // A damaged file, or one that is not the manifest's, fails (whatever
+  // reached the sink is dropped by its owner): the checksum is checked
+  // after the rows were read.
+  CollectingSink dropped;
   const std::string flipped = dir + "/flipped.sst";
   std::filesystem::copy_file(path, flipped);
   {
@@ -499,9 +502,14 @@ TEST_P(CheckpointFileTest, ValuesAloneGoToASink) {
     f.seekp(static_cast<std::streamoff>(summary.bytes / 2));
     f.put('\x5a');
   }
-  EXPECT_THAT(
-      checkpoint::ReadTableFileValues(flipped, checksum, kDim, untouched),
-      StatusIs(absl::StatusCode::kDataLoss, HasSubstr(flipped)));
+  EXPECT_THAT(checkpoint::ReadTableFileValues(flipped, checksum, kDim, dropped),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr(flipped)));
+  const checkpoint::FileChecksum other{checkpoint::FileChecksum::Kind::kXxh3,
+                                       summary.xxh3 + 1};
+  EXPECT_THAT(checkpoint::ReadTableFileValues(path, other, kDim, dropped),
+              StatusIs(absl::StatusCode::kDataLoss,
+                       HasSubstr("is corrupt or truncated")));
+  CollectingSink untouched;
   EXPECT_THAT(
       checkpoint::ReadTableFileValues(path, checksum, kDim * 4, untouched),
       StatusIs(absl::StatusCode::kFailedPrecondition,
