@@ -114,6 +114,10 @@ dense::ModelSpec ModelSpecOf(const WorkerConfig& c) {
   spec.bottom.assign(c.bottom().begin(), c.bottom().end());
   spec.top.assign(c.top().begin(), c.top().end());
   spec.embedding_dim = c.embedding_dim();
+  spec.interaction = c.interaction() == WorkerConfig::CROSS
+                         ? dense::Interaction::kCross
+                         : dense::Interaction::kDot;
+  spec.cross_layers = c.cross_layers();
   spec.seed = c.seed();
   const auto pooling = [](SlotConfig::Pooling pooling, bool weighted) {
     // A weighted bag's rows arrive scaled by their weights: summed.

@@ -62,17 +62,31 @@ void CpuModel<T>::Forward(const Batch<T>& batch, Part& part) {
   const T* z0 = part.bottom.empty()
                     ? dense
                     : part.bottom.Forward(parameters_.data(), dense, n);
-  // Without slots the interaction is z0 itself: no copies.
+  // Without slots the interaction's input is z0 itself: no copies.
   part.top_input = z0;
+  const T* x0 = z0;
   if (!spec_.slots.empty()) {
     const size_t num_slots = spec_.slots.size();
     part.features.resize(static_cast<size_t>(n) * f);
     part.pooled.resize(static_cast<size_t>(n) * num_slots * d);
-    part.interaction.resize(static_cast<size_t>(n) * layout_.interaction_dim);
     dense_internal::GatherFeatures<T>(spec_.slots, batch.slots, begin, n, d, z0,
                                       part.pooled.data(), part.features.data());
-    Interact(part.features.data(), n, f, d, part.interaction.data());
-    part.top_input = part.interaction.data();
+    if (part.cross.empty()) {
+      part.interaction.resize(static_cast<size_t>(n) * layout_.interaction_dim);
+      Interact(part.features.data(), n, f, d, part.interaction.data());
+      part.top_input = part.interaction.data();
+    } else {
+      // The features side by side: x0 of the cross network.
+      part.x0.resize(static_cast<size_t>(n) * layout_.interaction_dim);
+      for (size_t i = 0; i < part.features.size(); ++i) {
+        std::copy(part.features[i], part.features[i] + d,
+                  part.x0.data() + i * d);
+      }
+      x0 = part.x0.data();
+    }
+  }
+  if (!part.cross.empty()) {
+    part.top_input = part.cross.Forward(parameters_.data(), x0, n);
   }
   const T* logits = part.top.Forward(parameters_.data(), part.top_input, n);
   std::copy(logits, logits + n, logits_.data() + begin);
@@ -109,12 +123,23 @@ void CpuModel<T>::BackwardToRows(const Batch<T>& batch,
                                  bool need_dz0, Part& part) {
   const int begin = part.begin, n = part.end - part.begin;
   const int f = layout_.num_features, d = layout_.z0_dim;
+  const bool cross = !part.cross.empty();
   part.dinteraction.resize(static_cast<size_t>(n) * layout_.interaction_dim);
-  part.top.BackwardInputs(parameters_.data(), &part.delta, n,
-                          need_dz0 ? part.dinteraction.data() : nullptr);
+  // The cross layers' weights need d loss / d x_L whatever is below.
+  part.top.BackwardInputs(
+      parameters_.data(), &part.delta, n,
+      need_dz0 || cross ? part.dinteraction.data() : nullptr);
+  // d loss / d (the interaction's input): dinteraction, or dx0 (kCross).
+  std::vector<T>* dinput = &part.dinteraction;
+  if (cross) {
+    if (need_dz0) part.dx0.resize(part.dinteraction.size());
+    part.cross.BackwardInputs(parameters_.data(), &part.dinteraction, n,
+                              need_dz0 ? part.dx0.data() : nullptr);
+    dinput = &part.dx0;
+  }
   if (!need_dz0) return;
   if (spec_.slots.empty()) {
-    part.dz0.swap(part.dinteraction);
+    part.dz0.swap(*dinput);
     return;
   }
   part.dz0.resize(static_cast<size_t>(n) * d);
@@ -123,8 +148,15 @@ void CpuModel<T>::BackwardToRows(const Batch<T>& batch,
   dense_internal::FeatureGradientTargets<T>(
       batch.slots, row_gradients, begin, n, d, part.dz0.data(),
       part.dpooled.data(), part.dfeatures.data());
-  InteractBackward(part.features.data(), part.dinteraction.data(), n, f, d,
-                   part.dfeatures.data());
+  if (cross) {
+    for (size_t i = 0; i < part.dfeatures.size(); ++i) {
+      const T* from = part.dx0.data() + i * d;
+      std::copy(from, from + d, part.dfeatures[i]);
+    }
+  } else {
+    InteractBackward(part.features.data(), part.dinteraction.data(), n, f, d,
+                     part.dfeatures.data());
+  }
   dense_internal::UnpoolGradients<T>(spec_.slots, batch.slots, row_gradients,
                                      begin, n, d, part.dpooled.data());
 }
@@ -135,6 +167,7 @@ void CpuModel<T>::BackwardWeights(const Batch<T>& batch, bool below,
                                   Part& part) {
   const int begin = part.begin, n = part.end - part.begin;
   part.top.BackwardWeights(part.top_input, n, gradients);
+  part.cross.BackwardWeights(n, gradients);
   if (!below) return;
   T* dx = dense_gradients.empty()
               ? nullptr

@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "dense/internal/cpu_cross.h"
 #include "dense/internal/cpu_layers.h"
 #include "dense/model_spec.h"
 
@@ -66,15 +67,18 @@ class CpuModel {
   // weight gradients.
   struct Part {
     explicit Part(const ModelLayout& layout)
-        : bottom(layout.bottom), top(layout.top) {}
+        : bottom(layout.bottom), top(layout.top), cross(layout.cross) {}
     int begin = 0, end = 0;
     dense_internal::LinearStack<T> bottom, top;
+    dense_internal::CrossStack<T> cross;  // DCN-v2 (kCross) only
     // The features by pointer (samples × F: z0's rows, the bags' rows or
     // their pooled values), the bags that had to be pooled, the interaction
     // output, and the top MLP's input (the interaction, or z0 when there
     // are no slots).
     std::vector<const T*> features;
     std::vector<T> pooled, interaction;
+    // kCross: the features side by side (x0), and d loss / d x0.
+    std::vector<T> x0, dx0;
     const T* top_input = nullptr;
     // Backward: where each feature's gradient goes (as `features`), the
     // pooled bags' gradients, and the rest.

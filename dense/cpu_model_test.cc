@@ -9,6 +9,7 @@
 #include "absl/base/casts.h"
 #include "common/status_matchers.h"
 #include "dense/blas.h"
+#include "dense/internal/cpu_cross.h"
 #include "dense/internal/cpu_layers.h"
 #include "dense/internal/interaction_x86.h"
 #include "gmock/gmock.h"
@@ -161,10 +162,64 @@ ModelSpec NoBottom() {
   return spec;
 }
 
+// DCN-v2: the small DLRM's features through two cross layers; and cross
+// layers over the dense features alone (no slots).
+ModelSpec SmallDcn() {
+  ModelSpec spec = SmallDlrm();
+  spec.interaction = Interaction::kCross;
+  spec.cross_layers = 2;
+  return spec;
+}
+
+ModelSpec DenseOnlyDcn() {
+  ModelSpec spec = MlpModelSpec(4, {3}, 5);
+  spec.bottom = {5};
+  spec.interaction = Interaction::kCross;
+  spec.cross_layers = 3;
+  return spec;
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, GradientCheck,
                          ::testing::Values(SmallDlrm(), NoBottom(),
                                            MlpModelSpec(6, {7, 4}, 11),
-                                           MlpModelSpec(3, {}, 2)));
+                                           MlpModelSpec(3, {}, 2), SmallDcn(),
+                                           DenseOnlyDcn()));
+
+// The cross network's forward pass against its definition, written out:
+// x_{l+1}[o] = x0[o] · (Σ_i W_l[o][i] x_l[i] + b_l[o]) + x_l[o].
+TEST(CrossTest, ForwardIsTheDefinition) {
+  constexpr int kD = 3, kLayers = 2, kRows = 2;
+  std::vector<LayerShape> layers;
+  for (int l = 0; l < kLayers; ++l) {
+    LayerShape layer;
+    layer.in = layer.out = kD;
+    layer.weight_offset = static_cast<size_t>(l) * (kD * kD + kD);
+    layer.bias_offset = layer.weight_offset + kD * kD;
+    layers.push_back(layer);
+  }
+  const std::vector<double> parameters =
+      Normal<double>(kLayers * (kD * kD + kD), 4);
+  const std::vector<double> x0 = Normal<double>(kRows * kD, 5);
+  dense_internal::CrossStack<double> cross(layers);
+  const double* out = cross.Forward(parameters.data(), x0.data(), kRows);
+  for (int r = 0; r < kRows; ++r) {
+    std::vector<double> x(x0.begin() + r * kD, x0.begin() + (r + 1) * kD);
+    for (const LayerShape& layer : layers) {
+      std::vector<double> next(kD);
+      for (int o = 0; o < kD; ++o) {
+        double u = parameters[layer.bias_offset + o];
+        for (int i = 0; i < kD; ++i) {
+          u += parameters[layer.weight_offset + o * kD + i] * x[i];
+        }
+        next[o] = x0[r * kD + o] * u + x[o];
+      }
+      x = next;
+    }
+    for (int o = 0; o < kD; ++o) {
+      EXPECT_NEAR(out[r * kD + o], x[o], 1e-12) << r << " " << o;
+    }
+  }
+}
 
 // Pointers to each sample's features of `values` (batch × F × dim,
 // contiguous), as Interact takes them.
@@ -480,7 +535,8 @@ TEST_P(ThreadSplit, TheSameStepOnOneTwoOrThreeThreads) {
 INSTANTIATE_TEST_SUITE_P(Shapes, ThreadSplit,
                          ::testing::Values(SmallDlrm(), NoBottom(),
                                            MlpModelSpec(6, {7, 4}, 11),
-                                           MlpModelSpec(3, {}, 2)));
+                                           MlpModelSpec(3, {}, 2), SmallDcn(),
+                                           DenseOnlyDcn()));
 
 TEST(CpuModelTest, RowGradientsAreHandedOverBeforeTheWeightGradients) {
   // The callback sees the rows' final gradients while no weight gradient
@@ -570,6 +626,18 @@ TEST(CpuModelTest, BadSpecIsRefused) {
   EXPECT_THAT(
       CpuModel<float>::Create(spec),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("embedding_dim")));
+  for (int layers : {0, -1, kMaxCrossLayers + 1}) {
+    spec = SmallDcn();
+    spec.cross_layers = layers;
+    EXPECT_THAT(CpuModel<float>::Create(spec),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("cross_layers")));
+  }
+  spec = SmallDlrm();
+  spec.cross_layers = 2;  // without the cross interaction
+  EXPECT_THAT(
+      CpuModel<float>::Create(spec),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cross_layers")));
 }
 
 TEST(CpuModelTest, BadBatchIsRefusedAndChangesNothing) {

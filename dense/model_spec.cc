@@ -56,11 +56,24 @@ absl::Status ValidateModelSpec(const ModelSpec& spec) {
   if (absl::Status s = CheckWidths(spec.bottom, "bottom"); !s.ok()) return s;
   if (absl::Status s = CheckWidths(spec.top, "top"); !s.ok()) return s;
   const int z0_dim = spec.bottom.empty() ? spec.num_dense : spec.bottom.back();
+  const bool cross = spec.interaction == Interaction::kCross;
   if (!spec.slots.empty() && spec.embedding_dim != z0_dim) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model field 'embedding_dim' (", spec.embedding_dim,
+        ") must equal the bottom MLP's output width (", z0_dim, ") so that ",
+        cross ? "the cross network takes the features at one width"
+              : "the dot-product interaction is defined"));
+  }
+  if (cross && (spec.cross_layers < 1 || spec.cross_layers > kMaxCrossLayers)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "model field 'cross_layers' must be in [1, ", kMaxCrossLayers,
+        "] with the cross interaction, got ", spec.cross_layers));
+  }
+  if (!cross && spec.cross_layers != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("model field 'embedding_dim' (", spec.embedding_dim,
-                     ") must equal the bottom MLP's output width (", z0_dim,
-                     ") so that the dot-product interaction is defined"));
+        absl::StrCat("model field 'cross_layers' (", spec.cross_layers,
+                     ") is for the cross interaction; the dot-product one "
+                     "has none"));
   }
   return absl::OkStatus();
 }
@@ -74,7 +87,10 @@ std::string DescribeModelSpec(const ModelSpec& spec) {
   return absl::StrCat("dense=", spec.num_dense,
                       " bottom=", absl::StrJoin(spec.bottom, ","),
                       " dim=", spec.embedding_dim, " slots=", slots,
-                      " top=", absl::StrJoin(spec.top, ","));
+                      " top=", absl::StrJoin(spec.top, ","),
+                      spec.interaction == Interaction::kCross
+                          ? absl::StrCat(" cross=", spec.cross_layers)
+                          : "");
 }
 
 ModelLayout LayoutOf(const ModelSpec& spec) {
@@ -83,8 +99,17 @@ ModelLayout LayoutOf(const ModelSpec& spec) {
   layout.z0_dim = AppendLayers(spec.num_dense, spec.bottom,
                                /*relu_on_last=*/true, &offset, &layout.bottom);
   layout.num_features = 1 + static_cast<int>(spec.slots.size());
-  layout.interaction_dim =
-      layout.z0_dim + layout.num_features * (layout.num_features - 1) / 2;
+  if (spec.interaction == Interaction::kCross) {
+    layout.interaction_dim = layout.num_features * layout.z0_dim;
+    AppendLayers(layout.interaction_dim,
+                 std::vector<int>(static_cast<size_t>(spec.cross_layers),
+                                  layout.interaction_dim),
+                 /*relu_on_last=*/false, &offset, &layout.cross);
+    for (LayerShape& layer : layout.cross) layer.relu = false;
+  } else {
+    layout.interaction_dim =
+        layout.z0_dim + layout.num_features * (layout.num_features - 1) / 2;
+  }
   std::vector<int> top = spec.top;
   top.push_back(1);
   AppendLayers(layout.interaction_dim, top, /*relu_on_last=*/false, &offset,
@@ -97,7 +122,7 @@ template <typename T>
 void InitializeParameters(const ModelSpec& spec, const ModelLayout& layout,
                           absl::Span<T> parameters) {
   std::fill(parameters.begin(), parameters.end(), T{0});
-  for (const auto* layers : {&layout.bottom, &layout.top}) {
+  for (const auto* layers : {&layout.bottom, &layout.cross, &layout.top}) {
     for (const LayerShape& layer : *layers) {
       const double limit = std::sqrt(6.0 / (layer.in + layer.out));
       const size_t n = static_cast<size_t>(layer.in) * layer.out;
@@ -207,13 +232,18 @@ absl::Status CheckLogitsBufferSize(size_t got, size_t last_batch_size) {
 double TrainingFlopsPerSample(const ModelSpec& spec, const ModelLayout& layout,
                               double rows_per_bag) {
   double macs = 0;
-  for (const auto* layers : {&layout.bottom, &layout.top}) {
+  for (const auto* layers : {&layout.bottom, &layout.cross, &layout.top}) {
     for (const LayerShape& l : *layers) {
       macs += 3.0 * l.in * l.out;  // forward, weight grad, input grad
     }
   }
   const int f = layout.num_features;
-  macs += 3.0 * f * (f - 1) / 2 * layout.z0_dim;  // dots, and both grads
+  if (layout.cross.empty()) {
+    macs += 3.0 * f * (f - 1) / 2 * layout.z0_dim;  // dots, and both grads
+  } else {
+    // x0 ⊙ u + x: forward; the gradients by u, by x0 and the sum of them.
+    macs += 4.0 * layout.cross.size() * layout.interaction_dim;
+  }
   double flops = 2 * macs;
   // Pooling adds and the row-gradient writes.
   flops += 2.0 * spec.slots.size() * rows_per_bag * spec.embedding_dim;

@@ -11,12 +11,17 @@
 //   interaction = [z0, <f_i, f_j> for 0 <= i < j < F]
 //   logit = top MLP(interaction)                  (ReLU on hidden layers,
 //                                                  one linear output)
+// or DCN-v2-style (Interaction::kCross), the interaction being the cross
+// network over the features side by side, x0 = [z0, e_1, ..., e_S]
+// (D = F · dim values):
+//   x_{l+1} = x0 ⊙ (W_l x_l + b_l) + x_l          (W_l: D × D, l < L)
+//   interaction = x_L
 //   loss = mean binary cross-entropy of sigmoid(logit), from the logit.
 // A plain MLP is the special case with no slots and no bottom MLP: the
 // interaction is then the dense features themselves (MlpModelSpec).
 //
-// Flat layout: the bottom layers, then the top layers; per layer
-// W (out × in, row-major) then b (out).
+// Flat layout: the bottom layers, the cross layers, then the top layers;
+// per layer W (out × in, row-major) then b (out).
 //
 // Thread safety: plain data and pure functions.
 #ifndef EMBEDPS_DENSE_MODEL_SPEC_H_
@@ -34,6 +39,7 @@
 namespace embedps::dense {
 
 enum class Pooling { kSum, kMean };
+enum class Interaction { kDot, kCross };
 
 struct ModelSpec {
   // Dense (continuous) features per sample. Default: 0 (invalid).
@@ -42,11 +48,16 @@ struct ModelSpec {
   // dense features enter the interaction as they are).
   std::vector<int> bottom;
   // Width of every slot embedding; must equal the bottom output width
-  // (num_dense when `bottom` is empty) when there are slots. Default: 0.
+  // (num_dense when `bottom` is empty) when there are slots (both
+  // interactions take the features at one width). Default: 0.
   int embedding_dim = 0;
   // One entry per sparse slot: how the rows of its bag are pooled.
   // Default: none (a plain MLP).
   std::vector<Pooling> slots;
+  // How the features meet: DLRM's dot products or DCN-v2's cross network
+  // of `cross_layers` (≥ 1) full-rank layers. Default: kDot, 0 layers.
+  Interaction interaction = Interaction::kDot;
+  int cross_layers = 0;
   // Hidden widths of the top MLP; its 1-logit output layer is implicit.
   // Default: none (logistic regression on the interaction).
   std::vector<int> top;
@@ -55,6 +66,9 @@ struct ModelSpec {
   uint64_t seed = 0;
 };
 
+// The most cross layers a model may have (DCN-v2 uses 2–4).
+inline constexpr int kMaxCrossLayers = 16;
+
 // A plain MLP: `input_dim` features, ReLU hidden layers, one logit.
 ModelSpec MlpModelSpec(int input_dim, std::vector<int> hidden, uint64_t seed);
 
@@ -62,8 +76,9 @@ ModelSpec MlpModelSpec(int input_dim, std::vector<int> hidden, uint64_t seed);
 absl::Status ValidateModelSpec(const ModelSpec& spec);
 
 // One line that identifies the shape (not the seed), e.g.
-// "dense=13 bottom=64,16 dim=16 slots=sum,mean top=64". Stored with saved
-// parameters so that a file is never loaded into a model of another shape.
+// "dense=13 bottom=64,16 dim=16 slots=sum,mean top=64" (DCN-v2 adds
+// " cross=3"). Stored with saved parameters so that a file is never loaded
+// into a model of another shape.
 std::string DescribeModelSpec(const ModelSpec& spec);
 
 // One fully connected layer in the flat parameter buffer.
@@ -78,10 +93,12 @@ struct LayerShape {
 // The layout of a valid spec.
 struct ModelLayout {
   std::vector<LayerShape> bottom;
+  std::vector<LayerShape> cross;  // D × D each, no ReLU (kCross only)
   std::vector<LayerShape> top;
-  int z0_dim = 0;           // width of the bottom output
-  int num_features = 0;     // F = 1 + number of slots
-  int interaction_dim = 0;  // z0_dim + F(F-1)/2
+  int z0_dim = 0;        // width of the bottom output
+  int num_features = 0;  // F = 1 + number of slots
+  // The top MLP's input: z0_dim + F(F-1)/2 (kDot), F · z0_dim (kCross).
+  int interaction_dim = 0;
   size_t num_parameters = 0;
 };
 

@@ -20,6 +20,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "bench/exit_on_error.h"
 #include "bench/key_distributions.h"
 #include "embedding/table.h"
 #include "embedding/values_table.h"
@@ -32,14 +33,6 @@ ABSL_FLAG(int32_t, rounds, 3, "rounds (the tables alternate)");
 
 namespace embedps::embedding {
 namespace {
-
-void Check(const absl::Status& status, const char* what) {
-  if (!status.ok()) {
-    std::fprintf(stderr, "values_table_benchmark: %s: %s\n", what,
-                 status.ToString().c_str());
-    std::exit(1);
-  }
-}
 
 int Run() {
   const uint64_t rows = absl::GetFlag(FLAGS_rows);
@@ -57,8 +50,8 @@ int Run() {
   spec.optimizer.kind = OptimizerSpec::Kind::kSgd;
   absl::StatusOr<std::unique_ptr<Table>> engine = Table::Create(spec);
   absl::StatusOr<std::unique_ptr<Table>> values = CreateValuesTable(spec);
-  Check(engine.status(), "engine table");
-  Check(values.status(), "values table");
+  bench::Die(engine.status(), "engine table");
+  bench::Die(values.status(), "values table");
   const size_t record = RowRecordBytes(dim, 0);
   // In key order, as a replica restores a checkpoint file (rows of hot
   // and cold keys interleaved).
@@ -77,8 +70,8 @@ int Run() {
       std::memcpy(records.data() + (r - begin) * record + 8, &first,
                   sizeof(first));
     }
-    Check((*engine)->RestoreRows(keys, records), "fill engine");
-    Check((*values)->RestoreRows(keys, records), "fill values");
+    bench::Die((*engine)->RestoreRows(keys, records), "fill engine");
+    bench::Die((*values)->RestoreRows(keys, records), "fill values");
   }
   (*engine)->ReleaseUnusedMemory();
   (*values)->ReleaseUnusedMemory();
@@ -100,12 +93,13 @@ int Run() {
     auto now = begin;
     for (size_t i = 0; now < until; ++i) {
       const size_t r = i % kRequests;
-      Check(table
-                .Lookup(absl::MakeConstSpan(requests).subspan(r * batch, batch),
-                        absl::MakeSpan(out), absl::MakeSpan(found.get(), batch),
-                        Table::MissingRows::kZeros)
-                .status(),
-            "lookup");
+      bench::Die(
+          table
+              .Lookup(absl::MakeConstSpan(requests).subspan(r * batch, batch),
+                      absl::MakeSpan(out), absl::MakeSpan(found.get(), batch),
+                      Table::MissingRows::kZeros)
+              .status(),
+          "lookup");
       done += batch;
       if (i % 64 == 0) now = std::chrono::steady_clock::now();
     }

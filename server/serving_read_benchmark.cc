@@ -18,6 +18,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "bench/exit_on_error.h"
 #include "bench/key_distributions.h"
 #include "embedding/table_spec.h"
 #include "proto/tables.pb.h"
@@ -33,14 +34,6 @@ ABSL_FLAG(int32_t, rounds, 3, "rounds");
 
 namespace embedps::server {
 namespace {
-
-void Check(const absl::Status& status, const char* what) {
-  if (!status.ok()) {
-    std::fprintf(stderr, "serving_read_benchmark: %s: %s\n", what,
-                 status.ToString().c_str());
-    std::exit(1);
-  }
-}
 
 int Run() {
   const uint64_t rows = absl::GetFlag(FLAGS_rows);
@@ -63,10 +56,10 @@ int Run() {
   config.mutable_optimizer()->set_kind(proto::OptimizerConfig::SGD);
   absl::StatusOr<TableRegistry::CreateResult> created =
       registry->Create(config);
-  Check(created.status(), "create");
+  bench::Die(created.status(), "create");
   absl::StatusOr<TableRegistry::Entry> entry =
       registry->Find(created->table_id);
-  Check(entry.status(), "find");
+  bench::Die(entry.status(), "find");
 
   const size_t record = embedding::RowRecordBytes(dim, 0);
   std::vector<uint64_t> all(rows);
@@ -77,7 +70,7 @@ int Run() {
     const uint64_t end = std::min(rows, begin + kFill);
     std::vector<uint64_t> keys(all.begin() + begin, all.begin() + end);
     std::vector<char> records((end - begin) * record, 0);
-    Check(entry->table->RestoreRows(keys, records), "fill");
+    bench::Die(entry->table->RestoreRows(keys, records), "fill");
   }
   entry->table->ReleaseUnusedMemory();
   const auto base = std::make_shared<const ServingTable>(
@@ -108,9 +101,10 @@ int Run() {
     auto now = begin;
     for (size_t i = 0; now < until; ++i) {
       const size_t r = i % kRequests;
-      Check(table.Read(absl::MakeConstSpan(requests).subspan(r * batch, batch),
-                       absl::MakeSpan(out)),
-            "read");
+      bench::Die(
+          table.Read(absl::MakeConstSpan(requests).subspan(r * batch, batch),
+                     absl::MakeSpan(out)),
+          "read");
       done += batch;
       if (i % 64 == 0) now = std::chrono::steady_clock::now();
     }

@@ -128,6 +128,21 @@ TEST_F(TrainingTest, SyncTwoByTwoNearsBayesAndMatchesOneByOne) {
   EXPECT_NEAR(auc1, auc2, 0.002);
 }
 
+// DCN-v2 (the cross interaction) through ps_worker and a config alone:
+// 1 server + 1 worker near the Bayes-optimal AUC, as the DLRM job gets.
+TEST_F(TrainingTest, ACrossNetworkJobNearsBayes) {
+  const std::string config = TestTempPath("dcn.txtpb");
+  std::ofstream(config) << ReadFile(kConfig)
+                        << "\ninteraction: CROSS\ncross_layers: 2\n";
+  const Run run = Train(1, 1, {"--config=" + config, "--mode=sync"});
+  ASSERT_EQ(run.exit_code, 0) << ReadFile(run.log);
+  const double auc = JsonNumber(run.summary, "test_auc");
+  const double bayes = JsonNumber(run.summary, "bayes_test_auc");
+  std::printf("DCN-v2, 2 cross layers, 1 x 1: test AUC %.5f, Bayes %.5f\n", auc,
+              bayes);
+  EXPECT_GT(auc, bayes - 0.01);
+}
+
 // Rewrites a planted data file so that its ids drift: the lines of segment
 // e (of `segments` equal parts) get every categorical value moved to a
 // range of their own, as if the vocabulary were replaced; `final_segment`

@@ -73,6 +73,29 @@ TEST(ValidateWorkerConfigTest, ASchemaConfig) {
   refused(c, "set multi_valued too");
 }
 
+// DCN-v2: the cross interaction with its layers; either without the other
+// is named.
+TEST(ValidateWorkerConfigTest, ACrossNetworkConfig) {
+  config::WorkerConfig c = LocalConfig();
+  c.set_interaction(config::WorkerConfig::CROSS);
+  c.set_cross_layers(3);
+  ASSERT_OK(config::ValidateWorkerConfig(c));
+  const dense::ModelSpec spec = config::ModelSpecOf(c);
+  EXPECT_EQ(spec.interaction, dense::Interaction::kCross);
+  EXPECT_EQ(spec.cross_layers, 3);
+  EXPECT_EQ(config::ModelSpecOf(LocalConfig()).interaction,
+            dense::Interaction::kDot);
+  c.set_cross_layers(0);
+  EXPECT_THAT(
+      config::ValidateWorkerConfig(c),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("cross_layers")));
+  c = LocalConfig();
+  c.set_cross_layers(2);
+  EXPECT_THAT(config::ValidateWorkerConfig(c),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("for the cross interaction")));
+}
+
 TEST(ValidateWorkerConfigTest, EachMistakeIsNamed) {
   const auto refused = [](config::WorkerConfig c, const std::string& what) {
     EXPECT_THAT(config::ValidateWorkerConfig(c),

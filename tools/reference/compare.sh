@@ -6,6 +6,7 @@
 #   tools/reference/compare.sh [--train_rows=N] [--test_rows=N] [--out=DIR]
 #       [--model=small|large] [--vocab=A,B,...] [--torch=pypi|debian|both]
 #       [--workers=N] [--rounds=N] [--worker_flags="--hot_rows=N ..."]
+#       [--cross_layers=N]
 #
 # embedps: 1 ps_server + 1 ps_worker (sync, batch 512,
 # deploy/local/dlrm_small.txtpb, or dlrm_large.txtpb: dim 64, bottom
@@ -28,6 +29,8 @@
 # drifts by tens of percent within minutes: rounds taken in turn see the
 # same drift). --worker_flags: more ps_worker flags (e.g. the hot-row
 # tier); embedps' line then names them and its keys pulled per sample.
+# --cross_layers=N (N > 0): DCN-v2 in both (the features through N cross
+# layers before the top MLP) instead of DLRM's dot products.
 # Installs python3-torch and libopenblas0-openmp if missing
 # (benchmark-only dependencies).
 set -euo pipefail
@@ -42,6 +45,7 @@ which_torch=both
 workers=1
 rounds=1
 worker_flags=""
+cross_layers=0
 for arg in "$@"; do
   case "$arg" in
     --train_rows=*) train_rows="${arg#*=}" ;;
@@ -53,6 +57,7 @@ for arg in "$@"; do
     --workers=*) workers="${arg#*=}" ;;
     --rounds=*) rounds="${arg#*=}" ;;
     --worker_flags=*) worker_flags="${arg#*=}" ;;
+    --cross_layers=*) cross_layers="${arg#*=}" ;;
     *) sed -n '/^#   tools/,/^#$/p' "$0" >&2; exit 2 ;;
   esac
 done
@@ -98,6 +103,10 @@ threads=$(( $(nproc) / workers )); [ "$threads" -ge 1 ] || threads=1
 grep -v -e "^blas_threads:" -e "^publish_every_seconds:" \
   "deploy/local/dlrm_$model.txtpb" >"$out/config.txtpb"
 echo "blas_threads: $threads" >>"$out/config.txtpb"
+if [ "$cross_layers" -gt 0 ]; then  # DCN-v2 in both
+  printf 'interaction: CROSS\ncross_layers: %d\n' "$cross_layers" >>"$out/config.txtpb"
+  torch_model+=(--cross_layers="$cross_layers")
+fi
 config="$out/config.txtpb"
 
 # One embedps run: fresh servers, the workers, worker 0's summary in $1.

@@ -16,8 +16,13 @@ rank takes its own --batch_size rows of the step's N × batch_size, as
 ps_worker ranks do; the embedding's sparse gradients and the dense ones
 are allreduced by DDP; samples/s counts all ranks.
 
+--cross_layers=N (N > 0) trains DCN-v2 instead: the features side by side,
+x0, through N full-rank cross layers x_{l+1} = x0 * (W_l x_l + b_l) + x_l
+(W_l Xavier-uniform, b_l zeros, as ps_worker's `interaction: CROSS`),
+then the top MLP.
+
   dlrm_torch.py --train=train.txt --test=test.txt [--threads=2] [--batch_size=512]
-      [--processes=N]
+      [--processes=N] [--cross_layers=N]
 """
 import argparse
 import json
@@ -70,15 +75,37 @@ def mlp(widths, relu_last):
     return nn.Sequential(*layers)
 
 
+class CrossNet(nn.Module):
+    """DCN-v2's cross network: x_{l+1} = x0 * (W_l x_l + b_l) + x_l."""
+
+    def __init__(self, width, layers):
+        super().__init__()
+        self.layers = nn.ModuleList()
+        for _ in range(layers):
+            linear = nn.Linear(width, width)
+            nn.init.xavier_uniform_(linear.weight)
+            nn.init.zeros_(linear.bias)
+            self.layers.append(linear)
+
+    def forward(self, x0):
+        x = x0
+        for linear in self.layers:
+            x = x0 * linear(x) + x
+        return x
+
+
 class Dlrm(nn.Module):
-    def __init__(self, rows, dim, bottom, top, init):
+    """DLRM (pairwise dots), or DCN-v2 with cross_layers > 0."""
+
+    def __init__(self, rows, dim, bottom, top, init, cross_layers=0):
         super().__init__()
         self.embedding = nn.Embedding(rows, dim, sparse=True)
         nn.init.uniform_(self.embedding.weight, -init, init)
         self.bottom = mlp([DENSE] + bottom, relu_last=True)
         features = 1 + SLOTS
-        self.top = mlp([dim + features * (features - 1) // 2] + top + [1],
-                       relu_last=False)
+        self.cross = CrossNet(features * dim, cross_layers) if cross_layers else None
+        width = features * dim if self.cross else dim + features * (features - 1) // 2
+        self.top = mlp([width] + top + [1], relu_last=False)
         i, j = torch.triu_indices(features, features, offset=1)
         self.register_buffer("pairs_i", i)
         self.register_buffer("pairs_j", j)
@@ -87,6 +114,8 @@ class Dlrm(nn.Module):
         z0 = self.bottom(dense)                           # B × d
         e = self.embedding(cats)                          # B × 26 × d
         t = torch.cat([z0.unsqueeze(1), e], dim=1)        # B × F × d
+        if self.cross is not None:
+            return self.top(self.cross(t.flatten(1))).squeeze(1)
         dots = torch.bmm(t, t.transpose(1, 2))            # B × F × F
         pairs = dots[:, self.pairs_i, self.pairs_j]       # i < j, i-major
         return self.top(torch.cat([z0, pairs], dim=1)).squeeze(1)
@@ -141,6 +170,7 @@ def main():
     p.add_argument("--dense_lr", type=float, default=0.003)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--processes", type=int, default=1)
+    p.add_argument("--cross_layers", type=int, default=0)
     a = p.parse_args()
     if a.processes == 1:
         train(0, a, None)
@@ -167,7 +197,7 @@ def train(rank, a, port):
     parse_seconds = time.time() - t0
 
     model = Dlrm(len(vocab), a.dim, [int(w) for w in a.bottom.split(",")],
-                 [int(w) for w in a.top.split(",")], a.init)
+                 [int(w) for w in a.top.split(",")], a.init, a.cross_layers)
     net = model
     if world > 1:
         # Rank 0's parameters go to every rank; gradients are averaged.
