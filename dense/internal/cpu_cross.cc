@@ -58,11 +58,10 @@ void CrossStack<T>::BackwardInputs(const T* parameters, std::vector<T>* dout,
       for (size_t i = 0; i < size; ++i) dx0_sum_[i] += g[i] * u[i];
     }
     if (l == 0 && dx0 == nullptr) break;
-    // d loss / d x_l = dx_{l+1} + dU · W.
-    dx_next_.assign(dx_.begin(), dx_.end());
+    // d loss / d x_l = dx_{l+1} + dU · W, in place (dU and x0 ⊙ ... were
+    // taken from dx_{l+1} above).
     Gemm<T>(false, false, batch, layer.in, layer.out, T{1}, du.data(),
-            parameters + layer.weight_offset, T{1}, dx_next_.data());
-    dx_.swap(dx_next_);
+            parameters + layer.weight_offset, T{1}, dx_.data());
   }
   if (dx0 == nullptr) return;
   for (size_t i = 0; i < size; ++i) dx0[i] = dx_[i] + dx0_sum_[i];

@@ -50,7 +50,7 @@ class CrossStack {
   std::vector<std::vector<T>> outputs_;    // x_{l+1}
   std::vector<std::vector<T>> products_;   // u_l = x_l W_lᵀ + b_l
   std::vector<std::vector<T>> dproducts_;  // d loss / d u_l
-  std::vector<T> dx_, dx_next_, dx0_sum_;
+  std::vector<T> dx_, dx0_sum_;
 };
 
 }  // namespace embedps::dense_internal
