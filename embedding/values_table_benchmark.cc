@@ -11,7 +11,6 @@
 // Zipf(1.05) keys (ranks scrambled over the key space, a tenth of them absent)
 // on one thread, the tables alternating.
 #include <algorithm>
-#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <memory>
@@ -22,6 +21,7 @@
 #include "absl/flags/parse.h"
 #include "bench/exit_on_error.h"
 #include "bench/key_distributions.h"
+#include "bench/timed_loop.h"
 #include "embedding/table.h"
 #include "embedding/values_table.h"
 
@@ -86,26 +86,19 @@ int Run() {
   std::unique_ptr<bool[]> found(new bool[batch]);
 
   const auto measure = [&](Table& table) {
-    const auto begin = std::chrono::steady_clock::now();
-    const auto until =
-        begin + std::chrono::duration<double>(absl::GetFlag(FLAGS_seconds));
-    uint64_t done = 0;
-    auto now = begin;
-    for (size_t i = 0; now < until; ++i) {
-      const size_t r = i % kRequests;
-      bench::Die(
-          table
-              .Lookup(absl::MakeConstSpan(requests).subspan(r * batch, batch),
+    return bench::TimedLoop(
+        absl::GetFlag(FLAGS_seconds), static_cast<double>(batch),
+        [&](size_t i) {
+          const size_t r = i % kRequests;
+          bench::Die(
+              table
+                  .Lookup(
+                      absl::MakeConstSpan(requests).subspan(r * batch, batch),
                       absl::MakeSpan(out), absl::MakeSpan(found.get(), batch),
                       Table::MissingRows::kZeros)
-              .status(),
-          "lookup");
-      done += batch;
-      if (i % 64 == 0) now = std::chrono::steady_clock::now();
-    }
-    now = std::chrono::steady_clock::now();
-    return static_cast<double>(done) /
-           std::chrono::duration<double>(now - begin).count();
+                  .status(),
+              "lookup");
+        });
   };
   std::printf("values_table_benchmark: %" PRIu64
               " rows of dim %d, Lookups of %zu Zipf(1.05) keys, 1 thread\n",

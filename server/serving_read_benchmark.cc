@@ -8,7 +8,6 @@
 //   bazel-bin/server/serving_read_benchmark [--rows=2000000]
 //       [--overlay_rows=1000000] [--dim=64] [--batch=520] [--seconds=3]
 #include <algorithm>
-#include <chrono>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -20,6 +19,7 @@
 #include "absl/flags/parse.h"
 #include "bench/exit_on_error.h"
 #include "bench/key_distributions.h"
+#include "bench/timed_loop.h"
 #include "embedding/table_spec.h"
 #include "proto/tables.pb.h"
 #include "server/serving_state.h"
@@ -94,23 +94,15 @@ int Run() {
   for (uint64_t& key : requests) key = bench::KeyOfRank(zipf(rng));
   std::vector<float> out(batch * dim);
   const auto measure = [&](const ServingTable& table) {
-    const auto begin = std::chrono::steady_clock::now();
-    const auto until =
-        begin + std::chrono::duration<double>(absl::GetFlag(FLAGS_seconds));
-    uint64_t done = 0;
-    auto now = begin;
-    for (size_t i = 0; now < until; ++i) {
-      const size_t r = i % kRequests;
-      bench::Die(
-          table.Read(absl::MakeConstSpan(requests).subspan(r * batch, batch),
-                     absl::MakeSpan(out)),
-          "read");
-      done += batch;
-      if (i % 64 == 0) now = std::chrono::steady_clock::now();
-    }
-    now = std::chrono::steady_clock::now();
-    return static_cast<double>(done) /
-           std::chrono::duration<double>(now - begin).count();
+    return bench::TimedLoop(
+        absl::GetFlag(FLAGS_seconds), static_cast<double>(batch),
+        [&](size_t i) {
+          const size_t r = i % kRequests;
+          bench::Die(table.Read(absl::MakeConstSpan(requests).subspan(r * batch,
+                                                                      batch),
+                                absl::MakeSpan(out)),
+                     "read");
+        });
   };
   std::printf("serving_read_benchmark: %" PRIu64
               " rows of dim %d, an overlay"
