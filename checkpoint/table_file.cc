@@ -409,12 +409,13 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
   std::vector<char> records;
   std::vector<uint64_t> removed;
   std::vector<float> embedding_floats, row_floats;  // aligned copies
+  std::vector<float> sink_embeddings;  // a sink's batch, keys × dim
   const auto flush = [&]() -> absl::Status {
     RETURN_IF_ERROR(verify());
     if (sink != nullptr) {
-      if (!keys.empty()) RETURN_IF_ERROR(sink->Rows(keys, embedding_floats));
+      if (!keys.empty()) RETURN_IF_ERROR(sink->Rows(keys, sink_embeddings));
       if (!removed.empty()) RETURN_IF_ERROR(sink->Removed(removed));
-      embedding_floats.clear();
+      sink_embeddings.clear();
     } else {
       if (!keys.empty()) {
         RETURN_IF_ERROR(table->RestoreRows(keys, records, assume));
@@ -448,9 +449,9 @@ absl::StatusOr<TableFileRestore> ReadAndApply(
     } else {
       keys.push_back(row_key);
       if (sink != nullptr) {  // the embedding alone, after the metadata
-        const size_t at = embedding_floats.size();
-        embedding_floats.resize(at + static_cast<size_t>(dim));
-        std::memcpy(embedding_floats.data() + at,
+        const size_t at = sink_embeddings.size();
+        sink_embeddings.resize(at + static_cast<size_t>(dim));
+        std::memcpy(sink_embeddings.data() + at,
                     value.data() + RowRecordBytes(0, 0), dim * sizeof(float));
       } else if (encode) {
         // Metadata as it is, then the encoded embedding.

@@ -20,6 +20,7 @@
 #include "common/status_macros.h"
 #include "common/thread_priority.h"
 #include "embedding/table.h"
+#include "embedding/table_spec.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/checkpoint.pb.h"
 #include "proto/serving.pb.h"
@@ -124,9 +125,8 @@ size_t ExpectedOverlayRows(const std::vector<checkpoint::ChainLink>& chain,
         const uintmax_t bytes = std::filesystem::file_size(
             std::filesystem::path(chain[i].dir) / file.path(), error);
         if (error) continue;
-        rows += std::min<uint64_t>(
-            file.rows() + file.removed(),
-            bytes / (sizeof(uint64_t) + sizeof(float) * dim));
+        rows += std::min<uint64_t>(file.rows() + file.removed(),
+                                   bytes / embedding::RowRecordBytes(dim, 0));
       }
     }
   }
@@ -300,31 +300,20 @@ absl::StatusOr<bool> Follower::ApplyNewestIncrement(
     ++base;
   }
   if (base == 0 || base == chain->size()) return false;
+  // Only increments of served tables, rows of the served width, or a whole
+  // load (which checks it all). One overlay per table.
   const std::shared_ptr<const ServingVersion> current = Current();
+  absl::flat_hash_map<std::string, std::unique_ptr<OverlayBuilder>> changed;
   for (size_t i = 0; i < base; ++i) {
     for (const proto::CheckpointTable& table : (*chain)[i].manifest.table()) {
-      if (!current->tables.contains(table.config().name())) return false;
+      const std::string& name = table.config().name();
+      auto served = current->tables.find(name);
+      if (served == current->tables.end() ||
+          table.config().dim() != served->second->dim()) {
+        return false;
+      }
       for (const proto::CheckpointShardFile& file : table.file()) {
         if (!file.incremental()) return false;
-      }
-    }
-  }
-  // The links newer than the base, oldest first, straight into one overlay
-  // per table: later rows replace earlier ones, removals mark their keys.
-  const std::function<bool(uint64_t)> keep =
-      options_.num_shards == 1
-          ? std::function<bool(uint64_t)>()
-          : [this](uint64_t key) {
-              return ShardOfKey(key, options_.num_shards) ==
-                     options_.shard_index;
-            };
-  absl::flat_hash_map<std::string, std::unique_ptr<OverlayBuilder>> changed;
-  for (size_t i = base; i-- > 0;) {
-    for (const proto::CheckpointTable& table : (*chain)[i].manifest.table()) {
-      const std::string& name = table.config().name();
-      // The served table's rows, or a whole load (which checks it all).
-      if (table.config().dim() != current->tables.at(name)->dim()) {
-        return false;
       }
       std::unique_ptr<OverlayBuilder>& into = changed[name];
       if (into == nullptr) {
@@ -335,6 +324,15 @@ absl::StatusOr<bool> Follower::ApplyNewestIncrement(
       }
     }
   }
+  // The links newer than the base, oldest first, straight into the
+  // overlays: later rows replace earlier ones, removals mark their keys.
+  const std::function<bool(uint64_t)> keep =
+      options_.num_shards == 1
+          ? std::function<bool(uint64_t)>()
+          : [this](uint64_t key) {
+              return ShardOfKey(key, options_.num_shards) ==
+                     options_.shard_index;
+            };
   // Reading is the bulk of the work and touches nothing a Lookup reads:
   // it runs only on cores the Lookups leave idle.
   const absl::Status read = RunAtIdlePriority([&]() -> absl::Status {
