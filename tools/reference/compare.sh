@@ -6,7 +6,7 @@
 #   tools/reference/compare.sh [--train_rows=N] [--test_rows=N] [--out=DIR]
 #       [--model=small|large] [--vocab=A,B,...] [--torch=pypi|debian|both]
 #       [--workers=N] [--rounds=N] [--worker_flags="--hot_rows=N ..."]
-#       [--cross_layers=N]
+#       [--cross_layers=N] [--schema]
 #
 # embedps: 1 ps_server + 1 ps_worker (sync, batch 512,
 # deploy/local/dlrm_small.txtpb, or dlrm_large.txtpb: dim 64, bottom
@@ -31,6 +31,13 @@
 # tier); embedps' line then names them and its keys pulled per sample.
 # --cross_layers=N (N > 0): DCN-v2 in both (the features through N cross
 # layers before the top MLP) instead of DLRM's dot products.
+# --schema: the schema job instead of Criteo's layout: tools/schema_datagen's
+# planted multi-hot set (counts, a real, ids, lists, a weighted list; its
+# defaults but --train_rows/--test_rows) through
+# deploy/local/schema_small.txtpb (one table of dim 8, bottom 32-8, top
+# 32-16, batch 256); PyTorch reads the same files with dlrm_torch.py
+# --schema (mean-pooled and weighted EmbeddingBags). --model and --vocab do
+# not apply.
 # Installs python3-torch and libopenblas0-openmp if missing
 # (benchmark-only dependencies).
 set -euo pipefail
@@ -46,6 +53,7 @@ workers=1
 rounds=1
 worker_flags=""
 cross_layers=0
+schema=0
 for arg in "$@"; do
   case "$arg" in
     --train_rows=*) train_rows="${arg#*=}" ;;
@@ -58,6 +66,7 @@ for arg in "$@"; do
     --rounds=*) rounds="${arg#*=}" ;;
     --worker_flags=*) worker_flags="${arg#*=}" ;;
     --cross_layers=*) cross_layers="${arg#*=}" ;;
+    --schema) schema=1 ;;
     *) sed -n '/^#   tools/,/^#$/p' "$0" >&2; exit 2 ;;
   esac
 done
@@ -75,12 +84,20 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 bazel build --color=no --curses=no //server:ps_server //worker:ps_worker \
-  //tools:datagen 2>&1 | tail -n 1
+  //tools:datagen //tools:schema_datagen 2>&1 | tail -n 1
 mkdir -p "$out"
 out=$(cd "$out" && pwd)
-data="$out/data-$train_rows-$test_rows-${vocab//,/-}"
-[ -s "$data/meta.json" ] || bazel-bin/tools/datagen --output_dir="$data" \
-  --train_rows="$train_rows" --test_rows="$test_rows" --vocab="$vocab" >/dev/null
+if [ "$schema" -eq 1 ]; then
+  data="$out/schema-$train_rows-$test_rows"
+  [ -s "$data/meta.json" ] || bazel-bin/tools/schema_datagen --output_dir="$data" \
+    --train_rows="$train_rows" --test_rows="$test_rows" >/dev/null
+  train_file="$data/train.tsv" test_file="$data/test.tsv"
+else
+  data="$out/data-$train_rows-$test_rows-${vocab//,/-}"
+  [ -s "$data/meta.json" ] || bazel-bin/tools/datagen --output_dir="$data" \
+    --train_rows="$train_rows" --test_rows="$test_rows" --vocab="$vocab" >/dev/null
+  train_file="$data/train.txt" test_file="$data/test.txt"
+fi
 if [ "$which_torch" != debian ] && [ ! -x "$out/venv-torch/bin/python" ]; then
   echo "== a venv with PyPI's current torch: $out/venv-torch"
   rm -rf "$out/venv-torch"
@@ -96,12 +113,17 @@ case "$model" in
   large) torch_model=(--dim=64 --bottom=512,256,64 --top=512,256) ;;
   *) echo "--model must be small or large" >&2; exit 2 ;;
 esac
+model_config="deploy/local/dlrm_$model.txtpb"
+if [ "$schema" -eq 1 ]; then
+  model_config=deploy/local/schema_small.txtpb
+  torch_model=(--schema="$data/meta.json" --dim=8 --bottom=32,8 --top=32,16 --batch_size=256)
+fi
 # The model's config with the cores shared out among the workers, and
 # without publications (there is no serving replica here to follow them:
 # the training is what is compared).
 threads=$(( $(nproc) / workers )); [ "$threads" -ge 1 ] || threads=1
 grep -v -e "^blas_threads:" -e "^publish_every_seconds:" \
-  "deploy/local/dlrm_$model.txtpb" >"$out/config.txtpb"
+  "$model_config" >"$out/config.txtpb"
 echo "blas_threads: $threads" >>"$out/config.txtpb"
 if [ "$cross_layers" -gt 0 ]; then  # DCN-v2 in both
   printf 'interaction: CROSS\ncross_layers: %d\n' "$cross_layers" >>"$out/config.txtpb"
@@ -126,7 +148,7 @@ run_embedps() {
   for ((r = 0; r < workers; r++)); do
     bazel-bin/worker/ps_worker --config="$config" --servers="$servers" \
       --rank=$r --world_size="$workers" --job_name="compare-$$" --mode=sync \
-      --train_data="$data/train.txt" --test_data="$data/test.txt" \
+      --train_data="$train_file" --test_data="$test_file" \
       --bayes_metrics="$data/meta.json" --log_level=warn $worker_flags \
       >"$out/embedps$r.json" &
     worker_pids+=($!)
@@ -148,8 +170,8 @@ for ((round = 1; round <= rounds; round++)); do
   if [ "$which_torch" != debian ]; then
     for threads in 1 2; do
       echo "== pytorch (PyPI), $threads thread(s)"
-      "$out/venv-torch/bin/python" tools/reference/dlrm_torch.py --train="$data/train.txt" \
-        --test="$data/test.txt" --threads="$threads" --processes="$workers" \
+      "$out/venv-torch/bin/python" tools/reference/dlrm_torch.py --train="$train_file" \
+        --test="$test_file" --threads="$threads" --processes="$workers" \
         "${torch_model[@]}" >"$out/torch-pypi-$threads$suffix.json"
       results+=("$out/torch-pypi-$threads$suffix.json")
     done
@@ -158,8 +180,8 @@ for ((round = 1; round <= rounds; round++)); do
     for threads in 1 2; do
       echo "== pytorch: openblas-$blas, $threads thread(s)"
       LD_LIBRARY_PATH=/usr/lib/x86_64-linux-gnu/openblas-$blas \
-        /usr/bin/python3 tools/reference/dlrm_torch.py --train="$data/train.txt" \
-        --test="$data/test.txt" --threads="$threads" --processes="$workers" \
+        /usr/bin/python3 tools/reference/dlrm_torch.py --train="$train_file" \
+        --test="$test_file" --threads="$threads" --processes="$workers" \
         "${torch_model[@]}" >"$out/torch-$blas-$threads$suffix.json"
       results+=("$out/torch-$blas-$threads$suffix.json")
     done
