@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/key_hash.h"
 #include "data/criteo_reader.h"
@@ -187,6 +188,26 @@ absl::StatusOr<FeatureSchema> ResolveFeatureSchema(
   return schema;
 }
 
+FeatureSchema WithoutLabel(FeatureSchema schema) {
+  const int label = schema.label;
+  if (label < 0) return schema;
+  const auto shift = [label](int& field) {
+    if (field > label) --field;
+  };
+  for (FeatureSchema::Dense& d : schema.dense) shift(d.field);
+  for (FeatureSchema::Sparse& s : schema.sparse) shift(s.field);
+  --schema.num_fields;
+  schema.label = -1;
+  if (schema.header) {
+    std::vector<absl::string_view> names =
+        absl::StrSplit(schema.header_line, schema.column_separator);
+    names.erase(names.begin() + label);
+    schema.header_line =
+        absl::StrJoin(names, std::string(1, schema.column_separator));
+  }
+  return schema;
+}
+
 void SchemaBatch::Reset(const FeatureSchema& schema) {
   step = 0;
   size = 0;
@@ -207,7 +228,8 @@ absl::Status ParseSchemaLine(const FeatureSchema& schema,
         n, " fields; the schema reads ", schema.exact_fields ? "" : "at least ",
         schema.num_fields));
   }
-  const absl::string_view label = fields[schema.label];
+  const absl::string_view label =
+      schema.label >= 0 ? fields[schema.label] : absl::string_view("0");
   if (label != "0" && label != "1") {
     return absl::InvalidArgumentError(
         absl::StrCat("label ", Quoted(label), " is not 0 or 1"));

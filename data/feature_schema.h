@@ -65,6 +65,7 @@ struct FeatureSchema {
   // Fields every line has: exactly (with a header) or at least.
   int num_fields = 0;
   bool exact_fields = false;
+  // The label's field; -1 for lines without one (WithoutLabel).
   int label = 0;
   struct Dense {
     int field = 0;
@@ -96,6 +97,11 @@ struct FeatureSchema {
 absl::StatusOr<FeatureSchema> ResolveFeatureSchema(
     const FeatureSchemaSpec& spec,
     std::optional<absl::string_view> header = std::nullopt);
+
+// The schema of `schema`'s lines with the label field taken out (what a
+// prediction is asked for): the fields after it move one to the left; a
+// header line loses the label's name. Parsed lines get label 0.
+FeatureSchema WithoutLabel(FeatureSchema schema);
 
 // A batch of samples read with a schema.
 struct SchemaBatch {

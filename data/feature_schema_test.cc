@@ -144,6 +144,45 @@ TEST(FeatureSchemaTest, ListsWeightsAndNamesFromTheHeader) {
   EXPECT_EQ(other.slots[1].keys[0], batch.slots[1].keys[0]);
 }
 
+// A prediction's lines: the training layout with the label taken out,
+// wherever it stood; they parse to the labelled lines' features.
+TEST(FeatureSchemaTest, WithoutLabelReadsTheLinesAPredictionGets) {
+  FeatureSchemaSpec spec;
+  spec.header = true;
+  spec.label = "label";
+  spec.dense = {{"n", DenseTransform::kLog1p}};
+  spec.sparse.resize(2);
+  spec.sparse[0].column = "u";
+  spec.sparse[1].column = "tags";
+  spec.sparse[1].multi_valued = true;
+  ASSERT_OK_AND_ASSIGN(const FeatureSchema labelled,
+                       ResolveFeatureSchema(spec, "u\tlabel\tn\ttags"));
+  const FeatureSchema schema = WithoutLabel(labelled);
+  EXPECT_EQ(schema.label, -1);
+  EXPECT_EQ(schema.num_fields, 3);
+  EXPECT_EQ(schema.header_line, "u\tn\ttags");
+  EXPECT_EQ(schema.sparse[0].field, 0);
+  EXPECT_EQ(schema.dense[0].field, 1);
+  EXPECT_EQ(schema.sparse[1].field, 2);
+  SchemaBatch with_label, without;
+  with_label.Reset(labelled);
+  without.Reset(schema);
+  ASSERT_OK(ParseSchemaLine(labelled, "u7\t1\t3\ta,b", &with_label));
+  ASSERT_OK(ParseSchemaLine(schema, "u7\t3\ta,b", &without));
+  EXPECT_THAT(without.labels, ElementsAre(0));
+  EXPECT_EQ(without.dense, with_label.dense);
+  for (int s = 0; s < 2; ++s) {
+    EXPECT_EQ(without.slots[s].keys, with_label.slots[s].keys);
+    EXPECT_EQ(without.slots[s].offsets, with_label.slots[s].offsets);
+  }
+  // A line with the label left in has a field too many.
+  EXPECT_THAT(ParseSchemaLine(schema, "u7\t1\t3\ta,b", &without),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("4 fields; the schema reads 3")));
+  // Taken out twice: as once.
+  EXPECT_EQ(WithoutLabel(schema).num_fields, 3);
+}
+
 // Keys of text ids are part of every checkpoint: their hash never
 // changes.
 TEST(FeatureSchemaTest, TextIdsHashTheSameEverywhere) {

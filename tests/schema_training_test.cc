@@ -1,15 +1,23 @@
 // End-to-end training on columns that are not Criteo's: schema_datagen
 // writes a planted data set with counts, a real, ids, lists and a weighted
 // list; a real ps_server holds the embeddings and real ps_worker
-// processes train deploy/local/schema_small.txtpb's schema on it.
+// processes train deploy/local/schema_small.txtpb's schema on it; a
+// serving replica and ps_predictor then serve the model trained.
+#include <cstdio>
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "client/serving_client.h"
 #include "common/status_matchers.h"
+#include "dense/eval_metrics.h"
+#include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "proto/serving.grpc.pb.h"
 #include "testing/child_process.h"
 #include "testing/job_output.h"
 #include "testing/server_process.h"
@@ -19,10 +27,30 @@ namespace {
 
 constexpr char kServer[] = "server/ps_server";
 constexpr char kWorker[] = "worker/ps_worker";
+constexpr char kPredictor[] = "worker/ps_predictor";
 constexpr char kConfig[] = "deploy/local/schema_small.txtpb";
 
+// The planted data set (written once for the suite).
+const std::string& Data() {
+  static const std::string* data = [] {
+    auto* dir = new std::string(TestTempPath("schema_data"));
+    auto datagen = ChildProcess::Spawn(
+        "tools/schema_datagen", {"--output_dir=" + *dir, "--train_rows=200000",
+                                 "--test_rows=20000", "--vocab=20,50,100"});
+    EXPECT_OK(datagen.status());
+    if (datagen.ok()) {
+      EXPECT_EQ((*datagen)->Wait(), 0);
+    }
+    return dir;
+  }();
+  return *data;
+}
+
 // Trains `workers` ranks against `servers` shards; rank 0's summary.
-std::string Train(const std::string& data, int servers, int workers) {
+// `more`: further ps_worker flags.
+std::string Train(const std::string& data, int servers, int workers,
+                  const std::vector<std::string>& more = {},
+                  std::unique_ptr<ServerProcess>* kept = nullptr) {
   std::vector<std::unique_ptr<ServerProcess>> shards;
   std::vector<std::string> addresses;
   for (int s = 0; s < servers; ++s) {
@@ -38,15 +66,18 @@ std::string Train(const std::string& data, int servers, int workers) {
   const std::string out = TestTempPath("out");
   std::vector<std::unique_ptr<ChildProcess>> ranks;
   for (int r = 0; r < workers; ++r) {
-    auto rank = ChildProcess::Spawn(
-        kWorker,
-        {std::string("--config=") + kConfig,
-         "--servers=" + absl::StrJoin(addresses, ","),
-         absl::StrCat("--rank=", r), absl::StrCat("--world_size=", workers),
-         "--train_data=" + data + "/train.tsv",
-         "--test_data=" + data + "/test.tsv",
-         "--bayes_metrics=" + data + "/meta.json", "--output_dir=" + out,
-         "--log_level=warn"});
+    std::vector<std::string> args = {
+        std::string("--config=") + kConfig,
+        "--servers=" + absl::StrJoin(addresses, ","),
+        absl::StrCat("--rank=", r),
+        absl::StrCat("--world_size=", workers),
+        "--train_data=" + data + "/train.tsv",
+        "--test_data=" + data + "/test.tsv",
+        "--bayes_metrics=" + data + "/meta.json",
+        "--output_dir=" + out,
+        "--log_level=warn"};
+    args.insert(args.end(), more.begin(), more.end());
+    auto rank = ChildProcess::Spawn(kWorker, args);
     EXPECT_OK(rank.status());
     if (rank.ok()) ranks.push_back(*std::move(rank));
   }
@@ -57,18 +88,14 @@ std::string Train(const std::string& data, int servers, int workers) {
       EXPECT_EQ(*code, 0);
     }
   }
+  if (kept != nullptr && !shards.empty()) *kept = std::move(shards[0]);
   return ReadFile(out + "/summary.json");
 }
 
 // One epoch over 200k samples: the test AUC comes near the planted
 // model's Bayes-optimal AUC, with one worker and with two.
 TEST(SchemaTrainingTest, TrainsListsAndWeightsToNearTheTruth) {
-  const std::string data = TestTempPath("schema_data");
-  auto datagen = ChildProcess::Spawn(
-      "tools/schema_datagen", {"--output_dir=" + data, "--train_rows=200000",
-                               "--test_rows=20000", "--vocab=20,50,100"});
-  ASSERT_OK(datagen.status());
-  ASSERT_EQ((*datagen)->Wait(), 0);
+  const std::string& data = Data();
   for (const auto& [servers, workers] : {std::pair{1, 1}, std::pair{2, 2}}) {
     const std::string summary = Train(data, servers, workers);
     const double auc = JsonNumber(summary, "test_auc");
@@ -79,6 +106,108 @@ TEST(SchemaTrainingTest, TrainsListsAndWeightsToNearTheTruth) {
     EXPECT_GT(auc, bayes - 0.02) << summary;
     EXPECT_LE(auc, bayes + 0.01) << summary;
   }
+}
+
+// The test file's lines without their label (the first column), and the
+// labels.
+void TestLines(const std::string& path, std::vector<std::string>* lines,
+               std::vector<float>* labels) {
+  std::ifstream in(path);
+  std::string line;
+  std::getline(in, line);  // the header row
+  while (std::getline(in, line)) {
+    const size_t tab = line.find('\t');
+    labels->push_back(line.substr(0, tab) == "1" ? 1.0f : 0.0f);
+    lines->push_back(line.substr(tab + 1));
+  }
+}
+
+// The model trained on the schema's columns is served: a replica loads
+// the job's last checkpoint, ps_predictor reads the schema's header and
+// STANDARDIZE statistics from the training files as the job did, and
+// Predict of the test lines (label cut) gives the job's own test AUC.
+TEST(SchemaTrainingTest, ThePredictorServesTheSchemaModel) {
+  const std::string& data = Data();
+  const std::string checkpoints = TestTempPath("schema_checkpoints");
+  std::unique_ptr<ServerProcess> training;
+  const std::string summary = Train(
+      data, 1, 1,
+      {"--checkpoint_dir=" + checkpoints, "--checkpoint_every_steps=100000"},
+      &training);
+  ASSERT_NE(training, nullptr);
+  const auto final_step = static_cast<uint64_t>(JsonNumber(summary, "steps"));
+  ASSERT_OK_AND_ASSIGN(
+      auto replica,
+      ServerProcess::Start(
+          kServer,
+          {"--role=serving", "--follow_checkpoints=" + checkpoints,
+           "--training_servers=" + training->address(),
+           "--checkpoint_poll=200ms", "--log_level=warn"},
+          absl::Seconds(120)));
+  {
+    client::ServingClientOptions options;
+    options.replicas = {{replica->address()}};
+    ASSERT_OK_AND_ASSIGN(auto serving, client::ServingClient::Connect(options));
+    const absl::Time deadline = absl::Now() + absl::Seconds(60);
+    while (serving->Versions()[0][0].step() < final_step &&
+           absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    ASSERT_GE(serving->Versions()[0][0].step(), final_step);
+  }
+  const std::vector<std::string> predictor_args = {
+      std::string("--config=") + kConfig, "--serving=" + replica->address(),
+      "--deadline_ms=5000", "--log_level=warn"};
+
+  // Without the training files the schema cannot be resolved: the
+  // predictor says so and exits.
+  {
+    const std::string log = TestTempPath("predictor_without_files.log");
+    ASSERT_OK_AND_ASSIGN(
+        auto refused, ChildProcess::Spawn(kPredictor, predictor_args, "", log));
+    ASSERT_OK_AND_ASSIGN(const int code, refused->WaitFor(absl::Seconds(60)));
+    EXPECT_NE(code, 0);
+    EXPECT_NE(ReadFile(log).find("training files"), std::string::npos)
+        << ReadFile(log);
+  }
+
+  std::vector<std::string> args = predictor_args;
+  args.push_back("--train_data=" + data + "/train.tsv");
+  ASSERT_OK_AND_ASSIGN(auto predictor, ServerProcess::Start(kPredictor, args));
+  auto stub = proto::Predictor::NewStub(grpc::CreateChannel(
+      predictor->address(), grpc::InsecureChannelCredentials()));
+  std::vector<std::string> lines;
+  std::vector<float> labels;
+  TestLines(data + "/test.tsv", &lines, &labels);
+  ASSERT_EQ(lines.size(), 20000u);
+  std::vector<float> probabilities;
+  for (size_t first = 0; first < lines.size(); first += 1000) {
+    proto::PredictRequest request;
+    for (size_t i = first; i < first + 1000; ++i) request.add_line(lines[i]);
+    proto::PredictResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = stub->Predict(&context, request, &response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+    EXPECT_EQ(response.version(), final_step);
+    probabilities.insert(probabilities.end(), response.probability().begin(),
+                         response.probability().end());
+  }
+  const double auc = dense::RocAuc(probabilities, labels);
+  std::printf("Predict test AUC %.6f; the job's %.6f\n", auc,
+              JsonNumber(summary, "test_auc"));
+  EXPECT_NEAR(auc, JsonNumber(summary, "test_auc"), 1e-4) << summary;
+
+  // A line with its label left in has a field too many: refused, naming
+  // the line.
+  proto::PredictRequest labelled;
+  labelled.add_line(lines[0]);
+  labelled.add_line("1\t" + lines[1]);
+  proto::PredictResponse refused;
+  grpc::ClientContext context;
+  const grpc::Status status = stub->Predict(&context, labelled, &refused);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(status.error_message().find("line 1"), std::string::npos)
+      << status.error_message();
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #include "worker/predictor.h"
 
+#include <algorithm>
 #include <cmath>
 #include <optional>
 #include <utility>
@@ -9,10 +10,13 @@
 #include "common/logging.h"
 #include "common/status_macros.h"
 #include "config/dlrm_config.h"
+#include "data/criteo_reader.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/serving.grpc.pb.h"
 #include "security/credentials.h"
 #include "wire/grpc_status.h"
+#include "worker/job_data.h"
+#include "worker/key_dedup.h"
 
 namespace embedps::worker {
 namespace {
@@ -55,6 +59,39 @@ absl::StatusOr<std::optional<proto::DenseModelResponse>> FetchNewerDense(
   return last;
 }
 
+// The schema of a schema job, resolved as its training did: from the
+// training files when it has a header row or STANDARDIZE columns.
+absl::StatusOr<std::optional<data::FeatureSchema>> ResolveSchema(
+    const config::WorkerConfig& config) {
+  const data::FeatureSchemaSpec spec =
+      config::FeatureSchemaSpecOf(config.schema());
+  bool needs_files = spec.header;
+  for (const data::FeatureSchemaSpec::Dense& d : spec.dense) {
+    needs_files |= d.transform == data::DenseTransform::kStandardize;
+  }
+  if (!needs_files) {
+    absl::StatusOr<data::FeatureSchema> schema =
+        data::ResolveFeatureSchema(spec);
+    if (!schema.ok()) {
+      return absl::Status(schema.status().code(),
+                          absl::StrCat("schema: ", schema.status().message()));
+    }
+    return std::optional<data::FeatureSchema>(*std::move(schema));
+  }
+  absl::StatusOr<std::optional<data::FeatureSchema>> schema =
+      JobData::PrepareSchema(config);
+  if (!schema.ok()) {
+    return absl::Status(
+        schema.status().code(),
+        absl::StrCat(schema.status().message(),
+                     " (the schema has a header row or STANDARDIZE columns: "
+                     "the predictor reads them from the training files, "
+                     "--train_data or the config's train_files, as the "
+                     "training did)"));
+  }
+  return schema;
+}
+
 }  // namespace
 
 Predictor::Predictor(PredictorOptions options) : options_(std::move(options)) {}
@@ -62,17 +99,20 @@ Predictor::Predictor(PredictorOptions options) : options_(std::move(options)) {}
 absl::StatusOr<std::unique_ptr<Predictor>> Predictor::Start(
     PredictorOptions options) {
   RETURN_IF_ERROR(config::ValidateWorkerConfig(options.config));
-  if (options.config.has_schema()) {
-    return absl::UnimplementedError(
-        "the predictor reads requests in Criteo's layout; a model trained on "
-        "a schema's columns is not served by it (look its rows up with a "
-        "ServingClient and run the dense model yourself)");
-  }
   std::unique_ptr<Predictor> predictor(new Predictor(std::move(options)));
   const config::WorkerConfig& config = predictor->options_.config;
   predictor->spec_ = config::ModelSpecOf(config);
-  for (const config::SlotConfig& slot : config.slot()) {
-    predictor->slot_table_.push_back(slot.table());
+  if (config.has_schema()) {
+    ASSIGN_OR_RETURN(std::optional<data::FeatureSchema> schema,
+                     ResolveSchema(config));
+    predictor->schema_ = data::WithoutLabel(*std::move(schema));
+  }
+  for (const std::string& table : config::SlotTables(config)) {
+    auto it =
+        std::find(predictor->tables_.begin(), predictor->tables_.end(), table);
+    predictor->slot_table_.push_back(
+        static_cast<int>(it - predictor->tables_.begin()));
+    if (it == predictor->tables_.end()) predictor->tables_.push_back(table);
   }
   ASSIGN_OR_RETURN(predictor->client_,
                    client::ServingClient::Connect(predictor->options_.serving));
@@ -176,51 +216,82 @@ void Predictor::RefreshLoop() {
 
 absl::StatusOr<std::vector<float>> Predictor::PredictLines(
     absl::Span<const std::string> lines, uint64_t* version) {
-  data::CriteoBatch batch;
-  batch.size = static_cast<int>(lines.size());
-  batch.labels.assign(lines.size(), 0.0f);
-  batch.dense.resize(lines.size() * data::kCriteoDense);
-  batch.keys.resize(lines.size() * data::kCriteoSlots);
+  data::SchemaBatch batch;
+  if (schema_.has_value()) {
+    batch.Reset(*schema_);
+    for (size_t i = 0; i < lines.size(); ++i) {
+      absl::Status parsed = data::ParseSchemaLine(*schema_, lines[i], &batch);
+      if (!parsed.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("line ", i, ": ", parsed.message()));
+      }
+    }
+    return Predict(batch, version);
+  }
+  data::CriteoBatch criteo;
+  criteo.size = static_cast<int>(lines.size());
+  criteo.labels.assign(lines.size(), 0.0f);
+  criteo.dense.resize(lines.size() * data::kCriteoDense);
+  criteo.keys.resize(lines.size() * data::kCriteoSlots);
   for (size_t i = 0; i < lines.size(); ++i) {
     absl::Status parsed = data::ParseCriteoFeatures(
-        lines[i].data(), lines[i].size(), &batch, static_cast<int>(i));
+        lines[i].data(), lines[i].size(), &criteo, static_cast<int>(i));
     if (!parsed.ok()) {
       return absl::InvalidArgumentError(
           absl::StrCat("line ", i, ": ", parsed.message()));
     }
   }
-  return Predict(batch, version);
+  return Predict(BagsOf(criteo), version);
 }
 
 absl::StatusOr<std::vector<float>> Predictor::Predict(
-    const data::CriteoBatch& batch, uint64_t* version) {
+    const data::SchemaBatch& batch, uint64_t* version) {
   const std::shared_ptr<Loaded> loaded = Model();
   const int n = batch.size;
   if (version != nullptr) *version = loaded->step;
   if (n == 0) return std::vector<float>();
-  const int slots = static_cast<int>(slot_table_.size());
+  const size_t slots = slot_table_.size();
+  if (batch.slots.size() != slots) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the batch has ", batch.slots.size(), " slots; the model ", slots));
+  }
+  // Every table's distinct keys, read once at the dense model's step.
+  std::vector<absl::Span<const uint64_t>> slot_keys;
+  for (const data::SchemaBatch::Bags& bags : batch.slots) {
+    slot_keys.push_back(bags.keys);
+  }
+  KeyDeduplicator dedup(slot_table_, static_cast<int>(tables_.size()),
+                        /*threads=*/1);
+  std::vector<std::vector<uint64_t>> unique;
+  std::vector<std::vector<int32_t>> index;
+  dedup.Run(slot_keys, unique, index);
   const int32_t dim = spec_.embedding_dim;
-  // Each slot's keys, one a bag, read at the dense model's step.
-  std::vector<std::vector<uint64_t>> keys(slots, std::vector<uint64_t>(n));
-  for (int i = 0; i < n; ++i) {
-    for (int s = 0; s < slots; ++s) {
-      keys[s][i] = batch.keys[static_cast<size_t>(i) * data::kCriteoSlots + s];
-    }
+  std::vector<client::ServingSlot> lookups;
+  std::vector<size_t> looked_up;  // tables with keys, in lookups' order
+  for (size_t t = 0; t < tables_.size(); ++t) {
+    if (unique[t].empty()) continue;
+    lookups.push_back({tables_[t], dim, unique[t], {}, proto::POOLING_NONE});
+    looked_up.push_back(t);
   }
-  std::vector<client::ServingSlot> lookups(slots);
-  for (int s = 0; s < slots; ++s) {
-    lookups[s] = {slot_table_[s], dim, keys[s], {}, proto::POOLING_NONE};
+  std::vector<std::vector<float>> found;
+  if (!lookups.empty()) {
+    RETURN_IF_ERROR(client_->Lookup(lookups, &found, loaded->step));
   }
-  std::vector<std::vector<float>> rows;
-  RETURN_IF_ERROR(client_->Lookup(lookups, &rows, loaded->step));
-  std::vector<int32_t> offsets(n + 1);
-  for (int i = 0; i <= n; ++i) offsets[i] = i;
-  dense::Batch<float> model_batch;
+  std::vector<std::vector<float>> rows(tables_.size());
+  for (size_t i = 0; i < looked_up.size(); ++i) {
+    rows[looked_up[i]] = std::move(found[i]);
+  }
+  dense::UniqueRowsBatch model_batch;
   model_batch.size = n;
   model_batch.dense = batch.dense;
   model_batch.labels = batch.labels;
-  for (int s = 0; s < slots; ++s)
-    model_batch.slots.push_back({rows[s], offsets});
+  for (const std::vector<float>& table : rows)
+    model_batch.tables.push_back(table);
+  for (size_t s = 0; s < slots; ++s) {
+    model_batch.slots.push_back({slot_table_[s], index[s],
+                                 batch.slots[s].offsets,
+                                 batch.slots[s].weights});
+  }
   std::vector<float> logits(n);
   std::unique_ptr<dense::Model> model;  // an idle instance, or a new one
   {
@@ -234,7 +305,7 @@ absl::StatusOr<std::vector<float>> Predictor::Predict(
     ASSIGN_OR_RETURN(model, NewInstance(*loaded));
   }
   const absl::Status predicted =
-      model->Predict(model_batch, absl::MakeSpan(logits));
+      model->PredictOnUniqueRows(model_batch, absl::MakeSpan(logits));
   {
     MutexLock lock(&loaded->mu);
     loaded->idle.push_back(std::move(model));

@@ -1,5 +1,13 @@
-// Predictor: click probabilities for raw Criteo features, from the serving
+// Predictor: click probabilities for raw feature lines, from the serving
 // replicas' embeddings and the dense model of the same training step.
+//
+// Lines: label-less Criteo lines (13 integer, 26 categorical fields), or,
+// for a job trained on a FeatureSchema, lines of the training files'
+// layout without the label field. The schema is resolved as the training
+// resolved it: a header row or STANDARDIZE statistics are read from the
+// config's train_files (the same files, so the same statistics; they do
+// not travel with the model), a schema by position without STANDARDIZE
+// needs no file.
 //
 // The dense model comes from the replicas too (ServingService.DenseModel:
 // training publishes it with shard 0's publications and writes it with
@@ -17,6 +25,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -27,7 +36,7 @@
 #include "client/serving_client.h"
 #include "common/mutex.h"
 #include "config/worker_config.pb.h"
-#include "data/criteo_reader.h"
+#include "data/feature_schema.h"
 #include "dense/model.h"
 #include "proto/serving.grpc.pb.h"
 
@@ -54,14 +63,15 @@ class Predictor {
       PredictorOptions options);
   ~Predictor();
 
-  // Probabilities of label-less Criteo lines (13 integer, 26 categorical
-  // fields); none for none. INVALID_ARGUMENT naming the first malformed
-  // line (nothing is looked up). *version: the training step used.
+  // Probabilities of label-less lines (the layout above); none for none.
+  // INVALID_ARGUMENT naming the first malformed line (nothing is looked
+  // up). *version: the training step used.
   absl::StatusOr<std::vector<float>> PredictLines(
       absl::Span<const std::string> lines, uint64_t* version);
 
-  // Probabilities of a parsed batch (labels ignored).
-  absl::StatusOr<std::vector<float>> Predict(const data::CriteoBatch& batch,
+  // Probabilities of a parsed batch (labels ignored): every table's
+  // distinct keys looked up once, at the dense model's step.
+  absl::StatusOr<std::vector<float>> Predict(const data::SchemaBatch& batch,
                                              uint64_t* version);
 
   // The step of the dense model loaded.
@@ -88,8 +98,10 @@ class Predictor {
 
   const PredictorOptions options_;
   dense::ModelSpec spec_;
-  std::vector<std::string> slot_table_;  // by slot
-  std::vector<proto::Pooling> slot_pooling_;
+  // Label-less lines of a schema job; none for Criteo's layout.
+  std::optional<data::FeatureSchema> schema_;
+  std::vector<std::string> tables_;  // the slots' tables, each once
+  std::vector<int> slot_table_;      // by slot: its index in tables_
   std::unique_ptr<client::ServingClient> client_;
   // Serving shard 0's replicas, asked for the dense model.
   std::vector<std::unique_ptr<proto::ServingService::Stub>> dense_sources_;

@@ -1,6 +1,7 @@
 // ps_predictor: serves click probabilities (the Predictor service) for
-// raw Criteo features, from the serving replicas' embeddings and the dense
-// model of the same training step (worker/predictor.h).
+// raw feature lines (Criteo's, or a schema job's columns without the
+// label), from the serving replicas' embeddings and the dense model of the
+// same training step (worker/predictor.h).
 //
 //   ps_predictor --config=dlrm.txtpb --serving=h1:p,h2:p;h3:p,h4:p --port=0
 //
@@ -42,6 +43,10 @@ ABSL_FLAG(std::string, serving, "",
 ABSL_FLAG(std::string, cluster_id, "",
           "the cluster every serving replica must state it belongs to "
           "(their --cluster_id); empty: the one the first to answer states");
+ABSL_FLAG(std::string, train_data, "",
+          "the training files (comma-separated), for a schema job whose "
+          "schema has a header row or STANDARDIZE columns: read as the "
+          "training read them; default: the config's train_files");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on");
 ABSL_FLAG(int32_t, port, 0, "port; 0 picks one (printed, and --port_file)");
 ABSL_FLAG(std::string, port_file, "", "where the chosen port is written");
@@ -90,6 +95,13 @@ absl::StatusOr<PredictorOptions> OptionsFromFlags() {
   }
   RETURN_IF_ERROR(ReadTextProtoFile(path, absl::StrCat("--config ", path),
                                     &options.config));
+  if (!absl::GetFlag(FLAGS_train_data).empty()) {
+    options.config.clear_train_files();
+    for (absl::string_view file : absl::StrSplit(
+             absl::GetFlag(FLAGS_train_data), ',', absl::SkipEmpty())) {
+      options.config.add_train_files(std::string(file));
+    }
+  }
   for (absl::string_view shard :
        absl::StrSplit(absl::GetFlag(FLAGS_serving), ';', absl::SkipEmpty())) {
     options.serving.replicas.emplace_back();
