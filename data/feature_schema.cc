@@ -197,6 +197,9 @@ FeatureSchema WithoutLabel(FeatureSchema schema) {
   for (FeatureSchema::Dense& d : schema.dense) shift(d.field);
   for (FeatureSchema::Sparse& s : schema.sparse) shift(s.field);
   --schema.num_fields;
+  // A request's line holds the fields the schema reads, no more: a line
+  // that kept its label is refused, never read shifted.
+  schema.exact_fields = true;
   schema.label = -1;
   if (schema.header) {
     std::vector<absl::string_view> names =

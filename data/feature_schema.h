@@ -100,7 +100,10 @@ absl::StatusOr<FeatureSchema> ResolveFeatureSchema(
 
 // The schema of `schema`'s lines with the label field taken out (what a
 // prediction is asked for): the fields after it move one to the left; a
-// header line loses the label's name. Parsed lines get label 0.
+// header line loses the label's name; a line must have exactly the
+// fields left (by position: up to the last one the schema reads), so a
+// line that kept its label is refused rather than read shifted. Parsed
+// lines get label 0.
 FeatureSchema WithoutLabel(FeatureSchema schema);
 
 // A batch of samples read with a schema.

@@ -181,6 +181,19 @@ TEST(FeatureSchemaTest, WithoutLabelReadsTheLinesAPredictionGets) {
                        HasSubstr("4 fields; the schema reads 3")));
   // Taken out twice: as once.
   EXPECT_EQ(WithoutLabel(schema).num_fields, 3);
+  // By position (files may have more fields than the schema reads), a
+  // prediction's line has exactly the fields up to the last one read.
+  ASSERT_OK_AND_ASSIGN(const FeatureSchema criteo,
+                       ResolveFeatureSchema(CriteoSpec()));
+  const FeatureSchema unlabelled = WithoutLabel(criteo);
+  SchemaBatch batch;
+  batch.Reset(unlabelled);
+  const std::string line = CriteoLine(1);
+  const std::string features = line.substr(line.find('\t') + 1);
+  ASSERT_OK(ParseSchemaLine(unlabelled, features, &batch));
+  EXPECT_THAT(ParseSchemaLine(unlabelled, line, &batch),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("40 fields; the schema reads 39")));
 }
 
 // Keys of text ids are part of every checkpoint: their hash never

@@ -335,7 +335,7 @@ TEST_F(ServingJobTest, PredictEqualsTheWorkersForwardAtTheSameStep) {
   ASSERT_OK_AND_ASSIGN(auto trainer, client::Client::Connect(options));
   ASSERT_OK_AND_ASSIGN(auto table, trainer->CreateTable(s_->Table()));
   const int dim = s_->config.embedding_dim();
-  const int slots = s_->config.slot_size();
+  const int slots = static_cast<int>(config::SlotTables(s_->config).size());
   std::vector<std::vector<float>> rows(slots, std::vector<float>(300 * dim));
   std::vector<int32_t> offsets(301);
   for (int i = 0; i <= 300; ++i) offsets[i] = i;

@@ -216,7 +216,8 @@ int Evaluate() {
     auto serving = Must(client::ServingClient::Connect(options), "serving");
     // Each request: a bag a slot of the keys of --keys_per_bag lines.
     const int per_bag = absl::GetFlag(FLAGS_keys_per_bag);
-    const size_t slots = config.slot_size();
+    const std::vector<std::string> slot_tables = config::SlotTables(config);
+    const size_t slots = slot_tables.size();
     data::CriteoBatch parsed;
     parsed.size = static_cast<int>(lines.size());
     parsed.labels.resize(lines.size());
@@ -241,7 +242,7 @@ int Evaluate() {
       std::vector<client::ServingSlot> request(slots);
       for (size_t s = 0; s < slots; ++s) {
         request[s] = {
-            config.slot(s).table(), config.embedding_dim(),
+            slot_tables[s], config.embedding_dim(),
             absl::MakeConstSpan(by_slot[s]).subspan(r * per_bag, per_bag),
             offsets, proto::POOLING_SUM};
       }
@@ -290,6 +291,12 @@ config::WorkerConfig PredictConfig(config::WorkerConfig config) {
   }
   for (config::SlotConfig& slot : *config.mutable_slot()) {
     slot.set_table(slot.table() + "_predict");
+  }
+  if (config.has_schema()) {
+    for (config::SparseColumnConfig& column :
+         *config.mutable_schema()->mutable_sparse()) {
+      column.set_table(column.table() + "_predict");
+    }
   }
   return config;
 }
@@ -378,7 +385,8 @@ int Full() {
   std::printf("serve_bench: %" PRIu64
               " keys of dim %d, %d replicas, %d slots "
               "× %d keys a request, Zipf(%.2f), %d hardware threads\n",
-              keys, dim, absl::GetFlag(FLAGS_replicas), config.slot_size(),
+              keys, dim, absl::GetFlag(FLAGS_replicas),
+              static_cast<int>(config::SlotTables(config).size()),
               absl::GetFlag(FLAGS_keys_per_bag), absl::GetFlag(FLAGS_zipf_s),
               static_cast<int>(std::thread::hardware_concurrency()));
 
@@ -490,7 +498,7 @@ int Full() {
            "ps_predictor");
 
   // Pre-drawn requests: keys of each slot's bag.
-  const int slots = config.slot_size();
+  const int slots = static_cast<int>(config::SlotTables(config).size());
   const int per_bag = absl::GetFlag(FLAGS_keys_per_bag);
   constexpr int kRequests = 20000;
   std::vector<std::vector<uint64_t>> request_keys(kRequests);

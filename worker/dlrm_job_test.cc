@@ -29,8 +29,23 @@ config::WorkerConfig LocalConfig(
   return config;
 }
 
+// The local config in Criteo's own form: slots instead of a schema.
+config::WorkerConfig CriteoSlotsConfig() {
+  config::WorkerConfig config = LocalConfig();
+  config.clear_schema();
+  for (int s = 0; s < 26; ++s) config.add_slot()->set_table("criteo");
+  return config;
+}
+
 TEST(ValidateWorkerConfigTest, TheLocalConfigIsValid) {
   EXPECT_OK(config::ValidateWorkerConfig(LocalConfig()));
+  EXPECT_OK(config::ValidateWorkerConfig(CriteoSlotsConfig()));
+  // Its schema is Criteo's layout: 13 dense columns, 26 slots.
+  const dense::ModelSpec spec = config::ModelSpecOf(LocalConfig());
+  EXPECT_EQ(spec.num_dense, 13);
+  EXPECT_EQ(spec.slots.size(), 26u);
+  EXPECT_EQ(config::SlotTables(LocalConfig()),
+            config::SlotTables(CriteoSlotsConfig()));
 }
 
 // A schema's mistakes that need no data file are named at once; the
@@ -101,11 +116,11 @@ TEST(ValidateWorkerConfigTest, EachMistakeIsNamed) {
     EXPECT_THAT(config::ValidateWorkerConfig(c),
                 StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr(what)));
   };
-  config::WorkerConfig c = LocalConfig();
+  config::WorkerConfig c = CriteoSlotsConfig();
   c.mutable_slot()->RemoveLast();
   refused(c, "25 slots");
 
-  c = LocalConfig();
+  c = CriteoSlotsConfig();
   c.mutable_slot(3)->set_table("nowhere");
   refused(c, "slot 3 names table 'nowhere'");
 
