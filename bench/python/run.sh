@@ -5,11 +5,14 @@
 #   (b) pure PyTorch: local nn.EmbeddingBag, sparse Adagrad
 #   (c) ps_worker (C++), 1 worker + 1 ps_server
 #   (d) TorchRec on CPU (EmbeddingBagCollection, fused Adagrad through DMP)
-#   and the Python cost of a pull + push pair at batch 512.
+#   and the Python cost of a pull + push pair at batch 512;
+#   then a small two-tower model (bench_two_tower.py) on schema_datagen's
+#   multi-hot set, with embedps tables and with local EmbeddingBags, in
+#   alternating rounds, with the time a step spends in each part.
 # Same model (deploy/local/dlrm_large.txtpb: dim 64, bottom 512-256-64, top
 # 512-256), data (datagen --vocab=100,10000,300000,3000000) and optimizers.
 #
-#   bench/python/run.sh [--rows=N] [--steps=N] [--work=DIR]
+#   bench/python/run.sh [--rows=N] [--steps=N] [--work=DIR] [--part=all|dlrm|two_tower]
 #
 # (a), (b) use PyPI's current torch (2.15) in WORK/venv; TorchRec 1.9.2 needs
 # the torch it was built for (2.14), in WORK/venv-torchrec. Both venvs are
@@ -21,11 +24,13 @@ rows=1000000
 steps=1900
 warmup=20
 work=bench/python/work
+part=all
 for arg in "$@"; do
   case "$arg" in
     --rows=*) rows="${arg#*=}" ;;
     --steps=*) steps="${arg#*=}" ;;
     --work=*) work="${arg#*=}" ;;
+    --part=*) part="${arg#*=}" ;;
     *) echo "unknown argument $arg" >&2; exit 2 ;;
   esac
 done
@@ -38,7 +43,7 @@ if [ ! -x "$work/venv/bin/python" ]; then
   "$python" -m venv "$work/venv"
   "$work/venv/bin/pip" install -q "torch==2.15.*" numpy pytest
 fi
-if [ ! -x "$work/venv-torchrec/bin/python" ]; then
+if [ "$part" != two_tower ] && [ ! -x "$work/venv-torchrec/bin/python" ]; then
   echo "== venv with TorchRec 1.9.2 (torch 2.14, FBGEMM CPU): $work/venv-torchrec"
   "$python" -m venv "$work/venv-torchrec"
   "$work/venv-torchrec/bin/pip" install -q "torch==2.14.*" numpy torchrec==1.9.2
@@ -48,9 +53,9 @@ if [ ! -x "$work/venv-torchrec/bin/python" ]; then
 fi
 
 bazel build --color=no --curses=no //python:embedps //server:ps_server //worker:ps_worker \
-  //tools:datagen 2>&1 | tail -n 1
+  //tools:datagen //tools:schema_datagen 2>&1 | tail -n 1
 data="$work/data-$rows"
-if [ ! -f "$data/train.txt" ]; then
+if [ "$part" != two_tower ] && [ ! -f "$data/train.txt" ]; then
   bazel-bin/tools/datagen --output_dir="$data" --train_rows="$rows" --test_rows=1000 \
     --vocab=100,10000,300000,3000000
 fi
@@ -70,6 +75,7 @@ stop_server() { kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/de
 trap stop_server EXIT
 bench() { "$@" --data="$data" --steps="$steps" --warmup="$warmup" 2>>"$logs/bench.log" | tail -n 1; }
 
+if [ "$part" != two_tower ]; then
 echo "== (b) pure PyTorch"
 b=$(bench "$work/venv/bin/python" bench/python/bench_dlrm.py --which=torch)
 echo "$b"
@@ -111,4 +117,36 @@ print(f"(a)/(b) = {a['samples_per_second'] / base:.2f} (target >= 0.9)")
 print(f"pull+push pair of {o['distinct_keys']} keys: Python adds {o['binding_overhead_us']:.1f} us "
       f"(p90 {o['binding_overhead_p90_us']:.1f} us; target < 50) to the C++ calls inside it; "
       f"loops: Python {o['python_pair_us']:.0f} us vs C++ {o['cpp_pair_us']:.0f} us a pair")
+PY
+fi
+
+[ "$part" != dlrm ] || exit 0
+# The two-tower model: 3 rounds, each PyTorch then embedps (a fresh server).
+tt_data="$work/schema-330000"
+[ -s "$tt_data/meta.json" ] || bazel-bin/tools/schema_datagen --output_dir="$tt_data" \
+  --train_rows=330000 --test_rows=1000 >/dev/null
+tt=()
+for round in 1 2 3; do
+  echo "== two-tower, round $round of 3"
+  tt+=("$("$work/venv/bin/python" bench/python/bench_two_tower.py --which=torch --data="$tt_data" \
+    2>>"$logs/bench.log" | tail -n 1)")
+  start_server
+  tt+=("$("$work/venv/bin/python" bench/python/bench_two_tower.py --which=embedps \
+    --servers="$server" --data="$tt_data" 2>>"$logs/bench.log" | tail -n 1)")
+  stop_server
+done
+"$work/venv/bin/python" - "${tt[@]}" <<'PY'
+import json, statistics, sys
+runs = [json.loads(x) for x in sys.argv[1:]]
+torch_runs, ours = runs[0::2], runs[1::2]
+ratios = [o["samples_per_second"] / t["samples_per_second"] for t, o in zip(torch_runs, ours)]
+r = ours[0]
+print(f"\nTwo-tower: {r['user_slots']} + {r['item_slots']} slots, dim 16, towers 64-32, batch "
+      f"{r['batch_size']}, {r['steps']} steps, {r['distinct_keys']} distinct keys, torch {r['torch']}")
+for name, rs in (("PyTorch, local EmbeddingBags", torch_runs), ("PyTorch + embedps tables, 1 server", ours)):
+    parts = {k: statistics.median(x["ms_a_step"][k] for x in rs) for k in rs[0]["ms_a_step"]}
+    print(f"  {name:36} {statistics.median(x['samples_per_second'] for x in rs):9,.0f} samples/s; ms a step: "
+          + ", ".join(f"{k[:-3]} {v:.2f}" for k, v in parts.items()))
+print(f"  embedps / PyTorch by round: {', '.join(f'{x:.2f}x' for x in ratios)} "
+      f"(median {statistics.median(ratios):.2f}x)")
 PY
