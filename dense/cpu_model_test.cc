@@ -213,7 +213,7 @@ TEST(CrossTest, ForwardIsTheDefinition) {
         }
         next[o] = x0[r * kD + o] * u + x[o];
       }
-      x = next;
+      x.swap(next);
     }
     for (int o = 0; o < kD; ++o) {
       EXPECT_NEAR(out[r * kD + o], x[o], 1e-12) << r << " " << o;

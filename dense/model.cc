@@ -176,11 +176,6 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(
     const ModelSpec& spec, const ModelOptions& options) {
   if (absl::Status s = ValidateModelSpec(spec); !s.ok()) return s;
   if (options.backend == Backend::kCuda) {
-    if (spec.interaction == Interaction::kCross) {
-      return absl::UnimplementedError(
-          "the cross interaction (DCN-v2) has no CUDA kernels: train it "
-          "with the CPU backend");
-    }
     return CreateCudaModel(spec, options);
   }
   absl::StatusOr<std::unique_ptr<CpuModel<float>>> cpu =

@@ -118,15 +118,18 @@ TEST_P(ModelParityTest, CpuAndCudaAgree) {
 }
 
 ModelSpec Dlrm();
+ModelSpec Dcn(bool slots);
 
 // On the device, the unique-rows step (pooling from unique rows, sums per
 // unique row after a sort) gives what the bag-layout step gives with the
 // host's sums, and what the CPU backend gives; for several optimizer
-// steps, with weighted and mean bags over two tables.
-TEST(CudaUniqueRowsTest, TheDeviceStagesGiveTheHostStagesSteps) {
+// steps, with weighted and mean bags over two tables; DLRM and DCN-v2.
+class CudaUniqueRowsTest : public ::testing::TestWithParam<ModelSpec> {};
+
+TEST_P(CudaUniqueRowsTest, TheDeviceStagesGiveTheHostStagesSteps) {
   absl::StatusOr<std::vector<CudaDeviceInfo>> devices = ListCudaDevices();
   if (!devices.ok()) GTEST_SKIP() << "no CUDA device: " << devices.status();
-  const ModelSpec spec = Dlrm();
+  const ModelSpec spec = GetParam();
   ModelOptions options;
   options.backend = Backend::kCuda;
   ASSERT_OK_AND_ASSIGN(auto device_stages, CreateModel(spec, options));
@@ -264,9 +267,24 @@ ModelSpec Dlrm() {
   return spec;
 }
 
+// DCN-v2: the features through 2 cross layers; and over the dense
+// features alone (no slots).
+ModelSpec Dcn(bool slots) {
+  ModelSpec spec = Dlrm();
+  if (!slots) spec.slots.clear();
+  spec.interaction = Interaction::kCross;
+  spec.cross_layers = 2;
+  return spec;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaUniqueRowsTest,
+                         ::testing::Values(Dlrm(), Dcn(/*slots=*/true)));
+
 INSTANTIATE_TEST_SUITE_P(Shapes, ModelParityTest,
                          ::testing::Values(Dlrm(),
-                                           MlpModelSpec(40, {64, 32}, 5)));
+                                           MlpModelSpec(40, {64, 32}, 5),
+                                           Dcn(/*slots=*/true),
+                                           Dcn(/*slots=*/false)));
 
 }  // namespace
 }  // namespace embedps::dense

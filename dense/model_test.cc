@@ -199,19 +199,6 @@ TEST(ModelTest, CudaBackendWithoutDeviceIsFailedPrecondition) {
 
 // DCN-v2 has no CUDA kernels: refused by name on any machine, device or
 // not; the CPU backend takes it.
-TEST(ModelTest, TheCrossInteractionIsCpuOnly) {
-  ModelSpec spec = Spec();
-  spec.interaction = Interaction::kCross;
-  spec.cross_layers = 2;
-  ModelOptions options;
-  options.backend = Backend::kCuda;
-  EXPECT_THAT(
-      CreateModel(spec, options),
-      StatusIs(absl::StatusCode::kUnimplemented, HasSubstr("CPU backend")));
-  options.backend = Backend::kCpu;
-  EXPECT_OK(CreateModel(spec, options).status());
-}
-
 TEST(ModelTest, SaveAndLoadRoundTrip) {
   ASSERT_OK_AND_ASSIGN(auto a, CreateModel(Spec(), {}));
   std::vector<float> p = Parameters(*a);

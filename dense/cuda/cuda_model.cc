@@ -467,6 +467,72 @@ class CudaModel final : public Model {
     return absl::OkStatus();
   }
 
+  // DCN-v2's cross layers over x0 (n × D): x_{l+1} = x0 ⊙ (x_l W_lᵀ + b_l)
+  // + x_l, keeping each u_l and x_{l+1}; top_input_ = x_L.
+  absl::Status CrossForward(const float* x0, int n) {
+    cross_x0_ = x0;
+    cross_products_.resize(layout_.cross.size());
+    cross_outputs_.resize(layout_.cross.size());
+    const float* x = x0;
+    for (size_t l = 0; l < layout_.cross.size(); ++l) {
+      const LayerShape& layer = layout_.cross[l];
+      const size_t size = static_cast<size_t>(n) * layer.out;
+      DeviceArray<float>& u = cross_products_[l];
+      RETURN_IF_ERROR(u.Resize(size));
+      LaunchBroadcastRows(parameters_.data() + layer.bias_offset, n, layer.out,
+                          u.data(), stream_);
+      RETURN_IF_ERROR(Gemm(false, true, n, layer.out, layer.in, 1.0f, x,
+                           parameters_.data() + layer.weight_offset, 1.0f,
+                           u.data()));
+      RETURN_IF_ERROR(cross_outputs_[l].Resize(size));
+      LaunchCrossCombine(x0, u.data(), x, size, cross_outputs_[l].data(),
+                         stream_);
+      x = cross_outputs_[l].data();
+    }
+    top_input_ = x;
+    return absl::OkStatus();
+  }
+
+  // The cross layers' backward pass: dinteraction_ holds d loss / d x_L.
+  // Writes every layer's W and b gradients and, with need_dx0, leaves
+  // d loss / d x0 in dinteraction_ (x0 is every layer's factor and layer
+  // 0's input: Σ_l dx_{l+1} ⊙ u_l plus the gradient by x_0 itself).
+  absl::Status CrossBackward(int n, bool need_dx0) {
+    const float one = 1.0f, zero = 0.0f;
+    const size_t size = static_cast<size_t>(n) * layout_.interaction_dim;
+    float* g = dinteraction_.data();
+    if (need_dx0) {
+      RETURN_IF_ERROR(cross_dx0_.Resize(size));
+      RETURN_IF_ERROR(CudaStatus(
+          cudaMemsetAsync(cross_dx0_.data(), 0, size * sizeof(float), stream_),
+          "cudaMemset"));
+    }
+    RETURN_IF_ERROR(cross_dproduct_.Resize(size));
+    float* du = cross_dproduct_.data();
+    for (size_t l = layout_.cross.size(); l-- > 0;) {
+      const LayerShape& layer = layout_.cross[l];
+      LaunchCrossBackward(g, cross_x0_, cross_products_[l].data(), size, du,
+                          need_dx0 ? cross_dx0_.data() : nullptr, stream_);
+      const float* x = l == 0 ? cross_x0_ : cross_outputs_[l - 1].data();
+      // dW = dUᵀ · X, db = Σ_rows dU (column-major out × n).
+      RETURN_IF_ERROR(Gemm(true, false, layer.out, layer.in, n, 1.0f, du, x,
+                           0.0f, gradients_.data() + layer.weight_offset));
+      RETURN_IF_ERROR(
+          CublasStatus(cublasSgemv(cublas_, CUBLAS_OP_N, layer.out, n, &one, du,
+                                   layer.out, ones_.data(), 1, &zero,
+                                   gradients_.data() + layer.bias_offset, 1),
+                       "cublasSgemv"));
+      if (l == 0 && !need_dx0) break;
+      // d loss / d x_l = dU · W + d loss / d x_{l+1}, in place.
+      RETURN_IF_ERROR(Gemm(false, false, n, layer.in, layer.out, 1.0f, du,
+                           parameters_.data() + layer.weight_offset, 1.0f, g));
+    }
+    if (!need_dx0) return absl::OkStatus();
+    return CublasStatus(cublasSaxpy(cublas_, static_cast<int>(size), &one,
+                                    cross_dx0_.data(), 1, g, 1),
+                        "cublasSaxpy");
+  }
+
   // The forward pass of n samples whose dense features are uploaded;
   // pool(s) enqueues slot s's pooling into features_.
   absl::Status Forward(int n, const std::function<void(size_t)>& pool) {
@@ -477,16 +543,23 @@ class CudaModel final : public Model {
       z0 = bottom_activations_.back().data();
     }
     top_input_ = z0;
+    // DCN-v2's x0: the features side by side (features_ is n × F·d), or
+    // z0 alone without slots.
+    const float* x0 = z0;
     if (!spec_.slots.empty()) {
       RETURN_IF_ERROR(features_.Resize(static_cast<size_t>(n) * f * d));
       LaunchCopyFeatureZero(const_cast<float*>(z0), features_.data(), n, f, d,
                             /*to_features=*/true, stream_);
       for (size_t s = 0; s < spec_.slots.size(); ++s) pool(s);
-      RETURN_IF_ERROR(interaction_.Resize(static_cast<size_t>(n) *
-                                          layout_.interaction_dim));
-      LaunchInteract(features_.data(), n, f, d, interaction_.data(), stream_);
-      top_input_ = interaction_.data();
+      if (layout_.cross.empty()) {
+        RETURN_IF_ERROR(interaction_.Resize(static_cast<size_t>(n) *
+                                            layout_.interaction_dim));
+        LaunchInteract(features_.data(), n, f, d, interaction_.data(), stream_);
+        top_input_ = interaction_.data();
+      }
+      x0 = features_.data();
     }
+    if (!layout_.cross.empty()) RETURN_IF_ERROR(CrossForward(x0, n));
     last_batch_size_ = n;
     return StackForward(layout_.top, top_activations_, top_input_, n);
   }
@@ -504,16 +577,25 @@ class CudaModel final : public Model {
     // Below the top MLP: nothing to do for a plain MLP; without slots the
     // top input's gradient is d loss / d z0 itself.
     const bool need_dz0 = !spec_.slots.empty() || !layout_.bottom.empty();
+    const bool cross = !layout_.cross.empty();
     RETURN_IF_ERROR(
         dinteraction_.Resize(static_cast<size_t>(n) * layout_.interaction_dim));
-    RETURN_IF_ERROR(StackBackward(layout_.top, top_activations_, top_input_, n,
-                                  need_dz0 ? dinteraction_.data() : nullptr));
+    // The cross layers' weights need d loss / d x_L whatever is below.
+    RETURN_IF_ERROR(
+        StackBackward(layout_.top, top_activations_, top_input_, n,
+                      need_dz0 || cross ? dinteraction_.data() : nullptr));
+    // dinteraction_ becomes d loss / d x0 (kCross).
+    if (cross) RETURN_IF_ERROR(CrossBackward(n, need_dz0));
     if (spec_.slots.empty()) {
       std::swap(delta_, dinteraction_);
     } else {
       RETURN_IF_ERROR(dfeatures_.Resize(features_.size()));
-      LaunchInteractBackward(features_.data(), dinteraction_.data(), n, f, d,
-                             dfeatures_.data(), stream_);
+      if (cross) {
+        std::swap(dfeatures_, dinteraction_);  // both n × F·d
+      } else {
+        LaunchInteractBackward(features_.data(), dinteraction_.data(), n, f, d,
+                               dfeatures_.data(), stream_);
+      }
       RETURN_IF_ERROR(rows());
       if (!layout_.bottom.empty()) {
         RETURN_IF_ERROR(delta_.Resize(static_cast<size_t>(n) * d));
@@ -633,6 +715,11 @@ class CudaModel final : public Model {
   std::vector<DeviceArray<int32_t>> offsets_;
   std::vector<DeviceArray<float>> row_gradients_;
   DeviceArray<float> features_, interaction_, dinteraction_, dfeatures_;
+  // DCN-v2 (kCross): x0 (features_ or z0), each layer's u_l and x_{l+1},
+  // dU of the layer walked, Σ_l dx_{l+1} ⊙ u_l.
+  const float* cross_x0_ = nullptr;
+  std::vector<DeviceArray<float>> cross_products_, cross_outputs_;
+  DeviceArray<float> cross_dproduct_, cross_dx0_;
   DeviceArray<float> losses_, delta_, scratch_;
   // A UniqueRowsBatch: per table its unique rows and their gradients; per
   // key (all tables' keys, table after table) its row, its position, both

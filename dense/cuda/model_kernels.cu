@@ -159,6 +159,30 @@ int ThreadsFor(int work) {
   return work >= 128 ? 128 : (work >= 32 ? work : 32);
 }
 
+// DCN-v2's cross layer, elementwise: y = x0 ⊙ u + x.
+__global__ void CrossCombineKernel(const float* __restrict__ x0,
+                                   const float* __restrict__ u,
+                                   const float* __restrict__ x, size_t n,
+                                   float* __restrict__ y) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    y[i] = x0[i] * u[i] + x[i];
+  }
+}
+
+// du = g ⊙ x0 and, with dx0_sum, dx0_sum += g ⊙ u.
+__global__ void CrossBackwardKernel(const float* __restrict__ g,
+                                    const float* __restrict__ x0,
+                                    const float* __restrict__ u, size_t n,
+                                    float* __restrict__ du,
+                                    float* __restrict__ dx0_sum) {
+  for (size_t i = blockIdx.x * static_cast<size_t>(blockDim.x) + threadIdx.x;
+       i < n; i += static_cast<size_t>(gridDim.x) * blockDim.x) {
+    du[i] = g[i] * x0[i];
+    if (dx0_sum != nullptr) dx0_sum[i] += g[i] * u[i];
+  }
+}
+
 }  // namespace
 
 void LaunchBroadcastRows(const float* bias, int rows, int cols, float* z,
@@ -226,6 +250,20 @@ void LaunchBinaryCrossEntropy(const float* logits, const float* labels,
   if (batch == 0) return;
   BinaryCrossEntropyKernel<<<(batch + kThreads - 1) / kThreads, kThreads, 0,
                              stream>>>(logits, labels, batch, losses, dlogits);
+}
+
+void LaunchCrossCombine(const float* x0, const float* u, const float* x,
+                        size_t n, float* y, cudaStream_t stream) {
+  if (n == 0) return;
+  CrossCombineKernel<<<Blocks(n), kThreads, 0, stream>>>(x0, u, x, n, y);
+}
+
+void LaunchCrossBackward(const float* g, const float* x0, const float* u,
+                         size_t n, float* du, float* dx0_sum,
+                         cudaStream_t stream) {
+  if (n == 0) return;
+  CrossBackwardKernel<<<Blocks(n), kThreads, 0, stream>>>(g, x0, u, n, du,
+                                                          dx0_sum);
 }
 
 }  // namespace embedps::dense_cuda

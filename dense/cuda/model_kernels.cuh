@@ -55,6 +55,17 @@ void LaunchBinaryCrossEntropy(const float* logits, const float* labels,
                               int batch, float* losses, float* dlogits,
                               cudaStream_t stream);
 
+// DCN-v2's cross layer (dense/internal/cpu_cross.h), elementwise over n
+// values: y = x0 ⊙ u + x (u = x Wᵀ + b from cuBLAS).
+void LaunchCrossCombine(const float* x0, const float* u, const float* x,
+                        size_t n, float* y, cudaStream_t stream);
+
+// Its backward, elementwise: du = g ⊙ x0 (g = d loss / d y) and, when
+// dx0_sum is not null, dx0_sum += g ⊙ u.
+void LaunchCrossBackward(const float* g, const float* x0, const float* u,
+                         size_t n, float* du, float* dx0_sum,
+                         cudaStream_t stream);
+
 }  // namespace embedps::dense_cuda
 
 #endif  // EMBEDPS_DENSE_CUDA_MODEL_KERNELS_CUH_
