@@ -59,37 +59,23 @@ absl::StatusOr<std::optional<proto::DenseModelResponse>> FetchNewerDense(
   return last;
 }
 
-// The schema of a schema job, resolved as its training did: from the
-// training files when it has a header row or STANDARDIZE columns.
-absl::StatusOr<std::optional<data::FeatureSchema>> ResolveSchema(
+// The schema of a schema job, resolved as its training did
+// (JobData::PrepareSchema reads the training files only for a header row
+// or STANDARDIZE statistics), for lines without the label.
+// REQUIRES: config.has_schema().
+absl::StatusOr<data::FeatureSchema> UnlabelledSchema(
     const config::WorkerConfig& config) {
-  const data::FeatureSchemaSpec spec =
-      config::FeatureSchemaSpecOf(config.schema());
-  bool needs_files = spec.header;
-  for (const data::FeatureSchemaSpec::Dense& d : spec.dense) {
-    needs_files |= d.transform == data::DenseTransform::kStandardize;
-  }
-  if (!needs_files) {
-    absl::StatusOr<data::FeatureSchema> schema =
-        data::ResolveFeatureSchema(spec);
-    if (!schema.ok()) {
-      return absl::Status(schema.status().code(),
-                          absl::StrCat("schema: ", schema.status().message()));
-    }
-    return std::optional<data::FeatureSchema>(*std::move(schema));
-  }
   absl::StatusOr<std::optional<data::FeatureSchema>> schema =
       JobData::PrepareSchema(config);
   if (!schema.ok()) {
     return absl::Status(
         schema.status().code(),
         absl::StrCat(schema.status().message(),
-                     " (the schema has a header row or STANDARDIZE columns: "
-                     "the predictor reads them from the training files, "
-                     "--train_data or the config's train_files, as the "
-                     "training did)"));
+                     " (a schema with a header row or STANDARDIZE columns "
+                     "is read from the training files, --train_data or the "
+                     "config's train_files, as the training did)"));
   }
-  return schema;
+  return data::WithoutLabel(**std::move(schema));
 }
 
 }  // namespace
@@ -103,9 +89,7 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::Start(
   const config::WorkerConfig& config = predictor->options_.config;
   predictor->spec_ = config::ModelSpecOf(config);
   if (config.has_schema()) {
-    ASSIGN_OR_RETURN(std::optional<data::FeatureSchema> schema,
-                     ResolveSchema(config));
-    predictor->schema_ = data::WithoutLabel(*std::move(schema));
+    ASSIGN_OR_RETURN(predictor->schema_, UnlabelledSchema(config));
   }
   for (const std::string& table : config::SlotTables(config)) {
     auto it =

@@ -431,11 +431,25 @@ class CudaModel final : public Model {
     return absl::OkStatus();
   }
 
+  // A layer's W and b gradients (written) from d loss / d its output
+  // (`delta`, batch × out) and its input (batch × in): dW = deltaᵀ · input,
+  // db = Σ over rows of delta (column-major out × batch, times ones).
+  absl::Status WeightGradients(const LayerShape& layer, const float* delta,
+                               const float* input, int batch) {
+    const float one = 1.0f, zero = 0.0f;
+    RETURN_IF_ERROR(Gemm(true, false, layer.out, layer.in, batch, 1.0f, delta,
+                         input, 0.0f, gradients_.data() + layer.weight_offset));
+    return CublasStatus(
+        cublasSgemv(cublas_, CUBLAS_OP_N, layer.out, batch, &one, delta,
+                    layer.out, ones_.data(), 1, &zero,
+                    gradients_.data() + layer.bias_offset, 1),
+        "cublasSgemv");
+  }
+
   // REQUIRES: delta_ holds d loss / d output of the stack.
   absl::Status StackBackward(const std::vector<LayerShape>& layers,
                              std::vector<DeviceArray<float>>& activations,
                              const float* x, int batch, float* dx) {
-    const float one = 1.0f, zero = 0.0f;
     for (size_t l = layers.size(); l-- > 0;) {
       const LayerShape& layer = layers[l];
       if (layer.relu) {
@@ -443,15 +457,7 @@ class CudaModel final : public Model {
                            delta_.data(), stream_);
       }
       const float* input = l == 0 ? x : activations[l - 1].data();
-      RETURN_IF_ERROR(Gemm(true, false, layer.out, layer.in, batch, 1.0f,
-                           delta_.data(), input, 0.0f,
-                           gradients_.data() + layer.weight_offset));
-      // db = Σ over rows of delta: delta is column-major out × batch.
-      RETURN_IF_ERROR(CublasStatus(
-          cublasSgemv(cublas_, CUBLAS_OP_N, layer.out, batch, &one,
-                      delta_.data(), layer.out, ones_.data(), 1, &zero,
-                      gradients_.data() + layer.bias_offset, 1),
-          "cublasSgemv"));
+      RETURN_IF_ERROR(WeightGradients(layer, delta_.data(), input, batch));
       if (l == 0 && dx == nullptr) break;
       float* target = dx;
       if (l > 0) {
@@ -498,7 +504,7 @@ class CudaModel final : public Model {
   // d loss / d x0 in dinteraction_ (x0 is every layer's factor and layer
   // 0's input: Σ_l dx_{l+1} ⊙ u_l plus the gradient by x_0 itself).
   absl::Status CrossBackward(int n, bool need_dx0) {
-    const float one = 1.0f, zero = 0.0f;
+    const float one = 1.0f;
     const size_t size = static_cast<size_t>(n) * layout_.interaction_dim;
     float* g = dinteraction_.data();
     if (need_dx0) {
@@ -514,14 +520,7 @@ class CudaModel final : public Model {
       LaunchCrossBackward(g, cross_x0_, cross_products_[l].data(), size, du,
                           need_dx0 ? cross_dx0_.data() : nullptr, stream_);
       const float* x = l == 0 ? cross_x0_ : cross_outputs_[l - 1].data();
-      // dW = dUᵀ · X, db = Σ_rows dU (column-major out × n).
-      RETURN_IF_ERROR(Gemm(true, false, layer.out, layer.in, n, 1.0f, du, x,
-                           0.0f, gradients_.data() + layer.weight_offset));
-      RETURN_IF_ERROR(
-          CublasStatus(cublasSgemv(cublas_, CUBLAS_OP_N, layer.out, n, &one, du,
-                                   layer.out, ones_.data(), 1, &zero,
-                                   gradients_.data() + layer.bias_offset, 1),
-                       "cublasSgemv"));
+      RETURN_IF_ERROR(WeightGradients(layer, du, x, n));
       if (l == 0 && !need_dx0) break;
       // d loss / d x_l = dU · W + d loss / d x_{l+1}, in place.
       RETURN_IF_ERROR(Gemm(false, false, n, layer.in, layer.out, 1.0f, du,
