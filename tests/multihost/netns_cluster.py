@@ -9,6 +9,7 @@ contacted.
 
 import atexit
 import ctypes
+import itertools
 import json
 import os
 import pathlib
@@ -34,7 +35,7 @@ def available():
     for tool in ("ip", "tc"):
         if subprocess.run(["which", tool], capture_output=True).returncode != 0:
             return f"needs {tool} (iproute2)"
-    name = f"epcheck{os.getpid() % 100000}"
+    name = f"epcheck{os.getpid()}"
     made = sh("ip", "netns", "add", name, check=False)
     if made.returncode != 0:
         return f"cannot create a network namespace: {made.stderr.strip()}"
@@ -42,12 +43,21 @@ def available():
     return None
 
 
+_made = itertools.count()
+
+
 class Hosts:
     """`names` hosts, host i at 192.0.2.(10 + i), on one bridge."""
 
     def __init__(self, names):
-        tag = f"{os.getpid() % 100000}"
+        # Names carry this process's whole pid, a letter per Hosts made in
+        # it and a separator before the host's index: no two live sets of
+        # hosts make the same name (Linux allows 15 characters: "ev" + 7
+        # digits + letter + "x" + index fits). A name left by a dead
+        # process that had this pid is removed first.
+        tag = f"{os.getpid()}{chr(ord('a') + next(_made) % 26)}"
         self.bridge = f"epbr{tag}"
+        sh("ip", "link", "del", self.bridge, check=False)
         self.namespaces = {}
         self.address = {}
         self.processes = []
@@ -59,8 +69,10 @@ class Hosts:
         # reach the hosts but through a host of its own.
         sh("ip", "link", "set", self.bridge, "up")
         for i, name in enumerate(names):
-            ns = f"ep{tag}{name}"
-            veth = f"ev{tag}{i}"
+            ns = f"ep{tag}-{name}"
+            veth = f"ev{tag}x{i}"
+            sh("ip", "netns", "del", ns, check=False)
+            sh("ip", "link", "del", veth, check=False)
             sh("ip", "netns", "add", ns)
             self.namespaces[name] = ns
             sh("ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
@@ -114,6 +126,11 @@ class Hosts:
                 process.kill()
             process.wait()
         self.processes = []
+        # Deleting a veth deletes its pair at once; a deleted namespace's
+        # pair can outlive it (the kernel frees a namespace lazily).
+        for veth in self.veths:
+            sh("ip", "link", "del", veth, check=False)
+        self.veths = []
         for ns in self.namespaces.values():
             sh("ip", "netns", "del", ns, check=False)
         self.namespaces = {}
