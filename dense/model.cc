@@ -184,8 +184,9 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(
   return std::unique_ptr<Model>(new CpuBackendModel(std::move(*cpu)));
 }
 
-absl::StatusOr<std::string> SerializeParameters(
-    Model& model, int64_t step, const DenseOptimizer* optimizer) {
+absl::StatusOr<std::string> SerializeParameters(Model& model, int64_t step,
+                                                const DenseOptimizer* optimizer,
+                                                const InputLayout* input) {
   std::vector<float> values(model.num_parameters());
   if (absl::Status s = model.GetParameters(absl::MakeSpan(values)); !s.ok()) {
     return s;
@@ -205,13 +206,15 @@ absl::StatusOr<std::string> SerializeParameters(
     file.set_optimizer_state(optimizer->SaveState());
     file.set_optimizer_state_crc32(Crc32(file.optimizer_state()));
   }
+  if (input != nullptr) *file.mutable_input_layout() = *input;
   return file.SerializeAsString();
 }
 
 absl::Status SaveParameters(Model& model, int64_t step, const std::string& path,
-                            const DenseOptimizer* optimizer) {
+                            const DenseOptimizer* optimizer,
+                            const InputLayout* input) {
   absl::StatusOr<std::string> bytes =
-      SerializeParameters(model, step, optimizer);
+      SerializeParameters(model, step, optimizer, input);
   if (!bytes.ok()) return bytes.status();
   const std::string temporary = path + ".tmp";
   {
@@ -239,6 +242,21 @@ absl::StatusOr<int64_t> LoadParameters(const std::string& path, Model& model,
   std::stringstream contents;
   contents << in.rdbuf();
   return LoadParametersFromBytes(contents.str(), path, model, optimizer);
+}
+
+absl::StatusOr<InputLayout> ReadInputLayout(absl::string_view bytes,
+                                            const std::string& path) {
+  DenseParametersFile file;
+  if (!file.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    return absl::DataLossError(absl::StrCat("dense parameters file ", path,
+                                            " is truncated or not one"));
+  }
+  if (file.format_version() != kFormatVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "dense parameters file ", path, " has format version ",
+        file.format_version(), "; this build reads ", kFormatVersion));
+  }
+  return std::move(*file.mutable_input_layout());
 }
 
 absl::StatusOr<int64_t> LoadParametersFromBytes(absl::string_view bytes,

@@ -28,6 +28,8 @@
 
 namespace embedps::dense {
 
+class InputLayout;  // dense/dense_model.proto
+
 enum class Backend { kCpu, kCuda };
 
 // "cpu" or "cuda"; INVALID_ARGUMENT otherwise.
@@ -150,9 +152,11 @@ absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelSpec& spec,
 
 // Writes the parameters and `step` to `path` atomically (a temporary file
 // renamed into place), with the model's shape and a checksum.
-// With `optimizer`, its state is saved too.
+// With `optimizer`, its state is saved too; with `input`, the layout of
+// the model's inputs (stored as given, never read by the model).
 absl::Status SaveParameters(Model& model, int64_t step, const std::string& path,
-                            const DenseOptimizer* optimizer = nullptr);
+                            const DenseOptimizer* optimizer = nullptr,
+                            const InputLayout* input = nullptr);
 
 // Loads parameters saved by SaveParameters into `model` and returns their
 // step. NOT_FOUND for a missing file; DATA_LOSS naming the file for a
@@ -166,7 +170,14 @@ absl::StatusOr<int64_t> LoadParameters(const std::string& path, Model& model,
 
 // The bytes SaveParameters writes (to send them rather than store them).
 absl::StatusOr<std::string> SerializeParameters(
-    Model& model, int64_t step, const DenseOptimizer* optimizer = nullptr);
+    Model& model, int64_t step, const DenseOptimizer* optimizer = nullptr,
+    const InputLayout* input = nullptr);
+
+// The input layout saved with the parameters in `bytes` (empty if none
+// was); DATA_LOSS naming `path` if they are not such a file,
+// FAILED_PRECONDITION for a format version this build does not read.
+absl::StatusOr<InputLayout> ReadInputLayout(absl::string_view bytes,
+                                            const std::string& path);
 
 // LoadParameters of the bytes of such a file; `path` names them in errors.
 absl::StatusOr<int64_t> LoadParametersFromBytes(

@@ -6,7 +6,9 @@
 #include <sstream>
 #include <vector>
 
+#include "common/file_io.h"
 #include "common/status_matchers.h"
+#include "dense/dense_model.pb.h"
 #include "dense/device.h"
 #include "dense/unique_rows_testing.h"
 #include "gmock/gmock.h"
@@ -197,8 +199,6 @@ TEST(ModelTest, CudaBackendWithoutDeviceIsFailedPrecondition) {
   EXPECT_EQ(ParseBackend("cuda").value(), Backend::kCuda);
 }
 
-// DCN-v2 has no CUDA kernels: refused by name on any machine, device or
-// not; the CPU backend takes it.
 TEST(ModelTest, SaveAndLoadRoundTrip) {
   ASSERT_OK_AND_ASSIGN(auto a, CreateModel(Spec(), {}));
   std::vector<float> p = Parameters(*a);
@@ -237,6 +237,38 @@ TEST(ModelTest, OptimizerStateTravelsWithTheParameters) {
                        HasSubstr("no optimizer state")));
   // Loading without asking for the state is fine either way.
   EXPECT_OK(LoadParameters(with_state, *b).status());
+}
+
+// The input layout is stored as given and read back from the bytes that
+// travel (checkpoints, publications); a file saved without one reads back
+// an empty layout; bytes that are no such file are DATA_LOSS.
+TEST(ModelTest, TheInputLayoutTravelsWithTheParameters) {
+  ASSERT_OK_AND_ASSIGN(auto a, CreateModel(Spec(), {}));
+  InputLayout layout;
+  layout.set_header("label\tprice\tuser");
+  InputLayout::Standardized* price = layout.add_standardized();
+  price->set_column("price");
+  price->set_mean(12.5);
+  price->set_inv_std(0.25);
+  const std::string path = TempPath("layout.dense");
+  ASSERT_OK(SaveParameters(*a, 3, path, nullptr, &layout));
+  ASSERT_OK_AND_ASSIGN(const std::string saved, ReadWholeFile(path));
+  ASSERT_OK_AND_ASSIGN(const InputLayout read, ReadInputLayout(saved, path));
+  EXPECT_EQ(read.SerializeAsString(), layout.SerializeAsString());
+  // The parameters load as from any file.
+  ASSERT_OK_AND_ASSIGN(auto b, CreateModel(Spec(), {}));
+  ASSERT_OK_AND_ASSIGN(const int64_t step, LoadParameters(path, *b));
+  EXPECT_EQ(step, 3);
+
+  ASSERT_OK_AND_ASSIGN(const std::string plain, SerializeParameters(*a, 3));
+  ASSERT_OK_AND_ASSIGN(const InputLayout none, ReadInputLayout(plain, "p"));
+  EXPECT_TRUE(none.header().empty());
+  EXPECT_EQ(none.standardized_size(), 0);
+  EXPECT_THAT(ReadInputLayout("\xff\xff\xff", "junk"),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("junk")));
+  EXPECT_THAT(ReadInputLayout("", "nothing"),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       HasSubstr("nothing has format version 0")));
 }
 
 TEST(ModelTest, BadFilesAreRefusedAndChangeNothing) {

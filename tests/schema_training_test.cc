@@ -3,18 +3,23 @@
 // list; a real ps_server holds the embeddings and real ps_worker
 // processes train deploy/local/schema_small.txtpb's schema on it; a
 // serving replica and ps_predictor then serve the model trained.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/serving_client.h"
 #include "common/status_matchers.h"
+#include "dense/dense_model.pb.h"
 #include "dense/eval_metrics.h"
+#include "dense/model.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "proto/serving.grpc.pb.h"
@@ -47,10 +52,12 @@ const std::string& Data() {
 }
 
 // Trains `workers` ranks against `servers` shards; rank 0's summary.
-// `more`: further ps_worker flags.
+// `more`: further ps_worker flags; `out`: the output_dir (default: a new
+// one).
 std::string Train(const std::string& data, int servers, int workers,
                   const std::vector<std::string>& more = {},
-                  std::unique_ptr<ServerProcess>* kept = nullptr) {
+                  std::unique_ptr<ServerProcess>* kept = nullptr,
+                  std::string out = "") {
   std::vector<std::unique_ptr<ServerProcess>> shards;
   std::vector<std::string> addresses;
   for (int s = 0; s < servers; ++s) {
@@ -63,7 +70,7 @@ std::string Train(const std::string& data, int servers, int workers,
     addresses.push_back((*shard)->address());
     shards.push_back(*std::move(shard));
   }
-  const std::string out = TestTempPath("out");
+  if (out.empty()) out = TestTempPath("out");
   std::vector<std::unique_ptr<ChildProcess>> ranks;
   for (int r = 0; r < workers; ++r) {
     std::vector<std::string> args = {
@@ -123,9 +130,10 @@ void TestLines(const std::string& path, std::vector<std::string>* lines,
 }
 
 // The model trained on the schema's columns is served: a replica loads
-// the job's last checkpoint, ps_predictor reads the schema's header and
-// STANDARDIZE statistics from the training files as the job did, and
-// Predict of the test lines (label cut) gives the job's own test AUC.
+// the job's last checkpoint, ps_predictor resolves the schema's header
+// and STANDARDIZE statistics from what the model records (no training
+// file at hand), and Predict of the test lines (label cut) gives the
+// job's own test AUC.
 TEST(SchemaTrainingTest, ThePredictorServesTheSchemaModel) {
   const std::string& data = Data();
   const std::string checkpoints = TestTempPath("schema_checkpoints");
@@ -155,24 +163,11 @@ TEST(SchemaTrainingTest, ThePredictorServesTheSchemaModel) {
     }
     ASSERT_GE(serving->Versions()[0][0].step(), final_step);
   }
-  const std::vector<std::string> predictor_args = {
+  // The config's train_files do not exist here: the model's record is
+  // all the predictor has.
+  const std::vector<std::string> args = {
       std::string("--config=") + kConfig, "--serving=" + replica->address(),
       "--deadline_ms=5000", "--log_level=warn"};
-
-  // Without the training files the schema cannot be resolved: the
-  // predictor says so and exits.
-  {
-    const std::string log = TestTempPath("predictor_without_files.log");
-    ASSERT_OK_AND_ASSIGN(
-        auto refused, ChildProcess::Spawn(kPredictor, predictor_args, "", log));
-    ASSERT_OK_AND_ASSIGN(const int code, refused->WaitFor(absl::Seconds(60)));
-    EXPECT_NE(code, 0);
-    EXPECT_NE(ReadFile(log).find("training files"), std::string::npos)
-        << ReadFile(log);
-  }
-
-  std::vector<std::string> args = predictor_args;
-  args.push_back("--train_data=" + data + "/train.tsv");
   ASSERT_OK_AND_ASSIGN(auto predictor, ServerProcess::Start(kPredictor, args));
   auto stub = proto::Predictor::NewStub(grpc::CreateChannel(
       predictor->address(), grpc::InsecureChannelCredentials()));
@@ -208,6 +203,66 @@ TEST(SchemaTrainingTest, ThePredictorServesTheSchemaModel) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("line 1"), std::string::npos)
       << status.error_message();
+}
+
+// The input layout of the model a job wrote to `out` (its output_dir).
+dense::InputLayout OutputLayout(const std::string& out,
+                                const std::string& summary) {
+  const std::string path = out + "/dense.params";
+  absl::StatusOr<dense::InputLayout> layout =
+      dense::ReadInputLayout(ReadFile(path), path);
+  EXPECT_OK(layout.status()) << summary;
+  return layout.ok() ? *layout : dense::InputLayout();
+}
+
+// A job resumed on other data (the next day's files: here the real
+// column scaled by 10) keeps the STANDARDIZE statistics its model was
+// trained with: the model it writes records the checkpoint's, not those
+// of the files it now reads.
+TEST(SchemaTrainingTest, AResumedJobKeepsTheStatisticsItWasTrainedWith) {
+  const std::string& data = Data();
+  const std::string checkpoints = TestTempPath("resume_checkpoints");
+  const std::string out = TestTempPath("resume_out");
+  const std::string first =
+      Train(data, 1, 1,
+            {"--checkpoint_dir=" + checkpoints,
+             "--checkpoint_every_steps=100000", "--max_steps=20"},
+            nullptr, out);
+  const dense::InputLayout trained = OutputLayout(out, first);
+  ASSERT_EQ(trained.standardized_size(), 1) << first;
+  EXPECT_EQ(trained.standardized(0).column(), "r0");
+  EXPECT_NE(trained.standardized(0).mean(), 0);
+
+  // The same rows with r0 × 10.
+  const std::string scaled = TestTempPath("scaled_train.tsv");
+  {
+    std::ifstream in(data + "/train.tsv");
+    std::ofstream out(scaled);
+    std::string line;
+    std::getline(in, line);
+    out << line << "\n";
+    const std::vector<std::string> header = absl::StrSplit(line, '\t');
+    const size_t r0 =
+        std::find(header.begin(), header.end(), "r0") - header.begin();
+    ASSERT_LT(r0, header.size());
+    while (std::getline(in, line)) {
+      std::vector<std::string> fields = absl::StrSplit(line, '\t');
+      double value = 0;
+      if (absl::SimpleAtod(fields[r0], &value)) {
+        fields[r0] = absl::StrCat(value * 10);
+      }
+      out << absl::StrJoin(fields, "\t") << "\n";
+    }
+  }
+  const std::string resumed =
+      Train(data, 1, 1,
+            {"--train_data=" + scaled, "--restore=" + checkpoints,
+             "--checkpoint_dir=" + checkpoints, "--max_steps=40"},
+            nullptr, out);
+  EXPECT_EQ(JsonNumber(resumed, "steps"), 40) << resumed;
+  const dense::InputLayout kept = OutputLayout(out, resumed);
+  EXPECT_EQ(kept.SerializeAsString(), trained.SerializeAsString())
+      << kept.DebugString() << " against " << trained.DebugString();
 }
 
 }  // namespace

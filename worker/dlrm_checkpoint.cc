@@ -8,13 +8,19 @@
 #include "checkpoint/manifest.h"
 #include "common/file_io.h"
 #include "common/status_macros.h"
+#include "dense/dense_model.pb.h"
 #include "worker/dlrm_worker.h"
+#include "worker/input_layout.h"
 
 namespace embedps::worker::dlrm_internal {
 namespace {
 
 // The dense parameters' file in a checkpoint.
 constexpr const char* kDenseFile = checkpoint::kDenseParametersFile;
+
+std::string DensePathIn(const std::string& checkpoint) {
+  return (std::filesystem::path(checkpoint) / kDenseFile).string();
+}
 
 }  // namespace
 
@@ -42,29 +48,71 @@ absl::Status DlrmWorker::RestoreTables() {
   return absl::OkStatus();
 }
 
-absl::Status DlrmWorker::RestoreDense() {
-  if (restore_dir_.empty()) return absl::OkStatus();
+absl::StatusOr<std::string> DlrmWorker::ReadRestoredDense() const {
   ASSIGN_OR_RETURN(const proto::CheckpointManifest manifest,
                    checkpoint::ReadManifest(restore_dir_));
   const proto::CheckpointExtraFile* dense_file = nullptr;
   for (const proto::CheckpointExtraFile& file : manifest.extra_file()) {
     if (file.path() == kDenseFile) dense_file = &file;
   }
-  const std::string path =
-      (std::filesystem::path(restore_dir_) / kDenseFile).string();
   if (dense_file == nullptr) {
     return absl::FailedPreconditionError(absl::StrCat(
         "checkpoint '", restore_dir_,
         "' holds no dense parameters (written by a trainer that does not "
         "save them?)"));
   }
-  ASSIGN_OR_RETURN(const uint32_t crc, FileCrc32(path));
-  if (crc != dense_file->crc32()) {
+  const std::string path = DensePathIn(restore_dir_);
+  ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
+  if (Crc32(bytes) != dense_file->crc32()) {
     return absl::DataLossError(absl::StrCat("dense parameters '", path,
                                             "' fail the manifest's checksum"));
   }
-  ASSIGN_OR_RETURN(const int64_t step,
-                   dense::LoadParameters(path, *model_, optimizer_.get()));
+  return bytes;
+}
+
+absl::Status DlrmWorker::KeepTrainedInputLayout() {
+  if (!schema_.has_value()) return absl::OkStatus();
+  const dense::InputLayout recomputed = InputLayoutOf(*schema_);
+  if (!restore_dir_.empty() && recomputed.standardized_size() > 0) {
+    ASSIGN_OR_RETURN(restored_dense_, ReadRestoredDense());
+    ASSIGN_OR_RETURN(
+        const dense::InputLayout trained,
+        dense::ReadInputLayout(restored_dense_, DensePathIn(restore_dir_)));
+    if (trained.standardized().empty()) {
+      log_->warn(
+          "checkpoint '{}' records no STANDARDIZE statistics: using those of "
+          "the training files",
+          restore_dir_);
+    } else {
+      if (absl::Status s = UseRecordedStatistics(trained, &*schema_); !s.ok()) {
+        return absl::Status(s.code(), absl::StrCat("restoring '", restore_dir_,
+                                                   "': ", s.message()));
+      }
+      if (trained.SerializeAsString() !=
+          InputLayoutOf(*schema_).SerializeAsString()) {
+        log_->info(
+            "keeping the STANDARDIZE statistics the model of '{}' was trained "
+            "with; the training files' differ",
+            restore_dir_);
+      }
+    }
+  }
+  input_layout_ = InputLayoutOf(*schema_);
+  return absl::OkStatus();
+}
+
+absl::Status DlrmWorker::RestoreDense() {
+  if (restore_dir_.empty()) return absl::OkStatus();
+  std::string bytes = std::move(restored_dense_);
+  if (bytes.empty()) {
+    ASSIGN_OR_RETURN(bytes, ReadRestoredDense());
+  }
+  ASSIGN_OR_RETURN(const proto::CheckpointManifest manifest,
+                   checkpoint::ReadManifest(restore_dir_));
+  const std::string path = DensePathIn(restore_dir_);
+  ASSIGN_OR_RETURN(
+      const int64_t step,
+      dense::LoadParametersFromBytes(bytes, path, *model_, optimizer_.get()));
   if (step != static_cast<int64_t>(manifest.step())) {
     return absl::DataLossError(
         absl::StrCat("dense parameters '", path, "' are of step ", step,
@@ -107,7 +155,7 @@ absl::Status DlrmWorker::Checkpoint(int64_t steps_done, PreparedStep* pushing,
     RETURN_IF_ERROR(dense::SaveParameters(
         *model_, steps_done,
         (std::filesystem::path(pending->directory()) / kDenseFile).string(),
-        optimizer_.get()));
+        optimizer_.get(), &input_layout_));
     finishing_ = std::async(
         std::launch::async,
         [log = log_, pending = std::move(pending)]()
@@ -148,8 +196,9 @@ absl::Status DlrmWorker::AwaitCheckpoint(DlrmJobResult& result) {
 }
 
 absl::Status DlrmWorker::Publish(int64_t steps) {
-  ASSIGN_OR_RETURN(const std::string dense,
-                   dense::SerializeParameters(*model_, steps));
+  ASSIGN_OR_RETURN(
+      const std::string dense,
+      dense::SerializeParameters(*model_, steps, nullptr, &input_layout_));
   ASSIGN_OR_RETURN(const uint64_t rows,
                    client_->Publish(static_cast<uint64_t>(steps), dense));
   ++metrics_.publications;

@@ -99,6 +99,7 @@ absl::Status DlrmWorker::Setup() {
           std::clamp(std::thread::hardware_concurrency(), 1u, 8u)));
 
   ASSIGN_OR_RETURN(schema_, JobData::PrepareSchema(c_));
+  RETURN_IF_ERROR(KeepTrainedInputLayout());
   data::BatchReaderOptions reader;
   reader.files.assign(c_.train_files().begin(), c_.train_files().end());
   reader.batch_size = c_.batch_size() > 0 ? c_.batch_size() : 512;
@@ -665,8 +666,8 @@ absl::Status DlrmWorker::WriteOutputs(const DlrmJobResult& result) {
         "cannot create output_dir ", c_.output_dir(), ": ", error.message()));
   }
   const std::string dir = c_.output_dir();
-  RETURN_IF_ERROR(
-      dense::SaveParameters(*model_, result.steps, dir + "/dense.params"));
+  RETURN_IF_ERROR(dense::SaveParameters(
+      *model_, result.steps, dir + "/dense.params", nullptr, &input_layout_));
   std::ofstream history(dir + "/history.csv", std::ios::trunc);
   history
       << "step,samples,train_loss,train_auc,test_auc,test_logloss,seconds\n";

@@ -24,6 +24,7 @@
 #include "data/feature_schema.h"
 #include "dense/collective/communicator.h"
 #include "dense/data_parallel.h"
+#include "dense/dense_model.pb.h"
 #include "dense/dense_optimizer.h"
 #include "dense/host_array.h"
 #include "dense/model.h"
@@ -113,6 +114,14 @@ class DlrmWorker {
   absl::Status RestoreTables();
   // Every rank: the dense parameters and optimizer state, and the step.
   absl::Status RestoreDense();
+  // The bytes of the restored checkpoint's dense parameters, checked
+  // against its manifest.
+  absl::StatusOr<std::string> ReadRestoredDense() const;
+  // Every rank, after the schema is prepared: a restored model keeps the
+  // STANDARDIZE statistics it was trained with (the training files' may
+  // differ: another day's data); input_layout_ is then what the model
+  // records.
+  absl::Status KeepTrainedInputLayout();
   // After `steps_done` steps (their pushes in `pushing`): all ranks meet,
   // rank 0 snapshots the tables and saves the dense state, all ranks meet
   // again; the files are finished in the background.
@@ -161,11 +170,15 @@ class DlrmWorker {
   // The schema of the data (prepared from the training files), if not
   // Criteo's layout.
   std::optional<data::FeatureSchema> schema_;
+  // What every dense parameters file written records of the schema.
+  dense::InputLayout input_layout_;
   std::unique_ptr<JobData> reader_;
   config::Mode mode_;
   int64_t total_steps_ = 0;
   // Restore.
   std::string restore_dir_;
+  // Its dense parameters' bytes, when read before RestoreDense.
+  std::string restored_dense_;
   int64_t start_step_ = 0;
   // Rank 0: the checkpoint whose files are being finished.
   std::future<absl::StatusOr<proto::CheckpointManifest>> finishing_;

@@ -11,10 +11,12 @@
 #include "common/status_macros.h"
 #include "config/dlrm_config.h"
 #include "data/criteo_reader.h"
+#include "dense/dense_model.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/serving.grpc.pb.h"
 #include "security/credentials.h"
 #include "wire/grpc_status.h"
+#include "worker/input_layout.h"
 #include "worker/job_data.h"
 #include "worker/key_dedup.h"
 
@@ -59,11 +61,12 @@ absl::StatusOr<std::optional<proto::DenseModelResponse>> FetchNewerDense(
   return last;
 }
 
-// The schema of a schema job, resolved as its training did
-// (JobData::PrepareSchema reads the training files only for a header row
-// or STANDARDIZE statistics), for lines without the label.
+// The schema of a schema job whose model records no input layout,
+// resolved from its training files as its training did
+// (JobData::PrepareSchema reads them only for a header row or
+// STANDARDIZE statistics), for lines without the label.
 // REQUIRES: config.has_schema().
-absl::StatusOr<data::FeatureSchema> UnlabelledSchema(
+absl::StatusOr<data::FeatureSchema> UnlabelledSchemaFromFiles(
     const config::WorkerConfig& config) {
   absl::StatusOr<std::optional<data::FeatureSchema>> schema =
       JobData::PrepareSchema(config);
@@ -71,9 +74,10 @@ absl::StatusOr<data::FeatureSchema> UnlabelledSchema(
     return absl::Status(
         schema.status().code(),
         absl::StrCat(schema.status().message(),
-                     " (a schema with a header row or STANDARDIZE columns "
-                     "is read from the training files, --train_data or the "
-                     "config's train_files, as the training did)"));
+                     " (the dense model records no input layout: a schema "
+                     "with a header row or STANDARDIZE columns is read from "
+                     "the training files, --train_data or the config's "
+                     "train_files, as the training did)"));
   }
   return data::WithoutLabel(**std::move(schema));
 }
@@ -88,9 +92,6 @@ absl::StatusOr<std::unique_ptr<Predictor>> Predictor::Start(
   std::unique_ptr<Predictor> predictor(new Predictor(std::move(options)));
   const config::WorkerConfig& config = predictor->options_.config;
   predictor->spec_ = config::ModelSpecOf(config);
-  if (config.has_schema()) {
-    ASSIGN_OR_RETURN(predictor->schema_, UnlabelledSchema(config));
-  }
   for (const std::string& table : config::SlotTables(config)) {
     auto it =
         std::find(predictor->tables_.begin(), predictor->tables_.end(), table);
@@ -158,6 +159,9 @@ absl::Status Predictor::Refresh() {
   auto loaded = std::make_shared<Loaded>();
   loaded->step = dense.step();
   loaded->parameters = dense.dense_parameters();
+  if (options_.config.has_schema()) {
+    ASSIGN_OR_RETURN(loaded->schema, SchemaFor(loaded->parameters));
+  }
   // One instance now: a model that does not load is refused here.
   ASSIGN_OR_RETURN(std::unique_ptr<dense::Model> first, NewInstance(*loaded));
   loaded->idle.push_back(std::move(first));
@@ -176,6 +180,31 @@ absl::StatusOr<std::unique_ptr<dense::Model>> Predictor::NewInstance(
                       *model)
                       .status());
   return model;
+}
+
+absl::StatusOr<std::shared_ptr<const data::FeatureSchema>> Predictor::SchemaFor(
+    const std::string& parameters) {
+  const std::string name = "the dense model";
+  ASSIGN_OR_RETURN(const dense::InputLayout layout,
+                   dense::ReadInputLayout(parameters, name));
+  absl::StatusOr<std::optional<data::FeatureSchema>> recorded = SchemaOfModel(
+      config::FeatureSchemaSpecOf(options_.config.schema()), layout);
+  if (!recorded.ok()) {
+    return absl::Status(recorded.status().code(),
+                        absl::StrCat("the dense model's input layout: ",
+                                     recorded.status().message()));
+  }
+  if (recorded->has_value()) {
+    return std::make_shared<const data::FeatureSchema>(
+        data::WithoutLabel(**std::move(recorded)));
+  }
+  if (files_schema_ == nullptr) {
+    ASSIGN_OR_RETURN(data::FeatureSchema schema,
+                     UnlabelledSchemaFromFiles(options_.config));
+    files_schema_ =
+        std::make_shared<const data::FeatureSchema>(std::move(schema));
+  }
+  return files_schema_;
 }
 
 void Predictor::RefreshLoop() {
@@ -200,17 +229,21 @@ void Predictor::RefreshLoop() {
 
 absl::StatusOr<std::vector<float>> Predictor::PredictLines(
     absl::Span<const std::string> lines, uint64_t* version) {
-  data::SchemaBatch batch;
-  if (schema_.has_value()) {
-    batch.Reset(*schema_);
+  // One model for the parse and the forward pass: its schema is the one
+  // it was trained with.
+  const std::shared_ptr<Loaded> loaded = Model();
+  if (loaded->schema != nullptr) {
+    data::SchemaBatch batch;
+    batch.Reset(*loaded->schema);
     for (size_t i = 0; i < lines.size(); ++i) {
-      absl::Status parsed = data::ParseSchemaLine(*schema_, lines[i], &batch);
+      absl::Status parsed =
+          data::ParseSchemaLine(*loaded->schema, lines[i], &batch);
       if (!parsed.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat("line ", i, ": ", parsed.message()));
       }
     }
-    return Predict(batch, version);
+    return PredictWith(*loaded, batch, version);
   }
   data::CriteoBatch criteo;
   criteo.size = static_cast<int>(lines.size());
@@ -225,14 +258,18 @@ absl::StatusOr<std::vector<float>> Predictor::PredictLines(
           absl::StrCat("line ", i, ": ", parsed.message()));
     }
   }
-  return Predict(BagsOf(criteo), version);
+  return PredictWith(*loaded, BagsOf(criteo), version);
 }
 
 absl::StatusOr<std::vector<float>> Predictor::Predict(
     const data::SchemaBatch& batch, uint64_t* version) {
-  const std::shared_ptr<Loaded> loaded = Model();
+  return PredictWith(*Model(), batch, version);
+}
+
+absl::StatusOr<std::vector<float>> Predictor::PredictWith(
+    Loaded& loaded, const data::SchemaBatch& batch, uint64_t* version) {
   const int n = batch.size;
-  if (version != nullptr) *version = loaded->step;
+  if (version != nullptr) *version = loaded.step;
   if (n == 0) return std::vector<float>();
   const size_t slots = slot_table_.size();
   if (batch.slots.size() != slots) {
@@ -259,7 +296,7 @@ absl::StatusOr<std::vector<float>> Predictor::Predict(
   }
   std::vector<std::vector<float>> found;
   if (!lookups.empty()) {
-    RETURN_IF_ERROR(client_->Lookup(lookups, &found, loaded->step));
+    RETURN_IF_ERROR(client_->Lookup(lookups, &found, loaded.step));
   }
   std::vector<std::vector<float>> rows(tables_.size());
   for (size_t i = 0; i < looked_up.size(); ++i) {
@@ -279,24 +316,24 @@ absl::StatusOr<std::vector<float>> Predictor::Predict(
   std::vector<float> logits(n);
   std::unique_ptr<dense::Model> model;  // an idle instance, or a new one
   {
-    MutexLock lock(&loaded->mu);
-    if (!loaded->idle.empty()) {
-      model = std::move(loaded->idle.back());
-      loaded->idle.pop_back();
+    MutexLock lock(&loaded.mu);
+    if (!loaded.idle.empty()) {
+      model = std::move(loaded.idle.back());
+      loaded.idle.pop_back();
     }
   }
   if (model == nullptr) {
-    ASSIGN_OR_RETURN(model, NewInstance(*loaded));
+    ASSIGN_OR_RETURN(model, NewInstance(loaded));
   }
   const absl::Status predicted =
       model->PredictOnUniqueRows(model_batch, absl::MakeSpan(logits));
   {
-    MutexLock lock(&loaded->mu);
-    loaded->idle.push_back(std::move(model));
+    MutexLock lock(&loaded.mu);
+    loaded.idle.push_back(std::move(model));
   }
   RETURN_IF_ERROR(predicted);
   for (float& z : logits) z = 1.0f / (1.0f + std::exp(-z));
-  if (version != nullptr) *version = loaded->step;
+  if (version != nullptr) *version = loaded.step;
   return logits;
 }
 

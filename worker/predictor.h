@@ -4,10 +4,11 @@
 // Lines: label-less Criteo lines (13 integer, 26 categorical fields), or,
 // for a job trained on a FeatureSchema, lines of the training files'
 // layout without the label field. The schema is resolved as the training
-// resolved it: a header row or STANDARDIZE statistics are read from the
-// config's train_files (the same files, so the same statistics; they do
-// not travel with the model), a schema by position without STANDARDIZE
-// needs no file.
+// resolved it, from what the dense model records (its input layout: the
+// header row and the STANDARDIZE statistics, worker/input_layout.h), so
+// no training file is needed; for a model that records none, a header
+// row or STANDARDIZE statistics are read from the config's train_files
+// (a schema by position without STANDARDIZE needs no file).
 //
 // The dense model comes from the replicas too (ServingService.DenseModel:
 // training publishes it with shard 0's publications and writes it with
@@ -84,6 +85,9 @@ class Predictor {
   struct Loaded {
     uint64_t step = 0;
     std::string parameters;  // the serialized model
+    // The label-less lines' schema (a schema job's), as this model
+    // records it; null for Criteo's layout.
+    std::shared_ptr<const data::FeatureSchema> schema;
     Mutex mu;
     std::vector<std::unique_ptr<dense::Model>> idle ABSL_GUARDED_BY(mu);
   };
@@ -93,13 +97,21 @@ class Predictor {
   absl::Status Refresh();
   absl::StatusOr<std::unique_ptr<dense::Model>> NewInstance(
       const Loaded& loaded) const;
+  // The label-less schema of a schema job for `parameters`' model.
+  absl::StatusOr<std::shared_ptr<const data::FeatureSchema>> SchemaFor(
+      const std::string& parameters);
+  absl::StatusOr<std::vector<float>> PredictWith(Loaded& loaded,
+                                                 const data::SchemaBatch& batch,
+                                                 uint64_t* version);
   void RefreshLoop();
   std::shared_ptr<Loaded> Model() const;
 
   const PredictorOptions options_;
   dense::ModelSpec spec_;
-  // Label-less lines of a schema job; none for Criteo's layout.
-  std::optional<data::FeatureSchema> schema_;
+  // A schema job's label-less schema resolved from its training files,
+  // once a model that records no input layout needs it (Refresh's alone:
+  // Start's thread, then the refresher's).
+  std::shared_ptr<const data::FeatureSchema> files_schema_;
   std::vector<std::string> tables_;  // the slots' tables, each once
   std::vector<int> slot_table_;      // by slot: its index in tables_
   std::unique_ptr<client::ServingClient> client_;

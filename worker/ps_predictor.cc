@@ -44,9 +44,10 @@ ABSL_FLAG(std::string, cluster_id, "",
           "the cluster every serving replica must state it belongs to "
           "(their --cluster_id); empty: the one the first to answer states");
 ABSL_FLAG(std::string, train_data, "",
-          "the training files (comma-separated), for a schema job whose "
-          "schema has a header row or STANDARDIZE columns: read as the "
-          "training read them; default: the config's train_files");
+          "the training files (comma-separated), read only for a schema "
+          "job whose model records no input layout (a header row or "
+          "STANDARDIZE columns are then read as the training read them); "
+          "default: the config's train_files");
 ABSL_FLAG(std::string, host, "127.0.0.1", "address to listen on");
 ABSL_FLAG(int32_t, port, 0, "port; 0 picks one (printed, and --port_file)");
 ABSL_FLAG(std::string, port_file, "", "where the chosen port is written");
