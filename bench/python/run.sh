@@ -3,6 +3,7 @@
 # on this machine, printed side by side:
 #   (a) a PyTorch loop with embedps tables (embedps.torch), 1 worker + 1 ps_server
 #   (b) pure PyTorch: local nn.EmbeddingBag, sparse Adagrad
+#   ((a) and (b) in --rounds alternating rounds: medians and the ratio by round)
 #   (c) ps_worker (C++), 1 worker + 1 ps_server
 #   (d) TorchRec on CPU (EmbeddingBagCollection, fused Adagrad through DMP)
 #   and the Python cost of a pull + push pair at batch 512;
@@ -12,7 +13,7 @@
 # Same model (deploy/local/dlrm_large.txtpb: dim 64, bottom 512-256-64, top
 # 512-256), data (datagen --vocab=100,10000,300000,3000000) and optimizers.
 #
-#   bench/python/run.sh [--rows=N] [--steps=N] [--work=DIR] [--part=all|dlrm|two_tower]
+#   bench/python/run.sh [--rows=N] [--steps=N] [--work=DIR] [--part=all|dlrm|two_tower] [--rounds=3]
 #
 # (a), (b) use PyPI's current torch (2.15) in WORK/venv; TorchRec 1.9.2 needs
 # the torch it was built for (2.14), in WORK/venv-torchrec. Both venvs are
@@ -25,12 +26,14 @@ steps=1900
 warmup=20
 work=bench/python/work
 part=all
+rounds=3
 for arg in "$@"; do
   case "$arg" in
     --rows=*) rows="${arg#*=}" ;;
     --steps=*) steps="${arg#*=}" ;;
     --work=*) work="${arg#*=}" ;;
     --part=*) part="${arg#*=}" ;;
+    --rounds=*) rounds="${arg#*=}" ;;
     *) echo "unknown argument $arg" >&2; exit 2 ;;
   esac
 done
@@ -76,13 +79,19 @@ trap stop_server EXIT
 bench() { "$@" --data="$data" --steps="$steps" --warmup="$warmup" 2>>"$logs/bench.log" | tail -n 1; }
 
 if [ "$part" != two_tower ]; then
-echo "== (b) pure PyTorch"
-b=$(bench "$work/venv/bin/python" bench/python/bench_dlrm.py --which=torch)
-echo "$b"
-echo "== (a) PyTorch with embedps tables"
+# (a) against (b) in alternating rounds (the machine's noise moves both).
+a_runs=()
+b_runs=()
+for round in $(seq 1 "$rounds"); do
+  echo "== round $round of $rounds: (b) pure PyTorch, then (a) PyTorch with embedps tables"
+  b_runs+=("$(bench "$work/venv/bin/python" bench/python/bench_dlrm.py --which=torch)")
+  echo "${b_runs[-1]}"
+  start_server
+  a_runs+=("$(bench "$work/venv/bin/python" bench/python/bench_dlrm.py --which=embedps --servers="$server")")
+  echo "${a_runs[-1]}"
+  stop_server
+done
 start_server
-a=$(bench "$work/venv/bin/python" bench/python/bench_dlrm.py --which=embedps --servers="$server")
-echo "$a"
 o=$("$work/venv/bin/python" bench/python/bench_dlrm.py --which=overhead --servers="$server" \
   --data="$data" 2>>"$logs/bench.log" | tail -n 1)
 echo "$o"
@@ -98,22 +107,29 @@ d=$(bench "$work/venv-torchrec/bin/python" bench/python/bench_dlrm.py --which=to
   d='{"which": "torchrec", "error": "see '"$logs"'/bench.log"}'
 echo "$d"
 
-"$work/venv/bin/python" - "$a" "$b" "$c" "$d" "$o" <<'PY'
-import json, sys
-a, b, c, d, o = (json.loads(x) for x in sys.argv[1:])
-base = b["samples_per_second"]
+"$work/venv/bin/python" - "$c" "$d" "$o" "${a_runs[@]}" "${b_runs[@]}" <<'PY'
+import json, statistics, sys
+c, d, o, *runs = (json.loads(x) for x in sys.argv[1:])
+a_runs, b_runs = runs[:len(runs) // 2], runs[len(runs) // 2:]
+median = lambda rs: statistics.median(r["samples_per_second"] for r in rs)
+ratios = [a["samples_per_second"] / b["samples_per_second"] for a, b in zip(a_runs, b_runs)]
+b = b_runs[0]
+base = median(b_runs)
 print(f"\nPython benchmark: model large, batch {b['batch_size']}, {b['steps']} steps after warmup, "
-      f"{b['distinct_keys']} distinct keys trained on")
+      f"{b['distinct_keys']} distinct keys trained on; (a) and (b): medians of {len(ratios)} "
+      "alternating rounds")
 print(f"{'configuration':44} {'torch':14} {'samples/s':>10} {'vs (b)':>7}")
-for name, r in (("(a) PyTorch + embedps tables, 1 server", a), ("(b) PyTorch, local EmbeddingBag", b),
-                ("(c) ps_worker (C++), 1 server", c), ("(d) TorchRec CPU (fused Adagrad)", d)):
-    rate = r.get("samples_per_second")
-    version = r.get("torch", "-")
+for name, rate, version in (
+        ("(a) PyTorch + embedps tables, 1 server", median(a_runs), a_runs[0]["torch"]),
+        ("(b) PyTorch, local EmbeddingBag", base, b["torch"]),
+        ("(c) ps_worker (C++), 1 server", c.get("samples_per_second"), "-"),
+        ("(d) TorchRec CPU (fused Adagrad)", d.get("samples_per_second"), d.get("torch", "-"))):
     if rate is None:
         print(f"{name:44} {version:14} {'failed':>10}")
     else:
         print(f"{name:44} {version:14} {rate:10.0f} {rate / base:7.2f}x")
-print(f"(a)/(b) = {a['samples_per_second'] / base:.2f} (target >= 0.9)")
+print(f"(a)/(b) by round: {', '.join(f'{x:.2f}' for x in ratios)}; "
+      f"median {statistics.median(ratios):.2f} (target >= 0.9)")
 print(f"pull+push pair of {o['distinct_keys']} keys: Python adds {o['binding_overhead_us']:.1f} us "
       f"(p90 {o['binding_overhead_p90_us']:.1f} us; target < 50) to the C++ calls inside it; "
       f"loops: Python {o['python_pair_us']:.0f} us vs C++ {o['cpp_pair_us']:.0f} us a pair")
@@ -121,13 +137,13 @@ PY
 fi
 
 [ "$part" != dlrm ] || exit 0
-# The two-tower model: 3 rounds, each PyTorch then embedps (a fresh server).
+# The two-tower model: --rounds rounds, each PyTorch then embedps (a fresh server).
 tt_data="$work/schema-330000"
 [ -s "$tt_data/meta.json" ] || bazel-bin/tools/schema_datagen --output_dir="$tt_data" \
   --train_rows=330000 --test_rows=1000 >/dev/null
 tt=()
-for round in 1 2 3; do
-  echo "== two-tower, round $round of 3"
+for round in $(seq 1 "$rounds"); do
+  echo "== two-tower, round $round of $rounds"
   tt+=("$("$work/venv/bin/python" bench/python/bench_two_tower.py --which=torch --data="$tt_data" \
     2>>"$logs/bench.log" | tail -n 1)")
   start_server
