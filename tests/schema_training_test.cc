@@ -4,10 +4,12 @@
 // processes train deploy/local/schema_small.txtpb's schema on it; a
 // serving replica and ps_predictor then serve the model trained.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -203,6 +205,49 @@ TEST(SchemaTrainingTest, ThePredictorServesTheSchemaModel) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(status.error_message().find("line 1"), std::string::npos)
       << status.error_message();
+
+  // Overload: one thread and one waiting place. Of 24 Predicts sent at
+  // once, those past the bound are refused at once naming the flag; the
+  // others are answered; none hangs.
+  std::vector<std::string> small = args;
+  small.push_back("--predict_threads=1");
+  small.push_back("--max_waiting_predictions=1");
+  ASSERT_OK_AND_ASSIGN(auto bounded, ServerProcess::Start(kPredictor, small));
+  auto bounded_stub = proto::Predictor::NewStub(grpc::CreateChannel(
+      bounded->address(), grpc::InsecureChannelCredentials()));
+  proto::PredictRequest big;
+  for (size_t i = 0; i < 2000; ++i) big.add_line(lines[i]);
+  std::vector<grpc::Status> answers(24);
+  std::vector<std::thread> senders;
+  for (size_t i = 0; i < answers.size(); ++i) {
+    senders.emplace_back([&, i] {
+      proto::PredictResponse response;
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() +
+                           std::chrono::seconds(60));
+      answers[i] = bounded_stub->Predict(&context, big, &response);
+    });
+  }
+  for (std::thread& sender : senders) sender.join();
+  int answered = 0, turned_away = 0;
+  for (const grpc::Status& answer : answers) {
+    if (answer.ok()) {
+      ++answered;
+    } else {
+      EXPECT_EQ(answer.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED)
+          << answer.error_message();
+      EXPECT_NE(answer.error_message().find("--max_waiting_predictions"),
+                std::string::npos)
+          << answer.error_message();
+      ++turned_away;
+    }
+  }
+  std::printf(
+      "24 Predicts at once, 1 thread, 1 waiting: %d answered, %d "
+      "refused\n",
+      answered, turned_away);
+  EXPECT_GE(answered, 1);
+  EXPECT_GE(turned_away, 1);
 }
 
 // The input layout of the model a job wrote to `out` (its output_dir).
