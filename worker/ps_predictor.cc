@@ -73,11 +73,11 @@ ABSL_FLAG(std::string, log_level, "info",
 namespace embedps::worker {
 namespace {
 
-// Predict on gRPC's callback API, the work on threads of our own. A
-// prediction blocks on its lookups (the serving client's calls); on the
-// synchronous API its handler held one of the threads that poll the
-// connections, and a Predict could wait ~100 ms for the process to read
-// its lookups' answers (serve_bench: p99 87 ms against p50 0.6 ms).
+// Predict on gRPC's callback API, the work on threads of our own (a
+// prediction blocks on its lookups). With synchronous handlers blocked on
+// those lookups the process read its connections up to ~100 ms late
+// (docs/architecture.md "Predict"): serve_bench's Predict p99 was 87 ms
+// against a p50 of 0.6 ms.
 class PredictorService final : public proto::Predictor::CallbackService {
  public:
   PredictorService(Predictor* predictor, WorkQueue* work, size_t max_waiting)
