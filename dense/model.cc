@@ -244,8 +244,11 @@ absl::StatusOr<int64_t> LoadParameters(const std::string& path, Model& model,
   return LoadParametersFromBytes(contents.str(), path, model, optimizer);
 }
 
-absl::StatusOr<InputLayout> ReadInputLayout(absl::string_view bytes,
-                                            const std::string& path) {
+namespace {
+
+// The file in `bytes`, of a format version this build reads.
+absl::StatusOr<DenseParametersFile> ParseParametersFile(
+    absl::string_view bytes, const std::string& path) {
   DenseParametersFile file;
   if (!file.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
     return absl::DataLossError(absl::StrCat("dense parameters file ", path,
@@ -256,6 +259,14 @@ absl::StatusOr<InputLayout> ReadInputLayout(absl::string_view bytes,
         "dense parameters file ", path, " has format version ",
         file.format_version(), "; this build reads ", kFormatVersion));
   }
+  return file;
+}
+
+}  // namespace
+
+absl::StatusOr<InputLayout> ReadInputLayout(absl::string_view bytes,
+                                            const std::string& path) {
+  ASSIGN_OR_RETURN(DenseParametersFile file, ParseParametersFile(bytes, path));
   return std::move(*file.mutable_input_layout());
 }
 
@@ -263,16 +274,8 @@ absl::StatusOr<int64_t> LoadParametersFromBytes(absl::string_view bytes,
                                                 const std::string& path,
                                                 Model& model,
                                                 DenseOptimizer* optimizer) {
-  DenseParametersFile file;
-  if (!file.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
-    return absl::DataLossError(absl::StrCat("dense parameters file ", path,
-                                            " is truncated or not one"));
-  }
-  if (file.format_version() != kFormatVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "dense parameters file ", path, " has format version ",
-        file.format_version(), "; this build reads ", kFormatVersion));
-  }
+  ASSIGN_OR_RETURN(const DenseParametersFile file,
+                   ParseParametersFile(bytes, path));
   const std::string shape = DescribeModelSpec(model.spec());
   if (file.model() != shape) {
     return absl::FailedPreconditionError(
