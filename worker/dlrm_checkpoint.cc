@@ -48,7 +48,8 @@ absl::Status DlrmWorker::RestoreTables() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> DlrmWorker::ReadRestoredDense() const {
+absl::StatusOr<DlrmWorker::RestoredDense> DlrmWorker::ReadRestoredDense()
+    const {
   ASSIGN_OR_RETURN(const proto::CheckpointManifest manifest,
                    checkpoint::ReadManifest(restore_dir_));
   const proto::CheckpointExtraFile* dense_file = nullptr;
@@ -62,12 +63,14 @@ absl::StatusOr<std::string> DlrmWorker::ReadRestoredDense() const {
         "save them?)"));
   }
   const std::string path = DensePathIn(restore_dir_);
-  ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
-  if (Crc32(bytes) != dense_file->crc32()) {
+  RestoredDense restored;
+  ASSIGN_OR_RETURN(restored.bytes, ReadWholeFile(path));
+  if (Crc32(restored.bytes) != dense_file->crc32()) {
     return absl::DataLossError(absl::StrCat("dense parameters '", path,
                                             "' fail the manifest's checksum"));
   }
-  return bytes;
+  restored.step = manifest.step();
+  return restored;
 }
 
 absl::Status DlrmWorker::KeepTrainedInputLayout() {
@@ -75,9 +78,9 @@ absl::Status DlrmWorker::KeepTrainedInputLayout() {
   const dense::InputLayout recomputed = InputLayoutOf(*schema_);
   if (!restore_dir_.empty() && recomputed.standardized_size() > 0) {
     ASSIGN_OR_RETURN(restored_dense_, ReadRestoredDense());
-    ASSIGN_OR_RETURN(
-        const dense::InputLayout trained,
-        dense::ReadInputLayout(restored_dense_, DensePathIn(restore_dir_)));
+    ASSIGN_OR_RETURN(const dense::InputLayout trained,
+                     dense::ReadInputLayout(restored_dense_->bytes,
+                                            DensePathIn(restore_dir_)));
     if (trained.standardized().empty()) {
       log_->warn(
           "checkpoint '{}' records no STANDARDIZE statistics: using those of "
@@ -88,8 +91,12 @@ absl::Status DlrmWorker::KeepTrainedInputLayout() {
         return absl::Status(s.code(), absl::StrCat("restoring '", restore_dir_,
                                                    "': ", s.message()));
       }
-      if (trained.SerializeAsString() !=
-          InputLayoutOf(*schema_).SerializeAsString()) {
+      // The files' own statistics (computed before the model's replaced
+      // them), compared without the header.
+      dense::InputLayout files = recomputed, model = trained;
+      files.clear_header();
+      model.clear_header();
+      if (files.SerializeAsString() != model.SerializeAsString()) {
         log_->info(
             "keeping the STANDARDIZE statistics the model of '{}' was trained "
             "with; the training files' differ",
@@ -103,20 +110,19 @@ absl::Status DlrmWorker::KeepTrainedInputLayout() {
 
 absl::Status DlrmWorker::RestoreDense() {
   if (restore_dir_.empty()) return absl::OkStatus();
-  std::string bytes = std::move(restored_dense_);
-  if (bytes.empty()) {
-    ASSIGN_OR_RETURN(bytes, ReadRestoredDense());
+  if (!restored_dense_.has_value()) {
+    ASSIGN_OR_RETURN(restored_dense_, ReadRestoredDense());
   }
-  ASSIGN_OR_RETURN(const proto::CheckpointManifest manifest,
-                   checkpoint::ReadManifest(restore_dir_));
+  const RestoredDense restored = *std::move(restored_dense_);  // read once
+  restored_dense_.reset();
   const std::string path = DensePathIn(restore_dir_);
-  ASSIGN_OR_RETURN(
-      const int64_t step,
-      dense::LoadParametersFromBytes(bytes, path, *model_, optimizer_.get()));
-  if (step != static_cast<int64_t>(manifest.step())) {
+  ASSIGN_OR_RETURN(const int64_t step,
+                   dense::LoadParametersFromBytes(restored.bytes, path, *model_,
+                                                  optimizer_.get()));
+  if (step != static_cast<int64_t>(restored.step)) {
     return absl::DataLossError(
         absl::StrCat("dense parameters '", path, "' are of step ", step,
-                     "; the checkpoint is of step ", manifest.step()));
+                     "; the checkpoint is of step ", restored.step));
   }
   start_step_ = step;
   log_->info("worker {}: resuming at step {} from '{}'", o_.job.rank, step,

@@ -114,9 +114,13 @@ class DlrmWorker {
   absl::Status RestoreTables();
   // Every rank: the dense parameters and optimizer state, and the step.
   absl::Status RestoreDense();
-  // The bytes of the restored checkpoint's dense parameters, checked
-  // against its manifest.
-  absl::StatusOr<std::string> ReadRestoredDense() const;
+  // The restored checkpoint's dense parameters (their bytes, checked
+  // against its manifest) and the checkpoint's step.
+  struct RestoredDense {
+    std::string bytes;
+    uint64_t step = 0;
+  };
+  absl::StatusOr<RestoredDense> ReadRestoredDense() const;
   // Every rank, after the schema is prepared: a restored model keeps the
   // STANDARDIZE statistics it was trained with (the training files' may
   // differ: another day's data); input_layout_ is then what the model
@@ -177,8 +181,8 @@ class DlrmWorker {
   int64_t total_steps_ = 0;
   // Restore.
   std::string restore_dir_;
-  // Its dense parameters' bytes, when read before RestoreDense.
-  std::string restored_dense_;
+  // Its dense parameters, when read before RestoreDense.
+  std::optional<RestoredDense> restored_dense_;
   int64_t start_step_ = 0;
   // Rank 0: the checkpoint whose files are being finished.
   std::future<absl::StatusOr<proto::CheckpointManifest>> finishing_;
