@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <system_error>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -74,6 +75,22 @@ absl::Status WriteManifest(const std::string& dir,
   RETURN_IF_ERROR(WriteFileAtomically(Join(dir, kManifestFileName),
                                       file.SerializeAsString()));
   return SyncPath(dir);
+}
+
+absl::StatusOr<std::optional<std::string>> ReadExtraFile(
+    const std::string& dir, const proto::CheckpointManifest& manifest,
+    const std::string& name) {
+  for (const proto::CheckpointExtraFile& file : manifest.extra_file()) {
+    if (file.path() != name) continue;
+    const std::string path = (std::filesystem::path(dir) / name).string();
+    ASSIGN_OR_RETURN(std::string bytes, ReadWholeFile(path));
+    if (Crc32(bytes) != file.crc32()) {
+      return absl::DataLossError(absl::StrCat(
+          path, " fails the checksum its checkpoint's manifest records"));
+    }
+    return std::optional<std::string>(std::move(bytes));
+  }
+  return std::optional<std::string>();
 }
 
 absl::StatusOr<proto::CheckpointManifest> ReadManifest(const std::string& dir) {

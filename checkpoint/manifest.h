@@ -8,6 +8,7 @@
 #define EMBEDPS_CHECKPOINT_MANIFEST_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +41,15 @@ absl::Status WriteManifest(const std::string& dir,
 // naming the file if it is truncated or its checksum is wrong;
 // FAILED_PRECONDITION for a format version this build does not read.
 absl::StatusOr<proto::CheckpointManifest> ReadManifest(const std::string& dir);
+
+// The bytes of the extra file `name` (its path relative to `dir`, as the
+// manifest lists it) of the checkpoint at `dir`, checked against the
+// CRC-32 `manifest` records; nullopt if the manifest lists no such file.
+// DATA_LOSS naming the file if its checksum is wrong; the error of
+// reading it.
+absl::StatusOr<std::optional<std::string>> ReadExtraFile(
+    const std::string& dir, const proto::CheckpointManifest& manifest,
+    const std::string& name);
 
 struct CompleteCheckpoint {
   std::string dir;

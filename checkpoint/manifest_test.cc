@@ -1,11 +1,13 @@
-// ResolveCheckpoint's search of a root, and AssembleManifest.
+// ResolveCheckpoint's search of a root, AssembleManifest and ReadExtraFile.
 #include "checkpoint/manifest.h"
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <vector>
 
+#include "common/file_io.h"
 #include "common/status_matchers.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -63,6 +65,29 @@ TEST(ResolveCheckpointTest, NothingCompleteIsNotFoundAndSaysWhatWasLeftOut) {
   EXPECT_THAT(
       ResolveCheckpoint(root).status(),
       StatusIs(absl::StatusCode::kNotFound, HasSubstr("ckpt-000000000001")));
+}
+
+// An extra file reads back as written; one the manifest does not list is
+// nullopt; one changed after the manifest was written is DATA_LOSS naming
+// it.
+TEST(ReadExtraFileTest, ChecksTheFileAgainstItsManifest) {
+  const std::string dir = ::testing::TempDir() + "/extra";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/dense.params") << "parameters";
+  proto::CheckpointManifest manifest;
+  const uint32_t crc = Crc32("parameters");
+  proto::CheckpointExtraFile* file = manifest.add_extra_file();
+  file->set_path("dense.params");
+  file->set_crc32(crc);
+  ASSERT_OK_AND_ASSIGN(std::optional<std::string> bytes,
+                       ReadExtraFile(dir, manifest, "dense.params"));
+  EXPECT_EQ(bytes, std::optional<std::string>("parameters"));
+  ASSERT_OK_AND_ASSIGN(bytes, ReadExtraFile(dir, manifest, "other"));
+  EXPECT_FALSE(bytes.has_value());
+  std::ofstream(dir + "/dense.params") << "parameterz";
+  EXPECT_THAT(ReadExtraFile(dir, manifest, "dense.params"),
+              StatusIs(absl::StatusCode::kDataLoss, HasSubstr("dense.params")));
 }
 
 }  // namespace

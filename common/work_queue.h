@@ -32,6 +32,8 @@ class WorkQueue {
   // items already wait.
   bool TrySubmit(absl::AnyInvocable<void() &&> work);
 
+  size_t max_waiting() const { return max_waiting_; }
+
  private:
   void Run();
 

@@ -3,8 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -37,21 +35,11 @@ namespace {
 // if the checkpoint has none.
 absl::StatusOr<std::shared_ptr<const std::string>> ReadDense(
     const std::string& dir, const proto::CheckpointManifest& manifest) {
-  for (const proto::CheckpointExtraFile& file : manifest.extra_file()) {
-    if (file.path() != checkpoint::kDenseParametersFile) continue;
-    const std::string path =
-        (std::filesystem::path(dir) / file.path()).string();
-    ASSIGN_OR_RETURN(const uint32_t crc, FileCrc32(path));
-    if (crc != file.crc32()) {
-      return absl::DataLossError(
-          absl::StrCat("dense parameters ", path, " fail their checksum"));
-    }
-    std::ifstream in(path, std::ios::binary);
-    std::stringstream bytes;
-    bytes << in.rdbuf();
-    return std::make_shared<const std::string>(bytes.str());
-  }
-  return std::shared_ptr<const std::string>();
+  ASSIGN_OR_RETURN(std::optional<std::string> bytes,
+                   checkpoint::ReadExtraFile(dir, manifest,
+                                             checkpoint::kDenseParametersFile));
+  if (!bytes.has_value()) return std::shared_ptr<const std::string>();
+  return std::make_shared<const std::string>(*std::move(bytes));
 }
 
 // A serving version's tables: one worker, its own spill directory, and no

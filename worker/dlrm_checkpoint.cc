@@ -52,23 +52,17 @@ absl::StatusOr<DlrmWorker::RestoredDense> DlrmWorker::ReadRestoredDense()
     const {
   ASSIGN_OR_RETURN(const proto::CheckpointManifest manifest,
                    checkpoint::ReadManifest(restore_dir_));
-  const proto::CheckpointExtraFile* dense_file = nullptr;
-  for (const proto::CheckpointExtraFile& file : manifest.extra_file()) {
-    if (file.path() == kDenseFile) dense_file = &file;
-  }
-  if (dense_file == nullptr) {
+  ASSIGN_OR_RETURN(
+      std::optional<std::string> bytes,
+      checkpoint::ReadExtraFile(restore_dir_, manifest, kDenseFile));
+  if (!bytes.has_value()) {
     return absl::FailedPreconditionError(absl::StrCat(
         "checkpoint '", restore_dir_,
         "' holds no dense parameters (written by a trainer that does not "
         "save them?)"));
   }
-  const std::string path = DensePathIn(restore_dir_);
   RestoredDense restored;
-  ASSIGN_OR_RETURN(restored.bytes, ReadWholeFile(path));
-  if (Crc32(restored.bytes) != dense_file->crc32()) {
-    return absl::DataLossError(absl::StrCat("dense parameters '", path,
-                                            "' fail the manifest's checksum"));
-  }
+  restored.bytes = *std::move(bytes);
   restored.step = manifest.step();
   return restored;
 }

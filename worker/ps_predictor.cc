@@ -80,8 +80,8 @@ namespace {
 // against a p50 of 0.6 ms.
 class PredictorService final : public proto::Predictor::CallbackService {
  public:
-  PredictorService(Predictor* predictor, WorkQueue* work, size_t max_waiting)
-      : predictor_(predictor), work_(work), max_waiting_(max_waiting) {}
+  PredictorService(Predictor* predictor, WorkQueue* work)
+      : predictor_(predictor), work_(work) {}
 
   grpc::ServerUnaryReactor* Predict(grpc::CallbackServerContext* context,
                                     const proto::PredictRequest* request,
@@ -94,7 +94,7 @@ class PredictorService final : public proto::Predictor::CallbackService {
     if (!queued) {
       reactor->Finish(grpc::Status(
           grpc::StatusCode::RESOURCE_EXHAUSTED,
-          absl::StrCat(max_waiting_,
+          absl::StrCat(work_->max_waiting(),
                        " predictions wait for a thread already "
                        "(--max_waiting_predictions): retry later")));
     }
@@ -119,7 +119,6 @@ class PredictorService final : public proto::Predictor::CallbackService {
 
   Predictor* const predictor_;
   WorkQueue* const work_;
-  const size_t max_waiting_;
 };
 
 absl::StatusOr<PredictorOptions> OptionsFromFlags() {
@@ -198,8 +197,7 @@ int Run() {
   }
   // Outlives the server: its Shutdown waits for the predictions queued.
   WorkQueue work(threads, static_cast<size_t>(max_waiting));
-  PredictorService service(predictor->get(), &work,
-                           static_cast<size_t>(max_waiting));
+  PredictorService service(predictor->get(), &work);
   // Our own health service: its Watch streams are bounded.
   grpc::EnableDefaultHealthCheckService(false);
   security::HealthService health;
