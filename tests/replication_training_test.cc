@@ -88,7 +88,10 @@ class ReplicationTrainingTest : public ::testing::Test {
             kServer, {absl::StrCat("--shard_index=", s),
                       absl::StrCat("--num_shards=", kShards),
                       absl::StrCat("--num_workers=", kWorkers), control_flag,
-                      "--forward_timeout=1s"});
+                      // The kill is of a primary, whose failover this
+                      // timeout does not pace; a tight one only lets a
+                      // loaded machine drop the backup before the kill.
+                      "--forward_timeout=10s"});
         EXPECT_OK(replica.status());
         if (!replica.ok()) return run;
         addresses.push_back((*replica)->address());
@@ -140,7 +143,13 @@ class ReplicationTrainingTest : public ::testing::Test {
     }
     if (kill_after > absl::ZeroDuration()) {
       absl::SleepFor(kill_after);
-      const std::string primary = view(1).primary();
+      const proto::ReplicaView at_kill = view(1);
+      const std::string primary = at_kill.primary();
+      // Killing the primary of a shard with no in-sync backup would test
+      // nothing but the loss of the shard: say so rather than fail later.
+      EXPECT_EQ(at_kill.in_sync_size(), kReplicas)
+          << "shard 1 had lost its backup before the kill: "
+          << at_kill.ShortDebugString();
       for (auto& replica : replicas[1]) {
         if (replica->address() == primary) {
           std::printf("killing shard 1's primary %s after %.1f s\n",
