@@ -240,6 +240,7 @@ TableHandle HandleOf(const proto::TableConfig& config, int32_t shards) {
   handle.dim = config.dim();
   handle.shard_table_ids.resize(shards);
   handle.mode = config.consistency().mode();
+  handle.config = std::make_shared<const proto::TableConfig>(config);
   handle.step_timeout =
       handle.mode == proto::ConsistencyConfig::ASYNC ? absl::ZeroDuration()
       : config.consistency().timeout_ms() == 0

@@ -81,6 +81,8 @@ struct TableHandle {
   // workers.
   proto::ConsistencyConfig::Mode mode = proto::ConsistencyConfig::ASYNC;
   absl::Duration step_timeout = absl::ZeroDuration();
+  // The table's config: the one CreateTable sent, or the shards' (OpenTable).
+  std::shared_ptr<const proto::TableConfig> config;
 };
 
 class Client {
