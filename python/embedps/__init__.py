@@ -16,6 +16,7 @@ The core is C++ (``_embedps``, no libtorch); network calls release the GIL.
 """
 
 import json as _json
+import weakref as _weakref
 
 from embedps.errors import *  # noqa: F401,F403 (the error classes)
 from embedps.errors import Error
@@ -119,6 +120,34 @@ class Client(_embedps._Client):
             raise TypeError("create_table needs a config or fields "
                             "(at least name= and dim=)")
         return self._create_table(_json.dumps(fields), True)
+
+    # ---- embedps.torch's hot-row tiers over this client: their rows go
+    # back to the servers before a checkpoint or publication, and a load
+    # empties them.
+
+    def _hold_hot_rows(self, module) -> None:
+        if not hasattr(self, "_hot_modules"):
+            self._hot_modules = _weakref.WeakSet()
+        self._hot_modules.add(module)
+
+    def _modules_with_hot_rows(self):
+        return list(getattr(self, "_hot_modules", ()))
+
+    def checkpoint(self, root, *, step, incremental=False):
+        for module in self._modules_with_hot_rows():
+            module.write_back_hot_rows()
+        return super().checkpoint(root, step=step, incremental=incremental)
+
+    def publish(self, step, dense_parameters=b""):
+        for module in self._modules_with_hot_rows():
+            module.write_back_hot_rows()
+        return super().publish(step, dense_parameters)
+
+    def load(self, path):
+        loaded = super().load(path)
+        for module in self._modules_with_hot_rows():
+            module._reset_hot_rows()
+        return loaded
 
 
 __all__ = [

@@ -52,6 +52,7 @@ import torch
 import torch.nn.functional as F
 
 import embedps
+from embedps._hot_rows import HotTier
 
 __all__ = [
     "ShardedEmbeddingBag",
@@ -102,25 +103,28 @@ class _Rows(torch.autograd.Function):
     """The pulled rows of one table as a tensor whose gradient is pushed."""
 
     @staticmethod
-    def forward(ctx, anchor, rows, owner, table, keys, step):
-        ctx.owner, ctx.table, ctx.keys, ctx.step = owner, table, keys, step
+    def forward(ctx, anchor, rows, owner, t, keys, split, step):
+        ctx.owner, ctx.t, ctx.keys, ctx.split, ctx.step = owner, t, keys, split, step
         return rows
 
     @staticmethod
     def backward(ctx, grad):
-        ctx.owner._push(ctx.table, ctx.keys, grad, ctx.step)
-        return None, None, None, None, None, None
+        ctx.owner._push(ctx.t, ctx.keys, ctx.split, grad, ctx.step)
+        return None, None, None, None, None, None, None
 
 
 class Prepared:
     """The pulls of one forward, started ahead (EmbeddingBagCollection.prefetch)."""
 
-    def __init__(self, features, step: int, plan, futures, training: bool):
+    def __init__(self, features, step: int, plan, futures, training: bool, splits=None,
+                 generation: int = 0):
         self.features = features
         self.step = step
         self._plan = plan
         self._futures = futures
         self.training = training
+        self._splits = splits  # per table: the hot-row tier's split, or None
+        self._generation = generation
 
     def rows(self) -> List[np.ndarray]:
         """Waits for the pulls; the rows of every table of the plan."""
@@ -132,7 +136,8 @@ class EmbeddingBagCollection(torch.nn.Module):
     sharing a table; one pull and one push per table and step.
 
     EmbeddingBagCollection(client, slots, mode="sum", step=0,
-                           grad_scale=None)
+                           grad_scale=None, *, hot_rows=0,
+                           hot_rows_warmup=50, hot_rows_refresh=1000)
 
     ``slots``: a sequence of (slot name, embedps.Table) in order, or a
     mapping from slot name to Table. ``mode``: "sum" or "mean", or a
@@ -147,10 +152,23 @@ class EmbeddingBagCollection(torch.nn.Module):
       * a 2-D int64 tensor / uint64 array (batch, number of slots): one key
         per slot per sample (the Criteo layout); returns (batch, slots, dim);
       * a Prepared from prefetch(features).
+
+    ``hot_rows=N``: a hot-row tier — this process holds the rows of each
+    table's N most pulled keys (chosen ``hot_rows_warmup`` training steps
+    in, again every ``hot_rows_refresh``) with their optimizer state and
+    trains them with the servers' optimizer; only the other keys are
+    pulled and pushed. With several workers (torch.distributed, gloo) the
+    held rows' gradients are gathered every step, so every worker holds
+    the same rows (SYNC semantics for them in any mode; every worker must
+    take the same training steps). The held rows go back to the servers
+    before each checkpoint() and publish() of ``client`` and with
+    ``write_back_hot_rows()``; ``client.load()`` empties the tier. Tables
+    with a TTL or max_rows stay out of it. docs/python.md "Hot rows".
     """
 
     def __init__(self, client: "embedps.Client", slots, mode: Union[str, Sequence[str]] = "sum",
-                 step: int = 0, grad_scale: Optional[float] = None):
+                 step: int = 0, grad_scale: Optional[float] = None, *, hot_rows: int = 0,
+                 hot_rows_warmup: int = 50, hot_rows_refresh: int = 1000):
         super().__init__()
         if isinstance(slots, Mapping):
             slots = list(slots.items())
@@ -185,6 +203,10 @@ class EmbeddingBagCollection(torch.nn.Module):
         self._open_steps: Dict[int, set] = {}
         # An anchor that requires grad, so that autograd records _Rows.
         self._anchor = torch.zeros((), requires_grad=True)
+        self._hot: Optional[HotTier] = None
+        if hot_rows:
+            self._hot = HotTier(client, self.tables, hot_rows, hot_rows_warmup, hot_rows_refresh)
+            client._hold_hot_rows(self)
 
     # ---- Steps and pushes.
 
@@ -195,18 +217,28 @@ class EmbeddingBagCollection(torch.nn.Module):
             return 1.0 / torch.distributed.get_world_size()
         return 1.0
 
-    def _push(self, table: "embedps.Table", keys: np.ndarray, grad: torch.Tensor, step: int) -> None:
+    def _push(self, t: int, keys: np.ndarray, split, grad: torch.Tensor, step: int) -> None:
+        table = self.tables[t]
         waiting = self._open_steps.get(step)
         if waiting is not None:
-            waiting.discard(next(i for i, t in enumerate(self.tables) if t.name == table.name))
+            waiting.discard(t)
             if not waiting:
                 del self._open_steps[step]
         grad = grad.detach().to(torch.float32).cpu()
         scale = self._scale(table)
         if scale != 1.0:
             grad = grad * scale
-        grads = np.ascontiguousarray(grad.numpy())
-        self._pending.append(self.client.push_async(table, keys, grads, step=step, unique=True))
+        grads = grad.numpy()
+        if split is not None:
+            cold_keys, cold_positions, hot_positions, hot_slots = split
+            self._pending.append(self.client.push_async(
+                table, cold_keys, np.ascontiguousarray(grads[cold_positions]), step=step, unique=True))
+            self._hot.record(step, t, hot_slots, np.ascontiguousarray(grads[hot_positions]))
+            return
+        self._pending.append(self.client.push_async(table, keys, np.ascontiguousarray(grads), step=step,
+                                                    unique=True))
+        if self._hot is not None:
+            self._hot.record(step, t, np.empty(0, dtype=np.int32), np.empty((0, table.dim), dtype=np.float32))
 
     def _complete_open_steps(self, before: int) -> None:
         """Steps before `before` whose forward was not followed by its
@@ -226,7 +258,12 @@ class EmbeddingBagCollection(torch.nn.Module):
                 RuntimeWarning, stacklevel=3)
 
     def flush(self) -> None:
-        """Waits for the pushes in flight; raises the first error."""
+        """Waits for the pushes in flight; raises the first error. With a
+        hot-row tier, first applies the held rows' updates of the training
+        forwards taken whose backward did not apply them (call it after
+        the backward)."""
+        if self._hot is not None:
+            self._hot.settle(before=self.step)
         pending, self._pending = self._pending, []
         error = None
         for future in pending:
@@ -339,12 +376,56 @@ class EmbeddingBagCollection(torch.nn.Module):
                     future.result()
                 except embedps.Error:
                     pass  # raised by the forward that uses it
-        read = self.client.pull_async if training else self.client.lookup_async
-        futures = [read(table, unique, step=step, unique=True) for table, (unique, _, _) in zip(self.tables, plan)]
+        futures, splits = self._read(plan, step, training)
         if training and not self._started:
             self._started = True
             self._first_pulls = futures
-        return Prepared(features, step, (plan, layout, batch), futures, training)
+        return Prepared(features, step, (plan, layout, batch), futures, training, splits,
+                        self._hot.generation if self._hot else 0)
+
+    def _read(self, plan, step: int, training: bool):
+        """Starts the pulls (lookups) of a plan's distinct keys; with a
+        hot-row tier only of the keys it does not hold. Returns the
+        futures and the tier's splits (None per table without held keys)."""
+        read = self.client.pull_async if training else self.client.lookup_async
+        splits = [self._hot.split(t, unique) if self._hot else None for t, (unique, _, _) in enumerate(plan)]
+        futures = [read(table, unique if split is None else split[0], step=step, unique=True)
+                   for table, (unique, _, _), split in zip(self.tables, plan, splits)]
+        return futures, splits
+
+    def _hot_rows_before(self, prepared: Prepared) -> None:
+        """The tier's part of a forward: the open updates applied, the set
+        chosen when due, and a prepared step split with an older set read
+        again."""
+        hot = self._hot
+        if prepared.training:
+            self.flush()  # earlier pushes in, every open update applied
+            if hot.due():
+                hot.choose(prepared.step)
+            hot.taken += 1
+        elif hot.collectives is None:
+            hot.settle(before=prepared.step + 1)
+        if prepared._generation != hot.generation:
+            for future in prepared._futures:
+                try:
+                    future.result()
+                except embedps.Error:
+                    pass  # read again below
+            plan = prepared._plan[0]
+            prepared._futures, prepared._splits = self._read(plan, prepared.step, prepared.training)
+            prepared._generation = hot.generation
+
+    def write_back_hot_rows(self) -> None:
+        """Writes the hot-row tier's rows used since the last write-back to
+        their shards (checkpoint() and publish() of the module's client do
+        it first themselves). Nothing without a tier."""
+        if self._hot is not None:
+            self.flush()
+            self._hot.write_back(self.step)
+
+    def _reset_hot_rows(self) -> None:
+        if self._hot is not None:
+            self._hot.reset()
 
     def prefetch(self, features) -> Prepared:
         """Starts the pulls of a coming forward (the next training step, in
@@ -364,16 +445,25 @@ class EmbeddingBagCollection(torch.nn.Module):
             # Earlier pushes first: a pull then sees this worker's last step.
             self.flush()
             prepared = self._start(features, self._training())
+        if self._hot is not None:
+            self._hot_rows_before(prepared)
         plan, layout, batch = prepared._plan
         all_rows = prepared.rows()
         if prepared.training:
             self.flush()
+            if self._hot is not None:
+                self._hot.open_step(prepared.step)  # its backward applies it
         outputs = [None] * len(self.slot_names)
         stacked = []  # (columns, (batch, columns, dim)) per table
-        for t, (table, (unique, inverse, parts), rows) in enumerate(zip(self.tables, plan, all_rows)):
+        splits = prepared._splits or [None] * len(self.tables)
+        for t, (table, (unique, inverse, parts), rows, split) in enumerate(
+                zip(self.tables, plan, all_rows, splits)):
+            if split is not None:  # the pulled rows and the tier's, in unique's order
+                _, cold_positions, hot_positions, hot_slots = split
+                rows = self._hot.native.assemble(t, rows, cold_positions, hot_positions, hot_slots)
             rows_t = torch.from_numpy(rows)
             if prepared.training:
-                rows_t = _Rows.apply(self._anchor, rows_t, self, table, unique, prepared.step)
+                rows_t = _Rows.apply(self._anchor, rows_t, self, t, unique, split, prepared.step)
             if layout == "stacked":
                 columns = parts[0][0]
                 stacked.append((columns, F.embedding(inverse, rows_t).view(batch, len(columns), table.dim)))

@@ -4,10 +4,17 @@
 
 #include <pybind11/pybind11.h>
 
+#include "client/client.h"
+
 namespace embedps::python {
 
 // Client, Table, Future (client_binding.cc).
 void BindClient(pybind11::module_& m);
+// The C++ client of an embedps.Client; TypeError for another object
+// (client_binding.cc).
+client::Client& NativeClient(const pybind11::handle& client);
+// _HotRows, embedps.torch's hot-row tier (hot_rows_binding.cc).
+void BindHotRows(pybind11::module_& m);
 // ServingClient, Slot, Predictor (serving_binding.cc).
 void BindServing(pybind11::module_& m);
 // CriteoReader, feature_key, unique_inverse, roc_auc, mean_log_loss

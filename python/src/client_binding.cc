@@ -147,6 +147,7 @@ class PyClient {
   }
 
   int num_shards() const { return client_->num_shards(); }
+  Client& native() { return *client_; }
   double last_call_seconds() const { return last_call_seconds_; }
   uint64_t client_id() const { return client_->client_id(); }
 
@@ -391,6 +392,15 @@ class PyClient {
 };
 
 }  // namespace
+
+client::Client& NativeClient(const py::handle& client) {
+  if (!py::isinstance<PyClient>(client)) {
+    throw py::type_error(
+        absl::StrCat("expected an embedps.Client, not ",
+                     py::str(py::type::of(client)).cast<std::string>()));
+  }
+  return client.cast<PyClient&>().native();
+}
 
 void BindClient(py::module_& m) {
   py::class_<TableHandle>(m, "Table", R"(A table as a client addresses it.

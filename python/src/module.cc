@@ -53,6 +53,7 @@ PYBIND11_MODULE(_embedps, m) {
   m.doc() = "embedps: the client of embedps parameter servers (C++ core)";
   embedps::python::KeepCallbackQueue();
   embedps::python::BindClient(m);
+  embedps::python::BindHotRows(m);
   embedps::python::BindServing(m);
   embedps::python::BindData(m);
 }
