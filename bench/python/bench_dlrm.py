@@ -61,7 +61,9 @@ def dense_model(spec):
 def run_embedps(args, spec, batches):
     client = embedps.Client(args.servers.split(","))
     table = client.create_table(**table_config(spec["dim"], "async"))
-    emb = embedps.torch.EmbeddingBagCollection(client, [(f"C{s + 1}", table) for s in range(NUM_SLOTS)])
+    emb = embedps.torch.EmbeddingBagCollection(client, [(f"C{s + 1}", table) for s in range(NUM_SLOTS)],
+                                               hot_rows=args.hot_rows,
+                                               hot_rows_warmup=max(1, args.warmup // 2))
     model, optimizer = dense_model(spec)
     prepared = {}
 
@@ -81,7 +83,10 @@ def run_embedps(args, spec, batches):
     index = {id(b): i for i, b in enumerate(batches)}
     rate = timed(batches, args.warmup, step)
     emb.flush()
-    return {"samples_per_second": rate}
+    result = {"samples_per_second": rate, "hot_rows": args.hot_rows}
+    if args.hot_rows:
+        result["hot_rows_held"] = sum(emb._hot.held())
+    return result
 
 
 def local_ids(batches):
@@ -213,6 +218,8 @@ def main():
                         help="rows of the local tables (0, or fewer than the distinct keys of the "
                              "batches: exactly those keys, the smallest table a mapped pipeline needs)")
     parser.add_argument("--port", type=int, default=29533)
+    parser.add_argument("--hot_rows", type=int, default=0,
+                        help="embedps: the EmbeddingBagCollection's hot-row tier (rows; 0: none)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     spec = MODELS[args.model]
@@ -220,7 +227,8 @@ def main():
     batches = load_batches(os.path.join(args.data, "train.txt"), args.batch_size, count)
     run = {"embedps": run_embedps, "torch": run_torch, "torchrec": run_torchrec, "overhead": run_overhead}
     result = {"which": args.which, "torch": torch.__version__, "model": args.model,
-              "batch_size": args.batch_size, "steps": args.steps, "threads": args.threads}
+              "batch_size": args.batch_size, "steps": args.steps, "warmup": args.warmup,
+              "threads": args.threads}
     result.update(run[args.which](args, spec, batches))
     print(json.dumps(result), flush=True)
 

@@ -2,8 +2,10 @@
 # The Python benchmark of docs/benchmarks.md, all configurations in one run
 # on this machine, printed side by side:
 #   (a) a PyTorch loop with embedps tables (embedps.torch), 1 worker + 1 ps_server
+#   (a') the same with the collection's hot-row tier (--hot_rows rows a table)
 #   (b) pure PyTorch: local nn.EmbeddingBag, sparse Adagrad
-#   ((a) and (b) in --rounds alternating rounds: medians and the ratio by round)
+#   ((a), (a') and (b) in --rounds alternating rounds: medians, the ratio by
+#   round, and the server's CPU seconds a step)
 #   (c) ps_worker (C++), 1 worker + 1 ps_server
 #   (d) TorchRec on CPU (EmbeddingBagCollection, fused Adagrad through DMP)
 #   and the Python cost of a pull + push pair at batch 512;
@@ -14,6 +16,7 @@
 # 512-256), data (datagen --vocab=100,10000,300000,3000000) and optimizers.
 #
 #   bench/python/run.sh [--rows=N] [--steps=N] [--work=DIR] [--part=all|dlrm|two_tower] [--rounds=3]
+#                       [--hot_rows=100000]
 #
 # (a), (b) use PyPI's current torch (2.15) in WORK/venv; TorchRec 1.9.2 needs
 # the torch it was built for (2.14), in WORK/venv-torchrec. Both venvs are
@@ -27,6 +30,7 @@ warmup=20
 work=bench/python/work
 part=all
 rounds=3
+hot_rows=100000
 for arg in "$@"; do
   case "$arg" in
     --rows=*) rows="${arg#*=}" ;;
@@ -34,6 +38,7 @@ for arg in "$@"; do
     --work=*) work="${arg#*=}" ;;
     --part=*) part="${arg#*=}" ;;
     --rounds=*) rounds="${arg#*=}" ;;
+    --hot_rows=*) hot_rows="${arg#*=}" ;;
     *) echo "unknown argument $arg" >&2; exit 2 ;;
   esac
 done
@@ -74,22 +79,34 @@ start_server() {
   while [ ! -s "$work/port" ]; do sleep 0.05; done
   server="127.0.0.1:$(head -n 1 "$work/port")"
 }
+# The server's CPU seconds (user + system) so far.
+server_cpu() { awk -v hz="$(getconf CLK_TCK)" '{print ($14 + $15) / hz}' "/proc/$server_pid/stat"; }
 stop_server() { kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; }
+# An (a) run's JSON line with the server's CPU seconds added.
+run_a() {
+  start_server
+  local r
+  r=$(bench "$work/venv/bin/python" bench/python/bench_dlrm.py --which=embedps --servers="$server" "$@")
+  "$work/venv/bin/python" -c 'import json, sys; r = json.loads(sys.argv[1]); r["server_cpu_s"] = float(sys.argv[2]); print(json.dumps(r))' \
+    "$r" "$(server_cpu)"
+  stop_server
+}
 trap stop_server EXIT
 bench() { "$@" --data="$data" --steps="$steps" --warmup="$warmup" 2>>"$logs/bench.log" | tail -n 1; }
 
 if [ "$part" != two_tower ]; then
-# (a) against (b) in alternating rounds (the machine's noise moves both).
+# (a), (a') and (b) in alternating rounds (the machine's noise moves all).
 a_runs=()
+h_runs=()
 b_runs=()
 for round in $(seq 1 "$rounds"); do
-  echo "== round $round of $rounds: (b) pure PyTorch, then (a) PyTorch with embedps tables"
+  echo "== round $round of $rounds: (b) pure PyTorch, (a) PyTorch with embedps tables, (a') with the tier"
   b_runs+=("$(bench "$work/venv/bin/python" bench/python/bench_dlrm.py --which=torch)")
   echo "${b_runs[-1]}"
-  start_server
-  a_runs+=("$(bench "$work/venv/bin/python" bench/python/bench_dlrm.py --which=embedps --servers="$server")")
+  a_runs+=("$(run_a)")
   echo "${a_runs[-1]}"
-  stop_server
+  h_runs+=("$(run_a --hot_rows="$hot_rows")")
+  echo "${h_runs[-1]}"
 done
 start_server
 o=$("$work/venv/bin/python" bench/python/bench_dlrm.py --which=overhead --servers="$server" \
@@ -107,12 +124,16 @@ d=$(bench "$work/venv-torchrec/bin/python" bench/python/bench_dlrm.py --which=to
   d='{"which": "torchrec", "error": "see '"$logs"'/bench.log"}'
 echo "$d"
 
-"$work/venv/bin/python" - "$c" "$d" "$o" "${a_runs[@]}" "${b_runs[@]}" <<'PY'
+"$work/venv/bin/python" - "$c" "$d" "$o" "${a_runs[@]}" "${h_runs[@]}" "${b_runs[@]}" <<'PY'
 import json, statistics, sys
 c, d, o, *runs = (json.loads(x) for x in sys.argv[1:])
-a_runs, b_runs = runs[:len(runs) // 2], runs[len(runs) // 2:]
+n = len(runs) // 3
+a_runs, h_runs, b_runs = runs[:n], runs[n:2 * n], runs[2 * n:]
 median = lambda rs: statistics.median(r["samples_per_second"] for r in rs)
 ratios = [a["samples_per_second"] / b["samples_per_second"] for a, b in zip(a_runs, b_runs)]
+hot_ratios = [h["samples_per_second"] / b["samples_per_second"] for h, b in zip(h_runs, b_runs)]
+# The server's CPU a step (the timed steps and the warmup).
+cpu_ms = lambda rs: statistics.median(1000 * r["server_cpu_s"] / (r["steps"] + r["warmup"]) for r in rs)
 b = b_runs[0]
 base = median(b_runs)
 print(f"\nPython benchmark: model large, batch {b['batch_size']}, {b['steps']} steps after warmup, "
@@ -121,6 +142,7 @@ print(f"\nPython benchmark: model large, batch {b['batch_size']}, {b['steps']} s
 print(f"{'configuration':44} {'torch':14} {'samples/s':>10} {'vs (b)':>7}")
 for name, rate, version in (
         ("(a) PyTorch + embedps tables, 1 server", median(a_runs), a_runs[0]["torch"]),
+        (f"(a') the same, hot-row tier of {h_runs[0]['hot_rows']:,}", median(h_runs), h_runs[0]["torch"]),
         ("(b) PyTorch, local EmbeddingBag", base, b["torch"]),
         ("(c) ps_worker (C++), 1 server", c.get("samples_per_second"), "-"),
         ("(d) TorchRec CPU (fused Adagrad)", d.get("samples_per_second"), d.get("torch", "-"))):
@@ -130,6 +152,9 @@ for name, rate, version in (
         print(f"{name:44} {version:14} {rate:10.0f} {rate / base:7.2f}x")
 print(f"(a)/(b) by round: {', '.join(f'{x:.2f}' for x in ratios)}; "
       f"median {statistics.median(ratios):.2f} (target >= 0.9)")
+print(f"(a')/(b) by round: {', '.join(f'{x:.2f}' for x in hot_ratios)}; "
+      f"median {statistics.median(hot_ratios):.2f}; the tier held {h_runs[0]['hot_rows_held']:,} rows")
+print(f"server CPU a step: (a) {cpu_ms(a_runs):.1f} ms, (a') {cpu_ms(h_runs):.1f} ms")
 print(f"pull+push pair of {o['distinct_keys']} keys: Python adds {o['binding_overhead_us']:.1f} us "
       f"(p90 {o['binding_overhead_p90_us']:.1f} us; target < 50) to the C++ calls inside it; "
       f"loops: Python {o['python_pair_us']:.0f} us vs C++ {o['cpp_pair_us']:.0f} us a pair")
