@@ -7,6 +7,7 @@
 // calls, finish those in flight (up to --shutdown_grace), exit 0.
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -92,6 +93,10 @@ ABSL_FLAG(uint64_t, max_keys_per_request, uint64_t{4} << 20,
 ABSL_FLAG(int32_t, pull_threads, 4,
           "threads one Pull of many keys reads the table on (pieces of at "
           "least 16384 keys; 1: the call's own thread)");
+ABSL_FLAG(int32_t, sync_apply_threads, 4,
+          "threads a completed SYNC step is applied on, at most the "
+          "machine's cores (pieces of at least 8192 keys; 1: the thread of "
+          "the push that completed it)");
 ABSL_FLAG(uint64_t, max_sketch_counters, uint64_t{1} << 28,
           "most admission sketch counters (a byte each) one table may ask "
           "for (RESOURCE_EXHAUSTED above)");
@@ -232,6 +237,16 @@ absl::StatusOr<ShardOptions> OptionsFromFlags() {
                      " must be in [1, 64]"));
   }
   options.num_workers = absl::GetFlag(FLAGS_num_workers);
+  options.sync_apply_threads = absl::GetFlag(FLAGS_sync_apply_threads);
+  if (options.sync_apply_threads < 1 || options.sync_apply_threads > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--sync_apply_threads=", options.sync_apply_threads,
+                     " must be in [1, 64]"));
+  }
+  // More threads than cores only take turns.
+  options.sync_apply_threads =
+      std::min<int32_t>(options.sync_apply_threads,
+                        std::max(1u, std::thread::hardware_concurrency()));
   if (options.service.num_shards < 1 || options.service.shard_index < 0 ||
       options.service.shard_index >= options.service.num_shards) {
     return absl::InvalidArgumentError(absl::StrCat(

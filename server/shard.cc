@@ -43,6 +43,7 @@ struct TrainingParts {
   static TableRegistry::Options RegistryOptionsFor(const ShardOptions& o) {
     TableRegistry::Options options;
     options.num_workers = o.num_workers;
+    options.sync_apply_threads = o.sync_apply_threads;
     options.spill_root = o.spill_root;
     options.spill_block_cache_bytes = o.spill_block_cache_bytes;
     options.spill_read_around = o.spill_read_around;

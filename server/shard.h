@@ -65,6 +65,9 @@ struct ShardOptions {
   TrainingServiceOptions service;
   // Workers the SYNC and SSP modes wait for. Default: 1.
   int32_t num_workers = 1;
+  // Threads a completed SYNC step of many keys is applied on (pieces of
+  // at least StepSynchronizer::kKeysPerApplyThread keys). Default: 1.
+  int32_t sync_apply_threads = 1;
   // Local directory of this shard's spill tiers (emptied at start); empty:
   // memory budgets are only reported. Default: empty.
   std::string spill_root;

@@ -4,18 +4,21 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "common/for_each_part.h"
 
 namespace embedps::server {
 
 StepSynchronizer::StepSynchronizer(Mode mode, uint32_t staleness,
                                    int32_t num_workers, absl::Duration timeout,
-                                   embedding::Table* table)
+                                   embedding::Table* table,
+                                   int32_t apply_threads)
     : mode_(mode),
       staleness_(staleness),
       num_workers_(num_workers),
       timeout_(timeout),
       table_(table),
-      dim_(table->spec().dim) {}
+      dim_(table->spec().dim),
+      apply_threads_(std::max(1, apply_threads)) {}
 
 bool StepSynchronizer::CountPart(WorkerProgress& progress,
                                  uint32_t parts_in_step) {
@@ -159,7 +162,7 @@ absl::Status StepSynchronizer::ApplyCompletedSteps() {
     auto it = pending_.find(next_step_);
     if (it == pending_.end() || it->second.completed_workers < num_workers_)
       break;
-    status.Update(table_->Push(it->second.keys, it->second.sums, {next_step_}));
+    status.Update(ApplyStep(next_step_, it->second));
     applied_keys_.push_back(
         std::make_shared<const StepKeys>(std::move(it->second.slot_of_key)));
     if (applied_keys_.size() > kRememberedSteps) applied_keys_.pop_front();
@@ -168,6 +171,37 @@ absl::Status StepSynchronizer::ApplyCompletedSteps() {
     applied = true;
   }
   if (applied) progressed_.SignalAll();
+  return status;
+}
+
+absl::Status StepSynchronizer::ApplyStep(uint64_t step,
+                                         const PendingStep& pending) {
+  const size_t keys = pending.keys.size();
+  const int parts = static_cast<int>(std::min<size_t>(
+      apply_threads_, std::max<size_t>(1, keys / kKeysPerApplyThread)));
+  if (parts == 1) return table_->Push(pending.keys, pending.sums, {step});
+  // One piece's refusal must not leave the others applied: every part's
+  // gradients were finite, but their sum may not be.
+  for (const float sum : pending.sums) {
+    if (!std::isfinite(sum)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("SYNC step ", step, " of table '", table_->spec().name,
+                       "': the workers' gradients of a key sum to ", sum,
+                       "; the step is refused"));
+    }
+  }
+  std::vector<absl::Status> statuses(parts);
+  ForEachPart(parts, [&](int p) {
+    const size_t begin = keys * p / parts;
+    const size_t end = keys * (p + 1) / parts;
+    statuses[p] = table_->Push(
+        absl::MakeConstSpan(pending.keys).subspan(begin, end - begin),
+        absl::MakeConstSpan(pending.sums)
+            .subspan(begin * dim_, (end - begin) * dim_),
+        {step});
+  });
+  absl::Status status;
+  for (const absl::Status& s : statuses) status.Update(s);
   return status;
 }
 

@@ -9,7 +9,12 @@
 // SYNC: gradients of step t are summed per key as they arrive (per key in
 // arrival order) and applied with one optimizer update per key when all
 // `num_workers` workers completed step t. Pull(t) waits until steps before t
-// are applied. Steps are applied in order.
+// are applied. Steps are applied in order; a step of many keys is applied
+// in pieces on up to `apply_threads` threads (every worker's next Pull
+// waits for it). Its sums are checked finite first, so a sum that
+// overflowed refuses the whole step; a row an update would overflow puts
+// back its piece's earlier rows only (embedding::Table::Push), the other
+// pieces keep theirs.
 // SSP(s): gradients apply on arrival. Pull(t) waits until every worker has
 // completed step t - s - 1 (workers not yet heard from count as not
 // started).
@@ -42,7 +47,11 @@ class StepSynchronizer {
 
   // `table` must outlive this. REQUIRES: num_workers >= 1.
   StepSynchronizer(Mode mode, uint32_t staleness, int32_t num_workers,
-                   absl::Duration timeout, embedding::Table* table);
+                   absl::Duration timeout, embedding::Table* table,
+                   int32_t apply_threads = 1);
+
+  // Keys below which a piece of a SYNC step's apply is not worth a thread.
+  static constexpr size_t kKeysPerApplyThread = 8192;
 
   // Returns when a Pull for `step` may read the table.
   absl::Status AwaitPullable(uint64_t step);
@@ -98,6 +107,8 @@ class StepSynchronizer {
 
   // Applies completed SYNC steps in order. REQUIRES: mu_ held.
   absl::Status ApplyCompletedSteps();
+  // One completed step's sums into the table, in pieces over the threads.
+  absl::Status ApplyStep(uint64_t step, const PendingStep& pending);
   // Records a part; returns true if it completed the worker's step.
   static bool CountPart(WorkerProgress& progress, uint32_t parts_in_step);
   // The number of workers that completed `step` (SSP). REQUIRES: mu_ held.
@@ -109,6 +120,7 @@ class StepSynchronizer {
   const absl::Duration timeout_;
   embedding::Table* const table_;
   const int32_t dim_;
+  const int32_t apply_threads_;
 
   Mutex mu_;
   CondVar progressed_;

@@ -111,6 +111,57 @@ TEST(StepSynchronizerTest, SyncRemembersTheKeysOfTheLastAppliedSteps) {
   EXPECT_TRUE(sync.ChangedKeys(kSteps, kSteps, &sets));
 }
 
+std::unique_ptr<embedding::Table> AdagradTable() {
+  embedding::TableSpec spec;
+  spec.name = "t";
+  spec.dim = kDim;
+  spec.initializer.kind = embedding::InitializerSpec::Kind::kUniform;
+  spec.initializer.low = -0.1f;
+  spec.initializer.high = 0.1f;
+  spec.optimizer.kind = embedding::OptimizerSpec::Kind::kAdagrad;
+  spec.optimizer.learning_rate = 0.1f;
+  return embedding::Table::Create(spec).value();
+}
+
+// A step of many keys applied in pieces on several threads leaves every
+// row as one thread does (each key's update is its own); a step whose sum
+// overflowed is refused whole, on either path.
+TEST(StepSynchronizerTest, SyncStepsOfManyKeysApplyInPiecesAsInOne) {
+  constexpr size_t kKeys = 5 * StepSynchronizer::kKeysPerApplyThread + 7;
+  std::vector<uint64_t> keys(kKeys);
+  std::vector<float> grads(kKeys * kDim);
+  for (size_t i = 0; i < kKeys; ++i) {
+    keys[i] = i * 7919 + 3;
+    for (int d = 0; d < kDim; ++d) grads[i * kDim + d] = 0.001f * (i % 13 + d);
+  }
+  std::vector<std::vector<float>> rows;
+  for (const int threads : {1, 4}) {
+    auto table = AdagradTable();
+    StepSynchronizer sync(StepSynchronizer::Mode::kSync, 0, 2, absl::Seconds(5),
+                          table.get(), threads);
+    std::vector<float> all(kKeys * kDim);
+    ASSERT_OK(table->Pull(keys, absl::MakeSpan(all)));  // the rows exist
+    for (uint64_t step = 0; step < 3; ++step) {
+      ASSERT_OK(sync.Push(1, step, 1, keys, grads));
+      ASSERT_OK(sync.Push(2, step, 1, keys, grads));
+    }
+    // Two workers' huge but finite gradients sum to infinity.
+    std::vector<float> huge(grads.size(), 0.0f);
+    huge[kDim * (kKeys - 1)] = 3e38f;
+    ASSERT_OK(sync.Push(1, 3, 1, keys, huge));
+    EXPECT_THAT(sync.Push(2, 3, 1, keys, huge),
+                StatusIs(absl::StatusCode::kInvalidArgument));
+    std::unique_ptr<bool[]> found(new bool[kKeys]);
+    const absl::StatusOr<uint64_t> read = table->Lookup(
+        keys, absl::MakeSpan(all), absl::MakeSpan(found.get(), kKeys),
+        embedding::Table::MissingRows::kZeros);
+    ASSERT_OK(read.status());
+    EXPECT_EQ(*read, kKeys);
+    rows.push_back(std::move(all));
+  }
+  EXPECT_EQ(rows[0], rows[1]);
+}
+
 TEST(StepSynchronizerTest, SyncPullTimesOutNamingTheStep) {
   auto table = SgdTable();
   StepSynchronizer sync(StepSynchronizer::Mode::kSync, 0, 2,

@@ -159,7 +159,8 @@ absl::StatusOr<std::shared_ptr<TableRegistry::Slot>> TableRegistry::Build(
             ? StepSynchronizer::Mode::kSync
             : StepSynchronizer::Mode::kSsp,
         consistency.staleness(), options_.num_workers,
-        absl::Milliseconds(consistency.timeout_ms()), slot->table.get());
+        absl::Milliseconds(consistency.timeout_ms()), slot->table.get(),
+        options_.sync_apply_threads);
   }
   slot->config = std::move(canonical);
   return slot;

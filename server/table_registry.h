@@ -32,6 +32,9 @@ class TableRegistry {
   struct Options {
     // The workers the SYNC and SSP modes wait for.
     int32_t num_workers = 1;
+    // Threads a completed SYNC step of many keys is applied on
+    // (StepSynchronizer's apply_threads).
+    int32_t sync_apply_threads = 1;
     // Where tables with a memory budget keep their spill tier (one RocksDB
     // directory per table under it); empty: budgets are only reported.
     std::string spill_root;
