@@ -64,6 +64,12 @@ tee -a "$summary" <"$out/model_benchmark_fp32.log"
 model_benchmark --devices=cuda --allow_tf32 --seconds=2 \
   >"$out/model_benchmark_tf32.log" 2>&1 || failed=1
 tee -a "$summary" <"$out/model_benchmark_tf32.log"
+say "== sync_apply_benchmark (a SYNC step's apply: 1 thread against 4, 8)"
+for threads in 4 8; do
+  sync_apply_benchmark --threads="$threads" --keys=200000 \
+    >"$out/sync_apply_$threads.log" 2>&1 || failed=1
+  tee -a "$summary" <"$out/sync_apply_$threads.log"
+done
 fi
 
 say "== DLRM job (dlrm_large, ps_servers on this host + 1 ps_worker)"
