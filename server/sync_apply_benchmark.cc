@@ -9,6 +9,7 @@
 //   bazel build -c opt //server:sync_apply_benchmark
 //   bazel-bin/server/sync_apply_benchmark [--keys=200000] [--threads=4]
 #include <algorithm>
+#include <cinttypes>
 #include <cstdio>
 #include <memory>
 #include <vector>
@@ -76,7 +77,8 @@ int Run() {
   }
   Setup one = Make(dim, 1, keys);
   Setup many = Make(dim, threads, keys);
-  std::printf("a SYNC step of %lu keys (dim %d, Adagrad), 2 workers\n", n, dim);
+  std::printf("a SYNC step of %" PRIu64 " keys (dim %d, Adagrad), 2 workers\n",
+              n, dim);
   std::printf("%6s %16s %16s %7s\n", "round", "1 thread keys/s",
               "N threads keys/s", "ratio");
   uint64_t step = 0;

@@ -152,10 +152,15 @@ class PyHotRows {
   }
 
   ~PyHotRows() {
-    if (applying_.valid()) {
-      py::gil_scoped_release release;
-      applying_.wait();
+    if (!applying_.valid()) return;
+    if (InForkedChild()) {
+      // The update's thread was the parent's: waiting would never end,
+      // and neither would the future's own destructor.
+      new std::future<absl::Status>(std::move(applying_));
+      return;
     }
+    py::gil_scoped_release release;
+    applying_.wait();
   }
 
   bool eligible(int t) const { return eligible_[Index(t)]; }
@@ -380,6 +385,12 @@ class PyHotRows {
   // Waits for an update in flight; raises its error.
   void Wait() {
     if (!applying_.valid()) return;
+    if (InForkedChild()) {
+      RaiseStatus(absl::FailedPreconditionError(
+          "this hot-row tier was updating its rows on a thread of the "
+          "process it was forked from: use the module in that process "
+          "(DataLoader workers should only load data)"));
+    }
     absl::Status status;
     {
       py::gil_scoped_release release;

@@ -235,3 +235,24 @@ def test_two_sync_workers_with_a_tier_train_as_without(start_servers, tmp_path):
     np.testing.assert_array_equal(hot[0]["rows"], hot[1]["rows"])
     np.testing.assert_allclose(hot[0]["rows"], plain[0]["rows"], atol=1e-6)
     np.testing.assert_allclose(hot[0]["weight"], plain[0]["weight"], atol=1e-6)
+
+
+def test_a_forked_child_gets_a_clear_error_from_the_tier(start_servers):
+    """A child forked while the tier's update thread is the parent's:
+    using the tier raises at once, naming the cause (it would wait for
+    ever)."""
+    client = embedps.Client([start_servers(1)[0].address])
+    emb, _, _ = train(client, 4, hot_rows=5, warmup=2)  # an update in flight or done
+    pid = os.fork()
+    if pid == 0:
+        try:
+            emb._hot.native.wait()
+            os._exit(1)
+        except embedps.FailedPreconditionError as e:
+            os._exit(0 if "forked from" in str(e) else 2)
+        except BaseException:
+            os._exit(3)
+    _, status = os.waitpid(pid, 0)
+    assert os.WEXITSTATUS(status) == 0
+    emb.flush()  # the parent's tier goes on
+    assert emb._hot.held() == [5, 5]
