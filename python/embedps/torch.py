@@ -564,7 +564,8 @@ class ShardedEmbeddingBag(EmbeddingBagCollection):
     ShardedEmbeddingBag(client, table, mode="sum", step=0, grad_scale=None,
                         *, include_last_offset=False, padding_idx=None,
                         max_norm=None, norm_type=2.0,
-                        scale_grad_by_freq=False, sparse=False)
+                        scale_grad_by_freq=False, sparse=False,
+                        hot_rows=0, hot_rows_warmup=50, hot_rows_refresh=1000)
 
     forward(input, offsets=None, per_sample_weights=None) takes what
     nn.EmbeddingBag takes, with its rules and errors: 1-D keys with offsets
@@ -578,14 +579,16 @@ class ShardedEmbeddingBag(EmbeddingBagCollection):
     What cannot be the same raises at construction: max_norm (it rewrites
     the rows it reads; the rows are the servers', changed only by their
     optimizer), scale_grad_by_freq, mode "max". sparse is accepted: the
-    rows' gradients always travel as sparse rows.
+    rows' gradients always travel as sparse rows. hot_rows: the hot-row
+    tier of EmbeddingBagCollection.
     """
 
     def __init__(self, client: "embedps.Client", table: "embedps.Table", mode: str = "sum",
                  step: int = 0, grad_scale: Optional[float] = None, *,
                  include_last_offset: bool = False, padding_idx: Optional[int] = None,
                  max_norm: Optional[float] = None, norm_type: float = 2.0,
-                 scale_grad_by_freq: bool = False, sparse: bool = False):
+                 scale_grad_by_freq: bool = False, sparse: bool = False, hot_rows: int = 0,
+                 hot_rows_warmup: int = 50, hot_rows_refresh: int = 1000):
         if max_norm is not None:
             raise ValueError("max_norm is not supported: nn.EmbeddingBag renormalizes the rows it reads "
                              "in place, and embedps rows live on the servers, changed only by their optimizer")
@@ -594,7 +597,8 @@ class ShardedEmbeddingBag(EmbeddingBagCollection):
                              "an adaptive server optimizer (adagrad, adam)")
         if mode == "max":
             raise ValueError("mode 'max' is not supported: 'sum' or 'mean'")
-        super().__init__(client, [("bag", table)], mode=mode, step=step, grad_scale=grad_scale)
+        super().__init__(client, [("bag", table)], mode=mode, step=step, grad_scale=grad_scale,
+                         hot_rows=hot_rows, hot_rows_warmup=hot_rows_warmup, hot_rows_refresh=hot_rows_refresh)
         self.include_last_offset = include_last_offset
         self.padding_idx = padding_idx
         self.sparse = sparse

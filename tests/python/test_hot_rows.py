@@ -256,3 +256,25 @@ def test_a_forked_child_gets_a_clear_error_from_the_tier(start_servers):
     assert os.WEXITSTATUS(status) == 0
     emb.flush()  # the parent's tier goes on
     assert emb._hot.held() == [5, 5]
+
+
+def test_a_sharded_embedding_bag_with_a_tier_trains_as_without(start_servers):
+    """The nn.EmbeddingBag drop-in takes the tier too (padding and empty
+    bags included)."""
+    results = []
+    for hot_rows in (0, 8):
+        client = embedps.Client([start_servers(1)[0].address])
+        table = client.create_table(name="bag", dim=4, seed=2, optimizer=ADAGRAD)
+        bag = et.ShardedEmbeddingBag(client, table, mode="mean", padding_idx=0, hot_rows=hot_rows,
+                                     hot_rows_warmup=2, hot_rows_refresh=3)
+        rng = np.random.default_rng(1)
+        for _ in range(9):
+            keys = torch.from_numpy((rng.zipf(1.4, size=24) % 40).astype(np.int64))
+            offsets = torch.tensor([0, 5, 5, 12, 20])
+            bag(keys, offsets).square().sum().backward()
+        bag.write_back_hot_rows()
+        bag.flush()
+        if hot_rows:
+            assert bag._hot.held() == [8]
+        results.append(client.lookup(table, np.arange(40, dtype=np.uint64)))
+    np.testing.assert_array_equal(results[1], results[0])
