@@ -24,8 +24,11 @@
 #       [--servers=N]
 #       [--workers=N] [--replicas=N] [--mode=sync|async|ssp:N]
 #       [--device=cpu|cuda] [--batch_size=N] [--epochs=N] [--max_steps=N]
-#       [--config=FILE] [--out=DIR] [--restore]
+#       [--hot_rows=N] [--config=FILE] [--out=DIR] [--restore]
 #
+# --hot_rows=N: every worker holds and trains the N most pulled rows of
+# each table itself (the hot-row tier, docs/architecture.md "Hot rows";
+# with --device=cuda one worker only).
 # --restore resumes from the latest complete checkpoint in OUT/checkpoints
 # (e.g. after a run stopped with --max_steps, or killed), on fresh servers.
 #
@@ -52,6 +55,7 @@ epochs=1
 config=deploy/local/dlrm_small.txtpb
 out=embedps-run
 max_steps=-1
+hot_rows=0
 restore=0
 for arg in "$@"; do
   case "$arg" in
@@ -68,6 +72,7 @@ for arg in "$@"; do
     --config=*) config="${arg#*=}" ;;
     --out=*) out="${arg#*=}" ;;
     --max_steps=*) max_steps="${arg#*=}" ;;
+    --hot_rows=*) hot_rows="${arg#*=}" ;;
     --restore) restore=1 ;;
     *) sed -n '/^#   deploy/,/^# process/p' "$0" >&2; exit 2 ;;
   esac
@@ -191,6 +196,7 @@ for ((r = 0; r < workers; r++)); do
         --max_steps="$max_steps")
   [ "$restore" = 1 ] && args+=(--restore="$checkpoints")
   [ "$batch_size" -gt 0 ] && args+=(--batch_size="$batch_size")
+  [ "$hot_rows" -gt 0 ] && args+=(--hot_rows="$hot_rows")
   args+=(--epochs="$epochs")
   if [ "$r" -eq 0 ]; then
     # Rank 0's progress goes to the terminal; every log is kept in $run.
