@@ -11,10 +11,12 @@ import os
 import pathlib
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 ROOT = pathlib.Path(os.environ.get(
@@ -126,6 +128,30 @@ def start_server(tmp_path):
     yield start
     for server in started:
         server.stop()
+
+
+def free_port() -> int:
+    """A port free on 127.0.0.1 now (for a rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_sync_workers(addresses: str, out_dir: pathlib.Path, steps: int, hot_rows: int = 0):
+    """Two sync_worker.py processes (DDP over Gloo) against `addresses`;
+    asserts both succeed and returns their .npz results, rank order."""
+    port = free_port()
+    procs = []
+    for rank in range(2):
+        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+        procs.append(subprocess.Popen(
+            [sys.executable, os.path.join(os.path.dirname(__file__), "sync_worker.py"), addresses,
+             str(out_dir / f"rank{rank}.npz"), str(steps), str(hot_rows)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent))
+    for p in procs:
+        output, _ = p.communicate(timeout=120)
+        assert p.returncode == 0, output.decode()
+    return [np.load(out_dir / f"rank{rank}.npz") for rank in range(2)]
 
 
 def pytest_report_header(config):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import embedps
-from conftest import REPO, Server, _die_with_parent, binary, spawn
+from conftest import REPO, Server, _die_with_parent, binary, free_port, spawn
 
 
 @pytest.fixture(scope="module")
@@ -37,13 +37,6 @@ def run_workers(commands, timeout=300):
 
 def last_json(output: str) -> dict:
     return json.loads([line for line in output.splitlines() if line.startswith("{")][-1])
-
-
-def free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_the_example_trains_as_ps_worker_does(data, start_servers):

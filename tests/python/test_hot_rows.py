@@ -4,9 +4,6 @@ rows reach checkpoints and publications, a load empties it, two SYNC
 workers (Gloo) keep equal copies, bad arguments and arrays are refused."""
 
 import os
-import socket
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,7 +12,7 @@ import torch
 import embedps
 import embedps.torch as et
 from embedps import _embedps
-from conftest import _die_with_parent
+from conftest import run_sync_workers
 
 ADAGRAD = {"kind": "adagrad", "learning_rate": 0.2, "initial_accumulator": 0.01}
 SGD = {"kind": "sgd", "learning_rate": 0.1}
@@ -199,27 +196,6 @@ def test_bad_arrays_are_refused_by_the_tier(start_servers):
     np.testing.assert_array_equal(cold_keys, [4, 5])
     got = tier.assemble(0, client.pull(wide, cold_keys), cold_positions, hot_positions, hot_slots)
     np.testing.assert_array_equal(got, client.lookup(wide, np.arange(6, dtype=np.uint64)))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run_sync_workers(addresses, out_dir, steps, hot_rows):
-    port = free_port()
-    procs = []
-    for rank in range(2):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen(
-            [sys.executable, os.path.join(os.path.dirname(__file__), "sync_worker.py"), addresses,
-             str(out_dir / f"rank{rank}.npz"), str(steps), str(hot_rows)],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent))
-    for p in procs:
-        output, _ = p.communicate(timeout=120)
-        assert p.returncode == 0, output.decode()
-    return [np.load(out_dir / f"rank{rank}.npz") for rank in range(2)]
 
 
 def test_two_sync_workers_with_a_tier_train_as_without(start_servers, tmp_path):

@@ -12,7 +12,6 @@ import base64
 import http.client
 import json
 import re
-import socket
 import ssl
 import subprocess
 import time
@@ -20,7 +19,7 @@ import time
 import pytest
 import yaml
 
-from conftest import REPO, binary
+from conftest import REPO, binary, free_port
 
 K8S = REPO / "deploy" / "k8s"
 REPLICATED = K8S / "replicated"
@@ -223,12 +222,6 @@ def test_the_replicated_numbers_agree():
     assert etcd["spec"]["serviceName"] == "embedps-etcd"
     assert int(flag(args_a, "num_workers")) == job["spec"]["completions"] == \
         job["spec"]["parallelism"] == int(flag(worker, "world_size"))
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def etcd_range(client_port, tls, key):

@@ -3,8 +3,6 @@ local nn.EmbeddingBag's, collections, evaluation, prefetch, SYNC with two
 DDP (Gloo) processes."""
 
 import os
-import socket
-import subprocess
 import sys
 
 import numpy as np
@@ -13,7 +11,7 @@ import torch
 
 import embedps
 import embedps.torch as et
-from conftest import _die_with_parent
+from conftest import run_sync_workers
 
 SGD = {"kind": "sgd", "learning_rate": 1.0}
 
@@ -256,29 +254,13 @@ def test_prefetch_trains_exactly_as_without_it_on_sync_tables(start_servers):
     np.testing.assert_array_equal(ahead, plain)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_sync_with_two_ddp_processes_equals_one_big_batch(start_servers, tmp_path):
     """Two workers (DDP over Gloo for the dense layer, a SYNC table for the
     rows) train as one process would on their batches together."""
     servers = start_servers(2, "--num_workers=2")
     addresses = ",".join(s.address for s in servers)
-    steps, port = 4, free_port()
-    procs = []
-    for rank in range(2):
-        env = dict(os.environ, RANK=str(rank), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
-        procs.append(subprocess.Popen(
-            [sys.executable, os.path.join(os.path.dirname(__file__), "sync_worker.py"), addresses,
-             str(tmp_path / f"rank{rank}.npz"), str(steps)],
-            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent))
-    for p in procs:
-        output, _ = p.communicate(timeout=120)
-        assert p.returncode == 0, output.decode()
-    r0, r1 = np.load(tmp_path / "rank0.npz"), np.load(tmp_path / "rank1.npz")
+    steps = 4
+    r0, r1 = run_sync_workers(addresses, tmp_path, steps)
     np.testing.assert_array_equal(r0["weight"], r1["weight"])
     np.testing.assert_array_equal(r0["rows"], r1["rows"])
     assert int(r0["step"]) == steps
