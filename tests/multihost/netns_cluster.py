@@ -117,6 +117,30 @@ class Hosts:
     def link(self, host, up):
         self.run(host, "ip", "link", "set", "eth0", "up" if up else "down")
 
+    def reach(self, host, address, port, seconds=30):
+        """None once a TCP connection from `host` to address:port opens
+        (retrying for `seconds`), else what the namespaces' network looked
+        like: links, neighbours and the bridge's ports."""
+        code = ("import socket,sys,time\n"
+                f"end = time.monotonic() + {seconds}\n"
+                "while True:\n"
+                "    try:\n"
+                f"        socket.create_connection(('{address}', {port}), timeout=2).close(); break\n"
+                "    except OSError as e:\n"
+                "        if time.monotonic() > end: sys.exit(str(e))\n"
+                "        time.sleep(0.2)\n")
+        result = self.run_unchecked(host, "/usr/bin/python3", "-c", code)
+        if result.returncode == 0:
+            return None
+        target = next(h for h, a in self.address.items() if a == address)
+        report = [f"{host} cannot reach {address}:{port} ({target}): {result.stderr.strip()}"]
+        for name in (host, target):
+            for args in (("ip", "-s", "link", "show", "eth0"), ("ip", "neigh"), ("ss", "-tan")):
+                out = self.run_unchecked(name, *args)
+                report.append(f"[{name}] {' '.join(args)}:\n{out.stdout}{out.stderr}")
+        report.append(sh("bridge", "link", "show", check=False).stdout)
+        return "\n".join(report)
+
     def tx_bytes(self, host):
         return int(self.run(host, "cat", "/sys/class/net/eth0/statistics/tx_bytes").stdout)
 
@@ -186,6 +210,17 @@ class Job:
                 "--log_level=warn", *self.server_tokens(), *self.tls("read.token")],
                 out / f"ps{s}.log", port_file))
             addresses.append(f"{ip}:{port_file.read_text().split()[0]}")
+        if hosts is not None:
+            # The namespaces' network is the test's ground, not what it
+            # tests: a worker host that cannot open a TCP connection to a
+            # shard fails here, with the links' state, not 60 s into the
+            # job as a worker's retry deadline.
+            for r in range(self.workers):
+                for s, address in enumerate(addresses):
+                    ip, port = address.rsplit(":", 1)
+                    unreachable = hosts.reach(f"w{r}", ip, int(port))
+                    assert unreachable is None, \
+                        unreachable + "\n" + (out / f"ps{s}.log").read_text()[-3000:]
         workers = []
         before = {}
         for r in range(self.workers):
@@ -211,7 +246,9 @@ class Job:
             summaries = []
             for r, code in enumerate(codes):
                 err = (out / f"w{r}.err").read_text()
-                assert code == 0, f"worker {r} exited {code}: {err[-3000:]}"
+                assert code == 0, f"worker {r} exited {code}: {err[-3000:]}" + "".join(
+                    f"\nps{s}.log: {(out / f'ps{s}.log').read_text()[-1500:]}"
+                    for s in range(self.shards))
                 # Rank 0 prints the job's summary.
                 lines = (out / f"w{r}.json").read_text().strip().splitlines()
                 if r == 0:
