@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/inlined_vector.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -15,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "common/key_hash.h"
 #include "data/criteo_reader.h"
+#include "data/line_fields.h"
 
 namespace embedps::data {
 namespace {
@@ -91,6 +91,11 @@ absl::StatusOr<FeatureSchema> ResolveFeatureSchema(
         "the column, list and weight separators must differ (and none be a "
         "newline)");
   }
+  if (spec.column_separator == '"' || spec.list_separator == '"' ||
+      spec.weight_separator == '"') {
+    return absl::InvalidArgumentError(
+        "no separator may be '\"': it quotes fields (RFC 4180)");
+  }
   if (spec.sparse.empty()) {
     return absl::InvalidArgumentError("the schema names no sparse column");
   }
@@ -104,7 +109,13 @@ absl::StatusOr<FeatureSchema> ResolveFeatureSchema(
     absl::string_view line = *header;
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     schema.header_line = std::string(line);
-    for (absl::string_view name : absl::StrSplit(line, spec.column_separator)) {
+    LineFields header_fields;
+    if (absl::Status split = header_fields.Split(line, spec.column_separator);
+        !split.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the header row: ", split.message()));
+    }
+    for (absl::string_view name : header_fields.fields()) {
       name = absl::StripAsciiWhitespace(name);
       if (!by_name.emplace(std::string(name), names.size()).second) {
         return absl::InvalidArgumentError(
@@ -202,11 +213,16 @@ FeatureSchema WithoutLabel(FeatureSchema schema) {
   schema.exact_fields = true;
   schema.label = -1;
   if (schema.header) {
-    std::vector<absl::string_view> names =
-        absl::StrSplit(schema.header_line, schema.column_separator);
-    names.erase(names.begin() + label);
-    schema.header_line =
-        absl::StrJoin(names, std::string(1, schema.column_separator));
+    // The names as the header writes them (quoted or not), less the
+    // label's. (The header split when the schema was resolved.)
+    LineFields header_fields;
+    if (header_fields.Split(schema.header_line, schema.column_separator).ok()) {
+      std::vector<absl::string_view> names(header_fields.raw().begin(),
+                                           header_fields.raw().end());
+      names.erase(names.begin() + label);
+      schema.header_line =
+          absl::StrJoin(names, std::string(1, schema.column_separator));
+    }
   }
   return schema;
 }
@@ -223,8 +239,11 @@ absl::Status ParseSchemaLine(const FeatureSchema& schema,
                              absl::string_view line, SchemaBatch* batch,
                              ParseCounts* counts) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-  absl::InlinedVector<absl::string_view, 64> fields =
-      absl::StrSplit(line, schema.column_separator);
+  LineFields fields;
+  if (absl::Status split = fields.Split(line, schema.column_separator);
+      !split.ok()) {
+    return split;
+  }
   const int n = static_cast<int>(fields.size());
   if (schema.exact_fields ? n != schema.num_fields : n < schema.num_fields) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -347,9 +366,11 @@ DenseStatistics::DenseStatistics(const FeatureSchema& schema)
 
 void DenseStatistics::Add(absl::string_view line) {
   if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-  const std::vector<absl::string_view> fields =
-      absl::StrSplit(line, schema_.column_separator);
-  if (static_cast<int>(fields.size()) < schema_.num_fields) return;
+  LineFields fields;
+  if (!fields.Split(line, schema_.column_separator).ok() ||
+      static_cast<int>(fields.size()) < schema_.num_fields) {
+    return;
+  }
   for (size_t d = 0; d < schema_.dense.size(); ++d) {
     if (schema_.dense[d].transform != DenseTransform::kStandardize) continue;
     const absl::string_view field = fields[schema_.dense[d].field];

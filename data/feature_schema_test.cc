@@ -181,6 +181,13 @@ TEST(FeatureSchemaTest, WithoutLabelReadsTheLinesAPredictionGets) {
                        HasSubstr("4 fields; the schema reads 3")));
   // Taken out twice: as once.
   EXPECT_EQ(WithoutLabel(schema).num_fields, 3);
+  // A quoted header (R's write.csv) keeps its quotes, less the label's
+  // name, and its names resolve unquoted.
+  ASSERT_OK_AND_ASSIGN(
+      const FeatureSchema quoted,
+      ResolveFeatureSchema(spec, "\"u\"\t\"label\"\t\"n\"\t\"tags\""));
+  EXPECT_EQ(quoted.label, 1);
+  EXPECT_EQ(WithoutLabel(quoted).header_line, "\"u\"\t\"n\"\t\"tags\"");
   // By position (files may have more fields than the schema reads), a
   // prediction's line has exactly the fields up to the last one read.
   ASSERT_OK_AND_ASSIGN(const FeatureSchema criteo,
@@ -230,6 +237,8 @@ TEST(FeatureSchemaTest, ABadLineLeavesTheBatchAsItWas) {
       {"1\t1\tu\ta,b\t2\t7:1,8:x\tx", "sparse column tags: 'x' is not a"},
       {"1\t1\tu\ta,b\t2\t7:1,-8:1\tx",
        "sparse column tags: '-8' is not a decimal"},
+      {"1\t1\tu\t\"a,b\t2\t7:1\tx", "column 3: its opening quote is not"},
+      {"1\t1\t\"u\"v\ta,b\t2\t7:1\tx", "column 2: text after its closing"},
   };
   for (const auto& [line, error] : bad) {
     EXPECT_THAT(ParseSchemaLine(schema, line, &batch),
@@ -270,6 +279,14 @@ TEST(FeatureSchemaTest, BadSchemasAreRefusedNamingTheColumn) {
   EXPECT_THAT(ResolveFeatureSchema(spec, kHeader),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("separators must differ")));
+  spec = MultiSpec();
+  spec.weight_separator = '"';
+  EXPECT_THAT(ResolveFeatureSchema(spec, kHeader),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("no separator may be '\"'")));
+  EXPECT_THAT(ResolveFeatureSchema(MultiSpec(), "label\t\"price"),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("the header row: column 1: its opening")));
   EXPECT_THAT(ResolveFeatureSchema(MultiSpec(), "label\tlabel"),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("names column 'label' twice")));

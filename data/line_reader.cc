@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
 
@@ -41,6 +42,21 @@ LineReader::LineReader(gzFile file, std::string path, size_t max_line_bytes)
 LineReader::~LineReader() { gzclose(file_); }
 
 absl::StatusOr<bool> LineReader::Next(absl::string_view* line, bool* too_long) {
+  absl::StatusOr<bool> more = NextLine(line, too_long);
+  if (first_line_ && more.ok() && *more) {
+    // A UTF-8 byte-order mark (Excel's "CSV UTF-8", Windows tools) opens
+    // the file, not its first field.
+    first_line_ = false;
+    constexpr absl::string_view kByteOrderMark = "\xEF\xBB\xBF";
+    if (absl::StartsWith(*line, kByteOrderMark)) {
+      line->remove_prefix(kByteOrderMark.size());
+    }
+  }
+  return more;
+}
+
+absl::StatusOr<bool> LineReader::NextLine(absl::string_view* line,
+                                          bool* too_long) {
   *too_long = false;
   std::string* long_line = nullptr;
   carry_.clear();

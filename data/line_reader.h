@@ -31,13 +31,15 @@ class LineReader {
 
   // The next line in `line` (valid until the next call); `too_long` when
   // it exceeded max_line_bytes (its content is then cut). False at the
-  // end of the file. An I/O or gzip error is returned as a status.
+  // end of the file. An I/O or gzip error is returned as a status. A
+  // UTF-8 byte-order mark opening the file is not part of its first line.
   absl::StatusOr<bool> Next(absl::string_view* line, bool* too_long);
 
   const std::string& path() const { return path_; }
 
  private:
   LineReader(gzFile file, std::string path, size_t max_line_bytes);
+  absl::StatusOr<bool> NextLine(absl::string_view* line, bool* too_long);
 
   gzFile file_;
   const std::string path_;
@@ -45,6 +47,7 @@ class LineReader {
   std::vector<char> buffer_;
   size_t begin_ = 0, end_ = 0;
   bool eof_ = false;
+  bool first_line_ = true;
   std::string carry_;
 };
 

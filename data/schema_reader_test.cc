@@ -20,6 +20,7 @@ namespace embedps::data {
 namespace {
 
 using ::embedps::testing::StatusIs;
+using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 // schema_datagen's files in a directory of their own.
@@ -174,6 +175,62 @@ TEST(SchemaReaderTest, CsvWithItsSeparatorsAndGzip) {
   EXPECT_THAT(
       SchemaReader::Open(options, SchemaFormat(schema)),
       StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("ends early")));
+}
+
+// What R's write.csv and Excel's "CSV UTF-8" write — a byte-order mark,
+// quoted header names and text fields, CRLF endings, Spark's "" for an
+// empty field — reads as the same data written by pandas with minimal
+// quoting.
+TEST(SchemaReaderTest, QuotedCsvWithAByteOrderMarkReadsAsPlainCsv) {
+  const std::string dir = ::testing::TempDir() + "/quoted";
+  std::filesystem::create_directories(dir);
+  std::ofstream(dir + "/plain.csv")
+      << "label,count,item,hist\n1,3,a1,x|y\n0,,\"b,2\",\n"
+         "1,7,\"say \"\"hi\"\"\",z\n";
+  std::ofstream(dir + "/r.csv")
+      << "\xEF\xBB\xBF\"label\",\"count\",\"item\",\"hist\"\r\n"
+         "1,3,\"a1\",\"x|y\"\r\n0,,\"b,2\",\"\"\r\n"
+         "1,7,\"say \"\"hi\"\"\",\"z\"\r\n";
+  FeatureSchemaSpec spec;
+  spec.column_separator = ',';
+  spec.list_separator = '|';
+  spec.header = true;
+  spec.label = "label";
+  spec.dense = {{"count", DenseTransform::kNone}};
+  spec.sparse = {{"item"}};
+  FeatureSchemaSpec::Sparse hist;
+  hist.column = "hist";
+  hist.multi_valued = true;
+  spec.sparse.push_back(hist);
+  std::vector<SchemaBatch> batches;
+  for (const char* name : {"plain.csv", "r.csv"}) {
+    const std::string file = dir + "/" + name;
+    ASSERT_OK_AND_ASSIGN(const FeatureSchema schema,
+                         PrepareFeatureSchema(spec, {file}, 10));
+    BatchReaderOptions options;
+    options.files = {file};
+    options.header = true;
+    options.batch_size = 3;
+    options.fatal_bad_lines = true;
+    ASSERT_OK_AND_ASSIGN(auto reader,
+                         SchemaReader::Open(options, SchemaFormat(schema)));
+    ASSERT_OK_AND_ASSIGN(std::optional<SchemaBatch> batch, reader->Next());
+    ASSERT_TRUE(batch.has_value()) << name;
+    ASSERT_EQ(batch->size, 3) << name;
+    batches.push_back(*std::move(batch));
+  }
+  EXPECT_EQ(batches[0].labels, batches[1].labels);
+  EXPECT_EQ(batches[0].dense, batches[1].dense);
+  for (size_t s = 0; s < 2; ++s) {
+    EXPECT_EQ(batches[0].slots[s].keys, batches[1].slots[s].keys) << s;
+    EXPECT_EQ(batches[0].slots[s].offsets, batches[1].slots[s].offsets) << s;
+  }
+  // "x|y", an empty list, "z"; three distinct items.
+  EXPECT_THAT(batches[0].slots[1].offsets, ElementsAre(0, 2, 2, 3));
+  const std::vector<uint64_t>& items = batches[0].slots[0].keys;
+  ASSERT_EQ(items.size(), 3u);
+  EXPECT_NE(items[0], items[1]);
+  EXPECT_NE(items[1], items[2]);
 }
 
 TEST(SchemaReaderTest, FilesWithAnotherHeaderAreRefused) {
