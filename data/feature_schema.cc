@@ -74,6 +74,20 @@ absl::StatusOr<double> Number(absl::string_view field) {
   return x;
 }
 
+// A label: 0 or 1, as any writer spells them ("1", "1.0" from a float
+// column, "TRUE" from R's logicals).
+absl::StatusOr<float> Label(absl::string_view field) {
+  if (field == "0" || field == "1") return field == "1" ? 1.0f : 0.0f;
+  double x = -1;
+  if (absl::SimpleAtod(field, &x) && (x == 0.0 || x == 1.0)) {
+    return x == 1.0 ? 1.0f : 0.0f;
+  }
+  if (absl::EqualsIgnoreCase(field, "true")) return 1.0f;
+  if (absl::EqualsIgnoreCase(field, "false")) return 0.0f;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "label ", Quoted(field), " is not 0 or 1 (nor 0.0/1.0, false/true)"));
+}
+
 }  // namespace
 
 absl::StatusOr<FeatureSchema> ResolveFeatureSchema(
@@ -250,12 +264,9 @@ absl::Status ParseSchemaLine(const FeatureSchema& schema,
         n, " fields; the schema reads ", schema.exact_fields ? "" : "at least ",
         schema.num_fields));
   }
-  const absl::string_view label =
-      schema.label >= 0 ? fields[schema.label] : absl::string_view("0");
-  if (label != "0" && label != "1") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("label ", Quoted(label), " is not 0 or 1"));
-  }
+  const absl::StatusOr<float> label =
+      schema.label >= 0 ? Label(fields[schema.label]) : 0.0f;
+  if (!label.ok()) return label.status();
   // Parsed in full before anything is appended: a bad line leaves the
   // batch as it was.
   const size_t dense_before = batch->dense.size();
@@ -349,7 +360,7 @@ absl::Status ParseSchemaLine(const FeatureSchema& schema,
     }
   }
   // Everything parsed: the sample is complete.
-  batch->labels.push_back(label == "1" ? 1.0f : 0.0f);
+  batch->labels.push_back(*label);
   for (SchemaBatch::Bags& bags : batch->slots) {
     bags.offsets.push_back(static_cast<int32_t>(bags.keys.size()));
   }

@@ -133,7 +133,8 @@ struct ParseCounts {
 
 // Appends the sample of `line` (without its newline; a trailing '\r' is
 // ignored) to `batch`. INVALID_ARGUMENT saying which field is wrong (a
-// wrong field count, a label other than 0/1, a dense value that is not a
+// wrong field count, a label other than 0 or 1 ("1", "1.0", "true" in any
+// case), a dense value that is not a
 // number, an id that is not hex/decimal where the column says so, a
 // weight that is not a number); the batch is then as before.
 absl::Status ParseSchemaLine(const FeatureSchema& schema,

@@ -218,6 +218,31 @@ TEST(FeatureSchemaTest, TextIdsHashTheSameEverywhere) {
   EXPECT_EQ(batch.slots[0].keys[1], uint64_t{417444273559878892u});
 }
 
+// Labels as writers spell them: pandas writes a float column's 1 as
+// "1.0", R its logicals as TRUE/FALSE.
+TEST(FeatureSchemaTest, LabelsReadInTheirCommonSpellings) {
+  FeatureSchemaSpec spec;
+  spec.label = "0";
+  spec.sparse = {{"1"}};
+  ASSERT_OK_AND_ASSIGN(const FeatureSchema schema, ResolveFeatureSchema(spec));
+  SchemaBatch batch;
+  batch.Reset(schema);
+  for (const char* label :
+       {"1", "0", "1.0", "0.0", "-0", "1e0", "TRUE", "false", "True"}) {
+    ASSERT_OK(ParseSchemaLine(schema, absl::StrCat(label, "\tx"), &batch))
+        << label;
+  }
+  EXPECT_THAT(batch.labels, ElementsAre(1, 0, 1, 0, 0, 1, 1, 0, 1));
+  EXPECT_FALSE(std::signbit(batch.labels[4]));
+  for (const char* label : {"2", "0.5", "-1", "yes", "", "nan"}) {
+    EXPECT_THAT(ParseSchemaLine(schema, absl::StrCat(label, "\tx"), &batch),
+                StatusIs(absl::StatusCode::kInvalidArgument,
+                         HasSubstr("is not 0 or 1")))
+        << label;
+  }
+  EXPECT_EQ(batch.size, 9);
+}
+
 TEST(FeatureSchemaTest, ABadLineLeavesTheBatchAsItWas) {
   ASSERT_OK_AND_ASSIGN(const FeatureSchema schema,
                        ResolveFeatureSchema(MultiSpec(), kHeader));
