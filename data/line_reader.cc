@@ -1,12 +1,21 @@
 #include "data/line_reader.h"
 
+#include <zlib.h>
+#include <zstd.h>
+
+#include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
+#include <initializer_list>
+#include <memory>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/logging.h"
+#include "common/status_macros.h"
 
 namespace embedps::data {
 namespace {
@@ -21,25 +30,161 @@ absl::Status MalformedFile(const absl::Status& status) {
       absl::StrCat("malformed file ", status.message()));
 }
 
+// Reads up to `capacity` bytes into `out`: 0 at the end of the data,
+// DATA_LOSS for data that ends early or does not decode.
+class ByteSource {
+ public:
+  virtual ~ByteSource() = default;
+  virtual absl::StatusOr<size_t> Read(char* out, size_t capacity) = 0;
+};
+
+namespace {
+
+// Plain and gzip files (zlib's gzread reads a file without a gzip header
+// as it is).
+class GzipSource : public ByteSource {
+ public:
+  GzipSource(gzFile file, std::string path)
+      : file_(file), path_(std::move(path)) {}
+  ~GzipSource() override { gzclose(file_); }
+
+  absl::StatusOr<size_t> Read(char* out, size_t capacity) override {
+    const int got = gzread(file_, out, static_cast<unsigned>(capacity));
+    if (got < 0) {
+      int code = 0;
+      return absl::DataLossError(
+          absl::StrCat("reading ", path_, ": ", gzerror(file_, &code)));
+    }
+    if (got == 0) {
+      // zlib reports a gzip stream that ends before its trailer (a
+      // truncated file) only here, as Z_BUF_ERROR at the end.
+      int code = Z_OK;
+      gzerror(file_, &code);
+      if (code == Z_BUF_ERROR) {
+        return absl::DataLossError(absl::StrCat(
+            path_,
+            ": the gzip stream ends early (a truncated or corrupt file)"));
+      }
+    }
+    return static_cast<size_t>(got);
+  }
+
+ private:
+  gzFile file_;
+  const std::string path_;
+};
+
+// Zstandard files: frames decoded one after another.
+class ZstdSource : public ByteSource {
+ public:
+  ZstdSource(FILE* file, std::string path)
+      : file_(file),
+        path_(std::move(path)),
+        context_(ZSTD_createDCtx()),
+        in_(ZSTD_DStreamInSize()) {}
+  ~ZstdSource() override {
+    ZSTD_freeDCtx(context_);
+    std::fclose(file_);
+  }
+
+  absl::StatusOr<size_t> Read(char* out, size_t capacity) override {
+    ZSTD_outBuffer output{out, capacity, 0};
+    while (true) {
+      if (input_.pos == input_.size && !input_ended_) {
+        const size_t got = std::fread(in_.data(), 1, in_.size(), file_);
+        if (got == 0) {
+          if (std::ferror(file_)) {
+            return absl::DataLossError(
+                absl::StrCat("reading ", path_, ": ", std::strerror(errno)));
+          }
+          input_ended_ = true;
+        }
+        input_ = ZSTD_inBuffer{in_.data(), got, 0};
+      }
+      const size_t consumed = input_.pos;
+      const size_t left = ZSTD_decompressStream(context_, &output, &input_);
+      if (ZSTD_isError(left)) {
+        return absl::DataLossError(absl::StrCat(
+            path_, ": the zstd stream does not decode (a corrupt file): ",
+            ZSTD_getErrorName(left)));
+      }
+      // 0 once a frame is whole and flushed (a call that moves nothing
+      // says only what the next frame would need).
+      if (input_.pos != consumed || output.pos > 0) frame_left_ = left;
+      if (output.pos > 0) return output.pos;
+      if (input_ended_ && input_.pos == input_.size) {
+        if (frame_left_ != 0) {
+          return absl::DataLossError(absl::StrCat(
+              path_,
+              ": the zstd stream ends early (a truncated or corrupt file)"));
+        }
+        return 0;
+      }
+    }
+  }
+
+ private:
+  FILE* const file_;
+  const std::string path_;
+  ZSTD_DCtx* const context_;
+  std::vector<char> in_;
+  ZSTD_inBuffer input_{nullptr, 0, 0};
+  bool input_ended_ = false;
+  size_t frame_left_ = 0;
+};
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<LineReader>> LineReader::Open(
     const std::string& path, size_t max_line_bytes) {
-  gzFile file = gzopen(path.c_str(), "rb");
+  FILE* file = std::fopen(path.c_str(), "rb");
   if (file == nullptr) {
     return absl::NotFoundError(absl::StrCat("cannot open data file ", path,
                                             ": ", std::strerror(errno)));
   }
-  gzbuffer(file, kChunk);
+  unsigned char magic[6] = {0};
+  const size_t got = std::fread(magic, 1, sizeof(magic), file);
+  const auto starts = [&](std::initializer_list<unsigned char> bytes) {
+    return got >= bytes.size() && std::equal(bytes.begin(), bytes.end(), magic);
+  };
+  std::unique_ptr<ByteSource> source;
+  if (starts({0x28, 0xB5, 0x2F, 0xFD})) {
+    std::rewind(file);
+    source = std::make_unique<ZstdSource>(file, path);
+  } else {
+    std::fclose(file);
+    const char* other = starts({'B', 'Z', 'h'})                    ? "bzip2"
+                        : starts({0xFD, '7', 'z', 'X', 'Z', 0x00}) ? "xz"
+                        : starts({'P', 'A', 'R', '1'})             ? "Parquet"
+                                                                   : nullptr;
+    if (other != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "data file ", path, " is ", other,
+          "; the readers take text (TSV or CSV), plain or compressed with "
+          "gzip or zstd: ",
+          std::strcmp(other, "Parquet") == 0 ? "export it as CSV"
+                                             : "recompress it"));
+    }
+    gzFile gz = gzopen(path.c_str(), "rb");
+    if (gz == nullptr) {
+      return absl::NotFoundError(absl::StrCat("cannot open data file ", path,
+                                              ": ", std::strerror(errno)));
+    }
+    gzbuffer(gz, kChunk);
+    source = std::make_unique<GzipSource>(gz, path);
+  }
   return std::unique_ptr<LineReader>(
-      new LineReader(file, path, max_line_bytes));
+      new LineReader(std::move(source), path, max_line_bytes));
 }
 
-LineReader::LineReader(gzFile file, std::string path, size_t max_line_bytes)
-    : file_(file),
+LineReader::LineReader(std::unique_ptr<ByteSource> source, std::string path,
+                       size_t max_line_bytes)
+    : source_(std::move(source)),
       path_(std::move(path)),
       max_line_bytes_(max_line_bytes),
       buffer_(kChunk) {}
 
-LineReader::~LineReader() { gzclose(file_); }
+LineReader::~LineReader() = default;
 
 absl::StatusOr<bool> LineReader::Next(absl::string_view* line, bool* too_long) {
   absl::StatusOr<bool> more = NextLine(line, too_long);
@@ -63,28 +208,13 @@ absl::StatusOr<bool> LineReader::NextLine(absl::string_view* line,
   while (true) {
     if (begin_ == end_) {
       if (eof_) break;
-      const int got = gzread(file_, buffer_.data(), kChunk);
-      if (got < 0) {
-        int code = 0;
-        return absl::DataLossError(
-            absl::StrCat("reading ", path_, ": ", gzerror(file_, &code)));
-      }
+      ASSIGN_OR_RETURN(const size_t got, source_->Read(buffer_.data(), kChunk));
       if (got == 0) {
-        // zlib reports a gzip stream that ends before its trailer (a
-        // truncated file) only here, as Z_BUF_ERROR at the end.
-        int code = Z_OK;
-        gzerror(file_, &code);
-        if (code == Z_BUF_ERROR) {
-          return absl::DataLossError(absl::StrCat(
-              path_,
-              ": the gzip stream ends early (a truncated or corrupt "
-              "file)"));
-        }
         eof_ = true;
         break;
       }
       begin_ = 0;
-      end_ = static_cast<size_t>(got);
+      end_ = got;
     }
     const char* start = buffer_.data() + begin_;
     const void* newline = std::memchr(start, '\n', end_ - begin_);

@@ -1,12 +1,10 @@
-// Lines of plain or gzip text files (zlib reads both), and what the
-// readers of training files share about them: counting, and how a damaged
-// file is reported.
+// Lines of plain, gzip or zstd text files, and what the readers of
+// training files share about them: counting, and how a damaged file is
+// reported.
 //
 // Thread safety: one thread at a time per LineReader.
 #ifndef EMBEDPS_DATA_LINE_READER_H_
 #define EMBEDPS_DATA_LINE_READER_H_
-
-#include <zlib.h>
 
 #include <cstdint>
 #include <memory>
@@ -19,10 +17,16 @@
 
 namespace embedps::data {
 
-// Lines of a plain or gzip file (zlib reads both), without their '\n'.
+// Bytes of a file as its compression gives them; defined in the .cc.
+class ByteSource;
+
+// Lines of a file without their '\n': plain or gzip (zlib reads both,
+// concatenated gzip members too) or zstd (its frames, one after another),
+// told by the file's first bytes, not its name.
 class LineReader {
  public:
-  // NOT_FOUND naming the file if it cannot be opened.
+  // NOT_FOUND naming the file if it cannot be opened; INVALID_ARGUMENT
+  // for a file compressed another way (bzip2, xz), naming the remedy.
   static absl::StatusOr<std::unique_ptr<LineReader>> Open(
       const std::string& path, size_t max_line_bytes);
   ~LineReader();
@@ -38,10 +42,11 @@ class LineReader {
   const std::string& path() const { return path_; }
 
  private:
-  LineReader(gzFile file, std::string path, size_t max_line_bytes);
+  LineReader(std::unique_ptr<ByteSource> source, std::string path,
+             size_t max_line_bytes);
   absl::StatusOr<bool> NextLine(absl::string_view* line, bool* too_long);
 
-  gzFile file_;
+  std::unique_ptr<ByteSource> source_;
   const std::string path_;
   const size_t max_line_bytes_;
   std::vector<char> buffer_;
@@ -55,8 +60,8 @@ class LineReader {
 // fatal (INVALID_ARGUMENT "malformed file ..."); other statuses as they are.
 absl::Status MalformedFile(const absl::Status& status);
 
-// The lines of `path`. A file whose data ends early (a truncated gzip
-// stream) counts the lines before the damage and sets `*damaged` if
+// The lines of `path`. A file whose data ends early (a truncated gzip or
+// zstd stream) counts the lines before the damage and sets `*damaged` if
 // `damaged_ok`, else is an error (MalformedFile).
 absl::StatusOr<int64_t> CountLines(const std::string& path, bool damaged_ok,
                                    bool* damaged);

@@ -1,6 +1,7 @@
 #include "data/schema_reader.h"
 
 #include <zlib.h>
+#include <zstd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -128,7 +129,7 @@ TEST(SchemaReaderTest, ReadsGeneratedColumnsAcrossWorkers) {
   EXPECT_NEAR(square_sum / samples, 0.95, 0.06);
 }
 
-TEST(SchemaReaderTest, CsvWithItsSeparatorsAndGzip) {
+TEST(SchemaReaderTest, CsvWithItsSeparatorsGzipAndZstd) {
   const std::string dir = Generate("csv", "csv");
   const FeatureSchemaSpec spec = GeneratedSpec(',', '|');
   // The same file, gzipped: read alike.
@@ -139,11 +140,18 @@ TEST(SchemaReaderTest, CsvWithItsSeparatorsAndGzip) {
   gzFile out = gzopen(gz.c_str(), "wb");
   gzwrite(out, bytes.data(), static_cast<unsigned>(bytes.size()));
   gzclose(out);
+  // And zstd (a name that does not say so: told by content).
+  const std::string zst = dir + "/test.csv.compressed";
+  std::string compressed_zstd(ZSTD_compressBound(bytes.size()), '\0');
+  compressed_zstd.resize(ZSTD_compress(compressed_zstd.data(),
+                                       compressed_zstd.size(), bytes.data(),
+                                       bytes.size(), 3));
+  std::ofstream(zst, std::ios::binary) << compressed_zstd;
   ASSERT_OK_AND_ASSIGN(
       const FeatureSchema schema,
       PrepareFeatureSchema(spec, {dir + "/train.csv"}, 100000));
   std::vector<std::vector<uint64_t>> keys;
-  for (const std::string& file : {dir + "/test.csv", gz}) {
+  for (const std::string& file : {dir + "/test.csv", gz, zst}) {
     BatchReaderOptions options;
     options.files = {file};
     options.header = true;
@@ -158,6 +166,7 @@ TEST(SchemaReaderTest, CsvWithItsSeparatorsAndGzip) {
     keys.push_back(batch->slots[7].keys);
   }
   EXPECT_EQ(keys[0], keys[1]);
+  EXPECT_EQ(keys[0], keys[2]);
   EXPECT_FALSE(keys[0].empty());
 
   // A truncated gzip file is an error (a job must not train on part of

@@ -15,7 +15,7 @@ packages=(
   protobuf-compiler librocksdb-dev libgtest-dev libgmock-dev libbenchmark-dev
   libgloo-dev libspdlog-dev libfmt-dev libopenblas-dev libcpp-httplib-dev
   libdnnl-dev
-  zlib1g-dev libxxhash-dev nlohmann-json3-dev libssl-dev
+  zlib1g-dev libzstd-dev libxxhash-dev nlohmann-json3-dev libssl-dev
   # The Python module (python/) and its tests: headers, pybind11, and the
   # numpy, PyTorch and pytest of Debian's /usr/bin/python3.
   python3-dev pybind11-dev python3-numpy python3-torch python3-pytest
