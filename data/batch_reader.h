@@ -54,8 +54,11 @@ struct BatchReaderOptions {
   int num_workers = 1;
   // Passes over the files. Default: 1.
   int epochs = 1;
-  // Longer lines are malformed. Default: 4096.
-  size_t max_line_bytes = 4096;
+  // Longer lines are malformed (a bound against a file that is not text:
+  // a line's bytes are held whole). Default: 1 MiB — a multi-hot line of
+  // several lists of hundreds of ids runs to tens of KiB, and a bound that
+  // dropped long lines would drop the long histories, biasing the data.
+  size_t max_line_bytes = size_t{1} << 20;
   // Stop at the first malformed line instead of skipping it. Default: no.
   bool fatal_bad_lines = false;
   // A gzip file that ends early counts as one bad line (its lines before

@@ -242,6 +242,45 @@ TEST(SchemaReaderTest, QuotedCsvWithAByteOrderMarkReadsAsPlainCsv) {
   EXPECT_NE(items[1], items[2]);
 }
 
+// Long multi-hot lines (lists of hundreds of ids) are samples like any
+// other; past max_line_bytes a line is malformed, named and counted.
+TEST(SchemaReaderTest, LongListsAreReadWholeUpToTheLineBound) {
+  const std::string dir = ::testing::TempDir() + "/long";
+  std::filesystem::create_directories(dir);
+  std::string line = "1\t";
+  for (int i = 0; i < 2000; ++i) {
+    absl::StrAppend(&line, i == 0 ? "" : ",", "item_", i * 7919);
+  }
+  ASSERT_GT(line.size(), 20000u);
+  std::ofstream(dir + "/long.tsv") << line << "\n" << line << "\n0\tx\n";
+  FeatureSchemaSpec spec;
+  spec.label = "0";
+  FeatureSchemaSpec::Sparse history;
+  history.column = "1";
+  history.multi_valued = true;
+  history.max_values = 5000;
+  spec.sparse = {history};
+  ASSERT_OK_AND_ASSIGN(const FeatureSchema schema, ResolveFeatureSchema(spec));
+  BatchReaderOptions options;
+  options.files = {dir + "/long.tsv"};
+  options.batch_size = 3;
+  ASSERT_OK_AND_ASSIGN(auto reader,
+                       SchemaReader::Open(options, SchemaFormat(schema)));
+  ASSERT_OK_AND_ASSIGN(std::optional<SchemaBatch> batch, reader->Next());
+  ASSERT_TRUE(batch.has_value());
+  EXPECT_EQ(batch->size, 3);
+  EXPECT_THAT(batch->slots[0].offsets, ElementsAre(0, 2000, 4000, 4001));
+  EXPECT_EQ(reader->stats().bad_lines, 0);
+
+  options.max_line_bytes = 10000;
+  options.fatal_bad_lines = true;
+  ASSERT_OK_AND_ASSIGN(reader,
+                       SchemaReader::Open(options, SchemaFormat(schema)));
+  EXPECT_THAT(reader->Next(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("long.tsv:1: line longer than 10000 bytes")));
+}
+
 TEST(SchemaReaderTest, FilesWithAnotherHeaderAreRefused) {
   const std::string dir = ::testing::TempDir() + "/headers";
   std::filesystem::create_directories(dir);
