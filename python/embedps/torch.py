@@ -415,6 +415,17 @@ class EmbeddingBagCollection(torch.nn.Module):
             prepared._futures, prepared._splits = self._read(plan, prepared.step, prepared.training)
             prepared._generation = hot.generation
 
+    @property
+    def hot_rows_stats(self) -> Dict[str, object]:
+        """The hot-row tier's state ({} without one): "held", the rows it
+        holds per table (the collection's table order; 0 before the first
+        choice); "choices", the times its set was chosen or emptied (a
+        client.load()); "lost", held rows found erased on their shard at a
+        write-back (left erased)."""
+        if self._hot is None:
+            return {}
+        return {"held": self._hot.held(), "choices": self._hot.generation, "lost": self._hot.lost}
+
     def write_back_hot_rows(self) -> None:
         """Writes the hot-row tier's rows used since the last write-back to
         their shards (checkpoint() and publish() of the module's client do

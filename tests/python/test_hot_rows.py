@@ -74,12 +74,12 @@ def test_a_tier_trains_exactly_as_the_servers_do(start_servers):
     plain_client = embedps.Client([start_servers(1)[0].address])
     emb, *tables = train(plain_client, 25)
     plain = rows(plain_client, tables)
+    assert emb.hot_rows_stats == {}
 
     hot_client = embedps.Client([s.address for s in start_servers(2)])
     emb, *tables = train(hot_client, 25, hot_rows=20)
-    held = emb._hot.held()
-    assert held == [20, 20]
-    assert emb._hot.generation == 4  # chosen at steps 3, 10, 17, 24
+    # Chosen at steps 3, 10, 17, 24.
+    assert emb.hot_rows_stats == {"held": [20, 20], "choices": 4, "lost": 0}
     emb.write_back_hot_rows()
     for got, want in zip(rows(hot_client, tables), plain):
         np.testing.assert_array_equal(got, want)
@@ -97,7 +97,7 @@ def test_prefetching_with_a_tier_reads_a_step_prepared_before_a_refresh_again(st
         out = emb(prepared)
         torch.cat([out["id"], out["list"], out["other"]], 1).square().sum().backward()
     emb.flush()
-    assert emb._hot.generation == 4 and emb._hot.held() == [10, 10]
+    assert emb.hot_rows_stats == {"held": [10, 10], "choices": 4, "lost": 0}
 
 
 def test_checkpoints_and_publications_hold_the_tiers_rows(start_servers, tmp_path):
@@ -149,7 +149,7 @@ def test_an_erased_held_row_stays_erased(start_servers):
     rows_before = held_rows()
     client.erase(wide, key)
     emb.write_back_hot_rows()
-    assert emb._hot.lost == 1
+    assert emb.hot_rows_stats["lost"] == 1
     assert held_rows() == rows_before - 1
 
 
