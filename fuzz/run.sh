@@ -32,7 +32,7 @@ while [ $# -gt 0 ]; do
   esac
 done
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(bulk_fuzz rpc_fuzz checkpoint_fuzz config_fuzz criteo_fuzz schema_fuzz)
+  targets=(bulk_fuzz rpc_fuzz checkpoint_fuzz config_fuzz criteo_fuzz schema_fuzz line_reader_fuzz)
 fi
 
 command -v clang >/dev/null || {
