@@ -35,6 +35,7 @@
 #include "server/path_confinement.h"
 #include "server/serving_storage.h"
 #include "server/shard.h"
+#include "wire/host_port.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1",
           "address to listen on: loopback by default; 0.0.0.0 (or a "
@@ -453,8 +454,7 @@ int Run() {
         "no --checkpoint_root: Save and Load requests will be refused (set "
         "it to checkpoint this shard)");
   }
-  if (!options->security.tls() && options->host != "127.0.0.1" &&
-      options->host != "localhost" && options->host != "::1") {
+  if (!options->security.tls() && !wire::IsLoopbackHost(options->host)) {
     log->warn(
         "listening on {} in plain text without tokens: whoever reaches the "
         "port can change every table (--tls_cert, --tls_key, "
@@ -520,7 +520,7 @@ int Run() {
                 " shard ", options->service.shard_index, " of ",
                 options->service.num_shards);
   log->info(
-      "{} listening on {}:{} ({}{})", what, options->host, port,
+      "{} listening on {} ({}{})", what, wire::HostPort(options->host, port),
       options->security.tls()
           ? (options->security.client_ca_file.empty() ? "TLS" : "mutual TLS")
           : "plain text",

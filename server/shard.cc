@@ -24,6 +24,7 @@
 #include "server/stats_service.h"
 #include "server/table_registry.h"
 #include "server/write_order.h"
+#include "wire/host_port.h"
 #include "wire/keepalive.h"
 
 namespace embedps::server {
@@ -342,7 +343,7 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
   builder.RegisterService(&parts->health);
   builder.RegisterCallbackGenericService(parts->refusal.get());
 
-  const std::string address = absl::StrCat(o.host, ":", o.port);
+  const std::string address = wire::HostPort(o.host, o.port);
   builder.AddListeningPort(address, credentials, &parts->port);
   // gRPC binds with SO_REUSEPORT by default: a second server on a port in
   // use would start and silently take half of its connections.
@@ -382,9 +383,9 @@ absl::StatusOr<std::unique_ptr<Shard>> Shard::Start(ShardOptions options) {
         std::thread([p] { p->metrics_http.listen_after_bind(); });
   }
   if (parts->training != nullptr && parts->training->replicator != nullptr) {
-    parts->training->replicator->Run(
-        o.replication.member.empty() ? absl::StrCat(o.host, ":", parts->port)
-                                     : o.replication.member);
+    parts->training->replicator->Run(o.replication.member.empty()
+                                         ? wire::HostPort(o.host, parts->port)
+                                         : o.replication.member);
   }
   return std::unique_ptr<Shard>(new Shard(std::move(parts)));
 }
@@ -403,7 +404,7 @@ Shard::~Shard() {
 
 int Shard::port() const { return parts_->port; }
 std::string Shard::address() const {
-  return absl::StrCat(parts_->options.host, ":", parts_->port);
+  return wire::HostPort(parts_->options.host, parts_->port);
 }
 int Shard::metrics_port() const { return parts_->metrics_port; }
 const proto::LoadResponse& Shard::restored() const {

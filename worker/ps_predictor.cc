@@ -33,6 +33,7 @@
 #include "security/flags.h"
 #include "security/health_service.h"
 #include "wire/grpc_status.h"
+#include "wire/host_port.h"
 #include "worker/predictor.h"
 
 ABSL_FLAG(
@@ -204,7 +205,7 @@ int Run() {
   grpc::ServerBuilder builder;
   int port = 0;
   const std::string address =
-      absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
+      wire::HostPort(absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_port));
   builder.AddListeningPort(address, *credentials, &port);
   // gRPC binds with SO_REUSEPORT by default: a second server on a port in
   // use would start and silently take half of its connections.
