@@ -56,7 +56,9 @@ class Client(_embedps._Client):
            channels_per_shard=1, tls_ca="", tls_cert="", tls_key="",
            token_file="", tls_server_name="", cluster_id="")
 
-    ``servers``: "host:port" of every shard, in shard order. Calls retry
+    ``servers``: "host:port" of every shard, in shard order (a list, or
+    one string of them separated by commas, as ps_worker's --servers;
+    IPv6 as "[::1]:50051"). Calls retry
     UNAVAILABLE and DEADLINE_EXCEEDED until ``retry_deadline`` seconds
     (15: a shard that is gone is reported within that, with what to do;
     raise it to ride out longer restarts of replicated shards);

@@ -11,7 +11,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "common/text_proto.h"
@@ -110,6 +112,41 @@ absl::Status WaitOrInterrupt(std::future<absl::Status>& future,
       throw py::error_already_set();
     }
   }
+}
+
+// The shards' addresses: a list of "host:port" strings, or one string
+// of them separated by commas (as ps_worker's --servers).
+std::vector<std::string> ServerList(const py::object& servers) {
+  if (py::isinstance<py::str>(servers)) {
+    std::vector<std::string> list;
+    for (absl::string_view address :
+         absl::StrSplit(servers.cast<std::string>(), ',')) {
+      address = absl::StripAsciiWhitespace(address);
+      if (!address.empty()) list.emplace_back(address);
+    }
+    return list;
+  }
+  const auto type_name = [](const py::handle& object) {
+    return std::string(py::str(py::type::of(object).attr("__name__")));
+  };
+  if (!py::isinstance<py::sequence>(servers)) {
+    throw py::type_error(absl::StrCat(
+        "servers must be a list of \"host:port\" strings (or one string of "
+        "them, comma-separated), not ",
+        type_name(servers)));
+  }
+  std::vector<std::string> list;
+  size_t i = 0;
+  for (const py::handle address : servers) {
+    if (!py::isinstance<py::str>(address)) {
+      throw py::type_error(
+          absl::StrCat("servers[", i, "] must be a \"host:port\" string, not ",
+                       type_name(address)));
+    }
+    list.push_back(address.cast<std::string>());
+    ++i;
+  }
+  return list;
 }
 
 class PyClient {
@@ -430,14 +467,14 @@ The arrays it was given stay borrowed until then.)")
       .def("result", &Future::result, py::arg("timeout") = py::none());
 
   py::class_<PyClient>(m, "_Client")
-      .def(py::init([](std::vector<std::string> servers, double rpc_timeout,
+      .def(py::init([](const py::object& servers, double rpc_timeout,
                        double retry_deadline, const std::string& wire,
                        size_t max_keys_per_request, int channels_per_shard,
                        std::string tls_ca, std::string tls_cert,
                        std::string tls_key, std::string token_file,
                        std::string tls_server_name, std::string cluster_id) {
              return std::make_unique<PyClient>(
-                 std::move(servers), rpc_timeout, retry_deadline, wire,
+                 ServerList(servers), rpc_timeout, retry_deadline, wire,
                  max_keys_per_request, channels_per_shard,
                  SecurityOf(std::move(tls_ca), std::move(tls_cert),
                             std::move(tls_key), std::move(token_file),

@@ -44,6 +44,22 @@ def test_pull_push_lookup_round_trip(two_shards):
     assert sum(s["table"][0]["rows"] for s in client.stats()) == 5
 
 
+def test_servers_may_be_one_comma_separated_string(two_shards):
+    client, servers = two_shards
+    table = client.create_table(name="emb", dim=4, optimizer=SGD)
+    keys = np.array([1, 2, 3], dtype=np.uint64)
+    rows = client.pull(table, keys)
+    # As ps_worker's --servers: the same shards, in the same order.
+    joined = embedps.Client(" , ".join(s.address for s in servers), retry_deadline=5)
+    assert joined.num_shards == 2
+    np.testing.assert_array_equal(joined.lookup(joined.create_table(name="emb", dim=4, optimizer=SGD),
+                                                keys), rows)
+    with pytest.raises(TypeError, match='servers must be a list of "host:port" strings'):
+        embedps.Client(50051)
+    with pytest.raises(TypeError, match=r'servers\[1\] must be a "host:port" string, not int'):
+        embedps.Client([servers[0].address, 7])
+
+
 def test_lookup_creates_no_row_and_pull_writes_into_out(two_shards):
     client, _ = two_shards
     table = client.create_table('name: "t" dim: 4 optimizer { kind: SGD learning_rate: 1 }')
