@@ -153,6 +153,11 @@ class EmbeddingBagCollection(torch.nn.Module):
         per slot per sample (the Criteo layout); returns (batch, slots, dim);
       * a Prepared from prefetch(features).
 
+    Outputs are on the module's device (``module.to(device)``,
+    ``.cuda()``; the CPU until moved), as nn.EmbeddingBag's are on its
+    weight's: the pulled rows go there and are pooled there; their
+    gradients come back to the host to be pushed.
+
     ``hot_rows=N``: a hot-row tier — this process holds the rows of each
     table's N most pulled keys (chosen ``hot_rows_warmup`` training steps
     in, again every ``hot_rows_refresh``) with their optimizer state and
@@ -203,6 +208,9 @@ class EmbeddingBagCollection(torch.nn.Module):
         self._open_steps: Dict[int, set] = {}
         # An anchor that requires grad, so that autograd records _Rows.
         self._anchor = torch.zeros((), requires_grad=True)
+        # Where outputs go: moved by module.to(device) / .cuda(), as
+        # nn.EmbeddingBag's weight is (not saved in state_dict).
+        self.register_buffer("_placement", torch.empty(0), persistent=False)
         self._hot: Optional[HotTier] = None
         if hot_rows:
             self._hot = HotTier(client, self.tables, hot_rows, hot_rows_warmup, hot_rows_refresh)
@@ -459,6 +467,7 @@ class EmbeddingBagCollection(torch.nn.Module):
         if self._hot is not None:
             self._hot_rows_before(prepared)
         plan, layout, batch = prepared._plan
+        device = self._placement.device
         all_rows = prepared.rows()
         if prepared.training:
             self.flush()
@@ -475,18 +484,20 @@ class EmbeddingBagCollection(torch.nn.Module):
             rows_t = torch.from_numpy(rows)
             if prepared.training:
                 rows_t = _Rows.apply(self._anchor, rows_t, self, t, unique, split, prepared.step)
+            rows_t, inverse = rows_t.to(device), inverse.to(device)
             if layout == "stacked":
                 columns = parts[0][0]
                 stacked.append((columns, F.embedding(inverse, rows_t).view(batch, len(columns), table.dim)))
             else:
                 for s, start, end, offsets, weights in parts:
-                    outputs[s] = F.embedding_bag(inverse[start:end], rows_t, offsets[:-1],
+                    outputs[s] = F.embedding_bag(inverse[start:end], rows_t, offsets[:-1].to(device),
                                                  mode=self.modes[s], include_last_offset=False,
-                                                 per_sample_weights=weights)
+                                                 per_sample_weights=None if weights is None
+                                                 else weights.to(device))
         if layout == "stacked":
             if len(stacked) == 1:  # one table: its columns are the slots, in order
                 return stacked[0][1]
-            order = torch.tensor([s for columns, _ in stacked for s in columns])
+            order = torch.tensor([s for columns, _ in stacked for s in columns], device=device)
             joined = torch.cat([block for _, block in stacked], dim=1)
             return joined.index_select(1, torch.argsort(order))
         return dict(zip(self.slot_names, outputs))
@@ -565,7 +576,7 @@ def _bag_arguments(input, offsets, per_sample_weights, mode: str, include_last_o
             closed = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
             keys = keys[keep]
             if weights is not None:
-                weights = weights[torch.from_numpy(keep)]
+                weights = weights[torch.from_numpy(keep).to(weights.device)]
     return keys, torch.from_numpy(np.ascontiguousarray(closed, dtype=np.int64)), weights
 
 

@@ -127,6 +127,34 @@ def test_evaluation_reads_without_creating_or_pushing(client):
     assert sum(s["table"][0]["rows"] for s in client.stats()) == 0
 
 
+def test_outputs_follow_the_modules_device(client):
+    """module.to(device) moves where the bags are pooled and returned, as
+    nn.EmbeddingBag's weight does; nothing enters state_dict. (No CUDA
+    here: the meta device carries the placement, in evaluation.)"""
+    a = client.create_table(name="a", dim=4, optimizer=SGD)
+    b = client.create_table(name="b", dim=4, optimizer=SGD)
+    emb = et.EmbeddingBagCollection(client, [("s0", a), ("s1", b)])
+    assert emb.state_dict() == {}
+    features = {"s0": (torch.tensor([1, 2, 3]), torch.tensor([0, 2])),
+                "s1": (torch.tensor([4, 5]), torch.tensor([0, 1]), torch.tensor([0.5, 2.0]))}
+    on_cpu = emb(features)
+    emb.flush()
+    emb.to("meta").eval()
+    assert emb.state_dict() == {}
+    with torch.no_grad():
+        moved = emb(features)
+        stacked = emb(torch.tensor([[1, 4], [2, 5]]))
+    for name in ("s0", "s1"):
+        assert moved[name].device.type == "meta"
+        assert moved[name].shape == on_cpu[name].shape == (2, 4)
+    assert stacked.device.type == "meta" and stacked.shape == (2, 2, 4)
+    emb.to_empty(device="cpu")  # (the placement holds no data to copy)
+    with torch.no_grad():
+        back = emb(features)
+    assert back["s0"].device.type == "cpu"
+    torch.testing.assert_close(back["s1"], on_cpu["s1"].detach(), rtol=0, atol=1e-5)
+
+
 def test_bad_inputs_are_refused(client):
     table = client.create_table(name="emb", dim=4)
     bag = et.ShardedEmbeddingBag(client, table)
