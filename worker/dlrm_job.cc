@@ -108,6 +108,15 @@ absl::Status DlrmWorker::Setup() {
   reader.epochs = c_.epochs() > 0 ? c_.epochs() : 1;
   reader.fatal_bad_lines = c_.fatal_bad_lines();
   ASSIGN_OR_RETURN(reader_, JobData::Open(reader, schema_));
+  if (o_.job.rank == 0) {
+    // Read at the first evaluation, possibly after the whole run: a test
+    // file that cannot be read fails the job now.
+    if (absl::Status s = JobData::CheckReadable(
+            {c_.test_files().begin(), c_.test_files().end()}, schema_);
+        !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("test files: ", s.message()));
+    }
+  }
   total_steps_ = reader_->total_steps();
   if (c_.max_steps() > 0) total_steps_ = std::min(total_steps_, c_.max_steps());
   metrics_.total_steps = total_steps_;

@@ -6,6 +6,7 @@
 
 #include "common/status_macros.h"
 #include "config/dlrm_config.h"
+#include "data/line_reader.h"
 
 namespace embedps::worker {
 
@@ -60,6 +61,24 @@ absl::StatusOr<std::unique_ptr<JobData>> JobData::Open(
   ASSIGN_OR_RETURN(data->schema_, data::SchemaReader::Open(
                                       options, data::SchemaFormat(*schema)));
   return data;
+}
+
+absl::Status JobData::CheckReadable(
+    const std::vector<std::string>& files,
+    const std::optional<data::FeatureSchema>& schema) {
+  for (const std::string& file : files) {
+    ASSIGN_OR_RETURN(std::unique_ptr<data::LineReader> reader,
+                     data::LineReader::Open(file, /*max_line_bytes=*/1 << 20));
+    absl::string_view line;
+    bool too_long = false;
+    // The first bytes decode (a file named .gz that is not gzip, say).
+    if (absl::StatusOr<bool> first = reader->Next(&line, &too_long);
+        !first.ok()) {
+      return data::MalformedFile(first.status());
+    }
+  }
+  if (schema.has_value()) RETURN_IF_ERROR(data::CheckHeaders(*schema, files));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<data::SchemaBatch>> JobData::Next() {

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "config/worker_config.pb.h"
@@ -34,6 +36,15 @@ class JobData {
   // schema's (header rows as it says).
   static absl::StatusOr<std::unique_ptr<JobData>> Open(
       data::BatchReaderOptions options,
+      const std::optional<data::FeatureSchema>& schema);
+
+  // OK if each of `files` opens as a data file (present, readable, plain,
+  // gzip or zstd) and, with a schema's header, begins with the schema's
+  // header row; else the reader's error naming the file. What a job checks
+  // of its test files before it trains: they are read at its first
+  // evaluation, possibly at its end.
+  static absl::Status CheckReadable(
+      const std::vector<std::string>& files,
       const std::optional<data::FeatureSchema>& schema);
 
   absl::StatusOr<std::optional<data::SchemaBatch>> Next();
