@@ -308,6 +308,13 @@ class Client {
   absl::StatusOr<proto::CheckpointManifest> Checkpoint(
       const CheckpointOptions& options);
 
+  // Makes `root` (a checkpoint root, as CheckpointOptions::root) if it is
+  // missing and asks every shard whether it could save there (inside its
+  // --checkpoint_root, present on its file system, writable); nothing is
+  // written. The first shard's refusal, naming it: what a job asks before
+  // it trains rather than at its first checkpoint.
+  absl::Status CheckCheckpointRoot(const std::string& root);
+
   // Every shard restores the checkpoint at `path` (a checkpoint directory,
   // or a root: the latest complete checkpoint) into tables it does not
   // have yet, or has without rows, all or nothing: on any shard's error

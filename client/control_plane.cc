@@ -113,6 +113,30 @@ Client::StartCheckpoint(const CheckpointOptions& options) {
   return pending;
 }
 
+absl::Status Client::CheckCheckpointRoot(const std::string& root) {
+  if (root.empty()) {
+    return absl::InvalidArgumentError("a checkpoint needs a root directory");
+  }
+  RETURN_IF_ERROR(impl_->CheckServers());
+  std::error_code error;
+  std::filesystem::create_directories(root, error);
+  if (error) {
+    return ErrnoStatus(error.value(),
+                       absl::StrCat("cannot create checkpoint root '", root,
+                                    "': ", error.message()));
+  }
+  return RunParts(num_shards(), [&](size_t shard) {
+    proto::SaveRequest request;
+    request.set_directory(root);
+    request.set_check_only(true);
+    proto::SaveResponse ignored;
+    return impl_->Call(static_cast<int32_t>(shard), "Save",
+                       [&](Impl::Stubs& stub, grpc::ClientContext* c) {
+                         return stub.training->Save(c, request, &ignored);
+                       });
+  });
+}
+
 absl::StatusOr<proto::CheckpointManifest> Client::PendingCheckpoint::Finish(
     const std::vector<std::string>& extra_files) {
   Impl& impl = *client_->impl_;

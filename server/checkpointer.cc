@@ -1,6 +1,10 @@
 #include "server/checkpointer.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <system_error>
@@ -78,6 +82,31 @@ absl::StatusOr<std::string> ShardCheckpointer::Confined(
   return ResolveInside(checkpoint_root_, path, what);
 }
 
+absl::StatusOr<std::string> ShardCheckpointer::CheckSaveDirectory(
+    const std::string& requested) const {
+  if (requested.empty()) {
+    return absl::InvalidArgumentError("Save needs a checkpoint directory");
+  }
+  ASSIGN_OR_RETURN(const std::string directory,
+                   Confined(requested, "Save: checkpoint directory"));
+  std::error_code error;
+  if (!std::filesystem::is_directory(directory, error)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "Save: checkpoint directory '", requested, "' does not exist on shard ",
+        shard_index_,
+        " (every shard must reach it: the same machine or a shared file "
+        "system)"));
+  }
+  if (access(directory.c_str(), W_OK | X_OK) != 0) {
+    return ErrnoStatus(errno,
+                       absl::StrCat("Save: checkpoint directory '", requested,
+                                    "' is not writable on "
+                                    "shard ",
+                                    shard_index_, ": ", std::strerror(errno)));
+  }
+  return directory;
+}
+
 absl::Status ShardCheckpointer::AcceptsRequests() const {
   if (!checkpoint_root_.empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(
@@ -88,24 +117,18 @@ absl::Status ShardCheckpointer::AcceptsRequests() const {
 
 absl::StatusOr<double> ShardCheckpointer::Save(
     const proto::SaveRequest& request) {
+  if (request.check_only()) {
+    RETURN_IF_ERROR(CheckSaveDirectory(request.directory()).status());
+    return 0.0;
+  }
   if (request.name().empty() || absl::StrContains(request.name(), '/')) {
     return absl::InvalidArgumentError(
         absl::StrCat("Save needs a checkpoint name without '/', got '",
                      request.name(), "'"));
   }
-  if (request.directory().empty()) {
-    return absl::InvalidArgumentError("Save needs a checkpoint directory");
-  }
   ASSIGN_OR_RETURN(const std::string directory,
-                   Confined(request.directory(), "Save: checkpoint directory"));
+                   CheckSaveDirectory(request.directory()));
   std::error_code error;
-  if (!std::filesystem::is_directory(directory, error)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "Save: checkpoint directory '", request.directory(),
-        "' does not exist on shard ", shard_index_,
-        " (every shard must reach it: the same machine or a shared file "
-        "system)"));
-  }
   MutexLock save_lock(&save_mu_);
   {
     MutexLock lock(&mu_);
@@ -216,7 +239,7 @@ absl::StatusOr<double> ShardCheckpointer::Save(
 absl::StatusOr<proto::AwaitSaveResponse> ShardCheckpointer::AwaitSave(
     const std::string& name) {
   MutexLock lock(&mu_);
-  if (name != save_name_) {
+  if (name.empty() || name != save_name_) {
     return absl::NotFoundError(absl::StrCat(
         "no save named '", name, "' on shard ", shard_index_,
         save_name_.empty()

@@ -78,7 +78,9 @@ class ShardCheckpointer {
   void SnapshotOutsideCheckpoints(absl::FunctionRef<void()> take);
 
   // INVALID_ARGUMENT for a bad name; FAILED_PRECONDITION if the directory
-  // does not exist. Returns the pause (seconds, all tables together).
+  // does not exist; the errno's status if it is not writable. Returns the
+  // pause (seconds, all tables together). request.check_only: only the
+  // directory is checked (0 s).
   absl::StatusOr<double> Save(const proto::SaveRequest& request);
 
   // The files of the save named `name` once written, or its error.
@@ -130,6 +132,9 @@ class ShardCheckpointer {
   absl::Status Install(PreparedRestore prepared)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(save_mu_);
 
+  // The confined path of a Save's directory, present and writable.
+  absl::StatusOr<std::string> CheckSaveDirectory(
+      const std::string& requested) const;
   // `path` as it may be used: confined to checkpoint_root_ when set.
   absl::StatusOr<std::string> Confined(const std::string& path,
                                        absl::string_view what) const;

@@ -185,6 +185,43 @@ TEST(ShardCheckpointerTest, ShardZeroKeepsTheNewestCheckpoints) {
       std::filesystem::exists(root + "/" + checkpoint::CheckpointName(3)));
 }
 
+// What a job asks before it trains: could this shard save there? Nothing
+// is snapshotted or written either way.
+TEST(ShardCheckpointerTest, ACheckOnlySaveChecksTheDirectoryAndWritesNothing) {
+  const std::string root = ::testing::TempDir() + "/checkpointer_check";
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root + "/job");
+  TableRegistry registry;
+  ASSERT_OK(registry.Create(Config()).status());
+  ShardCheckpointer checkpointer(0, 1, &registry, root);
+  ASSERT_OK(checkpointer.AcceptsRequests());
+  proto::SaveRequest request;
+  request.set_check_only(true);
+  request.set_directory(root + "/job");
+  EXPECT_OK(checkpointer.Save(request).status());
+  EXPECT_TRUE(std::filesystem::is_empty(root + "/job"));
+  EXPECT_THAT(checkpointer.AwaitSave(""),
+              StatusIs(absl::StatusCode::kNotFound));
+  request.set_directory(root + "/missing");
+  EXPECT_THAT(checkpointer.Save(request),
+              StatusIs(absl::StatusCode::kFailedPrecondition,
+                       ::testing::HasSubstr("does not exist on shard 0")));
+  request.set_directory(::testing::TempDir());
+  EXPECT_THAT(checkpointer.Save(request),
+              StatusIs(absl::StatusCode::kPermissionDenied,
+                       ::testing::HasSubstr("outside the checkpoint root")));
+  request.set_directory("");
+  EXPECT_THAT(checkpointer.Save(request),
+              StatusIs(absl::StatusCode::kInvalidArgument));
+  // A real Save still needs its name.
+  request.set_check_only(false);
+  request.set_directory(root + "/job");
+  EXPECT_THAT(checkpointer.Save(request),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       ::testing::HasSubstr("checkpoint name")));
+  EXPECT_TRUE(std::filesystem::is_empty(root + "/job"));
+}
+
 // A checkpoint whose rows do not fit the memory limit is refused before
 // any table is made; with room for them it restores.
 TEST(ShardCheckpointerTest,

@@ -93,6 +93,16 @@ absl::Status DlrmWorker::Setup() {
   for (const std::string& table : config::SlotTables(c_)) {
     slot_table_.push_back(table_index.at(table));
   }
+  if (o_.job.rank == 0 && !c_.checkpoint_dir().empty()) {
+    // Rank 0 checkpoints: a root the shards cannot write fails the job
+    // now, not at its first checkpoint.
+    if (absl::Status s = client_->CheckCheckpointRoot(c_.checkpoint_dir());
+        !s.ok()) {
+      return absl::Status(s.code(),
+                          absl::StrCat("checkpoint_dir '", c_.checkpoint_dir(),
+                                       "': ", s.message()));
+    }
+  }
   dedup_ = std::make_unique<KeyDeduplicator>(
       slot_table_, static_cast<int>(handles_.size()),
       static_cast<int>(
