@@ -203,13 +203,18 @@ TEST(FeatureSchemaTest, WithoutLabelReadsTheLinesAPredictionGets) {
                        HasSubstr("40 fields; the schema reads 39")));
 }
 
-// Keys of text ids are part of every checkpoint: their hash never
-// changes.
-TEST(FeatureSchemaTest, TextIdsHashTheSameEverywhere) {
+// By position: the label in column 0, text ids in column 1.
+FeatureSchema LabelAndTextId() {
   FeatureSchemaSpec spec;
   spec.label = "0";
   spec.sparse = {{"1"}};
-  ASSERT_OK_AND_ASSIGN(const FeatureSchema schema, ResolveFeatureSchema(spec));
+  return ResolveFeatureSchema(spec).value();
+}
+
+// Keys of text ids are part of every checkpoint: their hash never
+// changes.
+TEST(FeatureSchemaTest, TextIdsHashTheSameEverywhere) {
+  const FeatureSchema schema = LabelAndTextId();
   SchemaBatch batch;
   batch.Reset(schema);
   ASSERT_OK(ParseSchemaLine(schema, "1\titem_123456789", &batch));
@@ -221,10 +226,7 @@ TEST(FeatureSchemaTest, TextIdsHashTheSameEverywhere) {
 // Labels as writers spell them: pandas writes a float column's 1 as
 // "1.0", R its logicals as TRUE/FALSE.
 TEST(FeatureSchemaTest, LabelsReadInTheirCommonSpellings) {
-  FeatureSchemaSpec spec;
-  spec.label = "0";
-  spec.sparse = {{"1"}};
-  ASSERT_OK_AND_ASSIGN(const FeatureSchema schema, ResolveFeatureSchema(spec));
+  const FeatureSchema schema = LabelAndTextId();
   SchemaBatch batch;
   batch.Reset(schema);
   for (const char* label :
