@@ -86,6 +86,7 @@ class ZstdSource : public ByteSource {
     ZSTD_freeDCtx(context_);
     std::fclose(file_);
   }
+  bool ok() const { return context_ != nullptr; }
 
   absl::StatusOr<size_t> Read(char* out, size_t capacity) override {
     ZSTD_outBuffer output{out, capacity, 0};
@@ -150,7 +151,12 @@ absl::StatusOr<std::unique_ptr<LineReader>> LineReader::Open(
   std::unique_ptr<ByteSource> source;
   if (starts({0x28, 0xB5, 0x2F, 0xFD})) {
     std::rewind(file);
-    source = std::make_unique<ZstdSource>(file, path);
+    auto zstd = std::make_unique<ZstdSource>(file, path);
+    if (!zstd->ok()) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("no memory for a zstd decoder of data file ", path));
+    }
+    source = std::move(zstd);
   } else {
     std::fclose(file);
     const char* other = starts({'B', 'Z', 'h'})                    ? "bzip2"
