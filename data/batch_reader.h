@@ -58,7 +58,7 @@ struct BatchReaderOptions {
   // a line's bytes are held whole). Default: 1 MiB — a multi-hot line of
   // several lists of hundreds of ids runs to tens of KiB, and a bound that
   // dropped long lines would drop the long histories, biasing the data.
-  size_t max_line_bytes = size_t{1} << 20;
+  size_t max_line_bytes = kMaxLineBytes;
   // Stop at the first malformed line instead of skipping it. Default: no.
   bool fatal_bad_lines = false;
   // A gzip file that ends early counts as one bad line (its lines before

@@ -11,12 +11,12 @@ absl::Status LineFields::Split(absl::string_view line, char separator) {
   fields_.clear();
   raw_.clear();
   unescaped_.clear();
-  if (std::memchr(line.data(), '"', line.size()) == nullptr) {
+  quoted_ = std::memchr(line.data(), '"', line.size()) != nullptr;
+  if (!quoted_) {
     // No quote anywhere: the common case, one pass.
     for (absl::string_view field : absl::StrSplit(line, separator)) {
       fields_.push_back(field);
     }
-    raw_ = fields_;
     return absl::OkStatus();
   }
   const size_t n = line.size();

@@ -31,12 +31,17 @@ class LineFields {
   // The fields, unquoted; `raw()`: as the line writes them (quotes
   // included). Both are valid until the next Split, and while `line` is.
   absl::Span<const absl::string_view> fields() const { return fields_; }
-  absl::Span<const absl::string_view> raw() const { return raw_; }
+  absl::Span<const absl::string_view> raw() const {
+    return quoted_ ? raw_ : fields_;
+  }
   size_t size() const { return fields_.size(); }
   absl::string_view operator[](size_t i) const { return fields_[i]; }
 
  private:
   absl::InlinedVector<absl::string_view, 64> fields_, raw_;
+  // Whether the line had a quote: raw_ is filled only then (else the
+  // fields are as written).
+  bool quoted_ = false;
   // The text of quoted fields with doubled quotes, undoubled (reserved to
   // the line's size before use, so views into it stay valid).
   std::string unescaped_;

@@ -17,6 +17,10 @@
 
 namespace embedps::data {
 
+// The longest line the readers take by default (a bound against a file
+// that is not text: a line's bytes are held whole).
+inline constexpr size_t kMaxLineBytes = size_t{1} << 20;
+
 // Bytes of a file as its compression gives them; defined in the .cc.
 class ByteSource;
 

@@ -13,7 +13,7 @@ namespace {
 // The first line of `path` ("" for an empty file).
 absl::StatusOr<std::string> FirstLine(const std::string& path) {
   ASSIGN_OR_RETURN(std::unique_ptr<LineReader> reader,
-                   LineReader::Open(path, /*max_line_bytes=*/1 << 20));
+                   LineReader::Open(path, kMaxLineBytes));
   absl::string_view line;
   bool too_long = false;
   ASSIGN_OR_RETURN(const bool any, reader->Next(&line, &too_long));
@@ -63,7 +63,7 @@ absl::StatusOr<FeatureSchema> PrepareFeatureSchema(
   for (const std::string& path : files) {
     if (read >= statistics_lines) break;
     ASSIGN_OR_RETURN(std::unique_ptr<LineReader> reader,
-                     LineReader::Open(path, /*max_line_bytes=*/1 << 20));
+                     LineReader::Open(path, kMaxLineBytes));
     absl::string_view line;
     bool too_long = false;
     for (int64_t in_file = 0; read < statistics_lines; ++in_file) {

@@ -68,7 +68,7 @@ absl::Status JobData::CheckReadable(
     const std::optional<data::FeatureSchema>& schema) {
   for (const std::string& file : files) {
     ASSIGN_OR_RETURN(std::unique_ptr<data::LineReader> reader,
-                     data::LineReader::Open(file, /*max_line_bytes=*/1 << 20));
+                     data::LineReader::Open(file, data::kMaxLineBytes));
     absl::string_view line;
     bool too_long = false;
     // The first bytes decode (a file named .gz that is not gzip, say).
