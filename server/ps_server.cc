@@ -156,7 +156,8 @@ ABSL_FLAG(absl::Duration, replica_lease, absl::Seconds(2),
           "heartbeat was answered; another replica takes over after "
           "lease + lease/2 of silence");
 ABSL_FLAG(absl::Duration, forward_timeout, absl::Seconds(2),
-          "training, replicated: how long a forward to a backup may take "
+          "training, replicated: how long a forward to a backup may take, "
+          "beyond twice the primary's own time applying what it carries, "
           "before the backup is dropped from the shard");
 ABSL_FLAG(std::string, follow_checkpoints, "",
           "serving: the training job's checkpoint root; the replica starts "

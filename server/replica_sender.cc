@@ -7,6 +7,7 @@ namespace embedps::server {
 void ReplicaSender::Run() {
   while (true) {
     proto::ApplyRequest request;
+    absl::Duration primary_work;  // what applying the request took here
     {
       MutexLock lock(&mu_);
       changed_.Wait(&mu_, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -14,17 +15,19 @@ void ReplicaSender::Run() {
       });
       if (stopping_) return;
       size_t bytes = 0;
-      for (const auto& op : queue_) {
-        if (request.op_size() > 0 && bytes + op->ByteSizeLong() > max_bytes_)
-          break;
-        bytes += op->ByteSizeLong();
-        *request.add_op() = *op;
+      for (const Queued& queued : queue_) {
+        const size_t size = queued.op->ByteSizeLong();
+        if (request.op_size() > 0 && bytes + size > max_bytes_) break;
+        bytes += size;
+        *request.add_op() = *queued.op;
+        primary_work += queued.applied_in;
       }
     }
     request.set_epoch(epoch_);
     request.set_primary(primary_);
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + timeout_));
+    context.set_deadline(
+        absl::ToChronoTime(absl::Now() + timeout_ + 2 * primary_work));
     proto::ApplyResponse response;
     const grpc::Status status = stub_->Apply(&context, request, &response);
     const uint64_t last = request.op(request.op_size() - 1).sequence();

@@ -2,6 +2,12 @@
 // order, several per Apply when they queue up (replicator.h). A sender
 // that fails stays failed; the replicator reports the backup.
 //
+// An Apply fails when it takes longer than the timeout plus twice the time
+// the primary took to apply the writes it carries: the backup must do the
+// same work (a CreateTable that reserves a large table takes seconds on
+// any replica), perhaps on a busier host; the timeout alone bounds how
+// long a backup that stopped answering holds the shard's writes.
+//
 // Thread safety: thread-safe; one thread of its own sends.
 #ifndef EMBEDPS_SERVER_REPLICA_SENDER_H_
 #define EMBEDPS_SERVER_REPLICA_SENDER_H_
@@ -45,11 +51,13 @@ class ReplicaSender {
 
   const std::string& member() const { return member_; }
 
-  void Enqueue(std::shared_ptr<const proto::ReplicatedOp> op) {
+  // `applied_in`: how long the primary took to apply `op`.
+  void Enqueue(std::shared_ptr<const proto::ReplicatedOp> op,
+               absl::Duration applied_in) {
     {
       MutexLock lock(&mu_);
       if (failed_) return;
-      queue_.push_back(std::move(op));
+      queue_.push_back({std::move(op), applied_in});
     }
     changed_.SignalAll();
   }
@@ -109,8 +117,11 @@ class ReplicaSender {
   const size_t max_bytes_;
   Mutex mu_;
   CondVar changed_;
-  std::deque<std::shared_ptr<const proto::ReplicatedOp>> queue_
-      ABSL_GUARDED_BY(mu_);
+  struct Queued {
+    std::shared_ptr<const proto::ReplicatedOp> op;
+    absl::Duration applied_in;
+  };
+  std::deque<Queued> queue_ ABSL_GUARDED_BY(mu_);
   uint64_t acked_ ABSL_GUARDED_BY(mu_) = 0;
   bool active_ ABSL_GUARDED_BY(mu_);
   bool required_ ABSL_GUARDED_BY(mu_) = false;

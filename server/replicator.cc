@@ -389,13 +389,15 @@ absl::Status Replicator::Write(absl::FunctionRef<proto::ReplicatedOp()> make_op,
       }
       accepted_in = epoch_;
     }
+    const absl::Time apply_start = absl::Now();
     RETURN_IF_ERROR(apply());
+    const absl::Duration applied_in = absl::Now() - apply_start;
     sequence = ++last_sequence_;
     op.set_sequence(sequence);
     auto shared = std::make_shared<const proto::ReplicatedOp>(std::move(op));
     MutexLock lock(&mu_);
     for (auto& [member, sender] : senders_) {
-      sender->Enqueue(shared);
+      sender->Enqueue(shared, applied_in);
       if (sender->required()) required.push_back(sender);
     }
   }

@@ -74,7 +74,8 @@ struct ReplicationOptions {
   // TLS and token of the channels to the directory and the other replicas
   // (for etcds://, its CA and client certificate too).
   security::ChannelSecurity security;
-  // How long a forward to a backup may take before the backup counts as
+  // How long a forward to a backup may take, beyond twice the primary's
+  // own time applying the writes it carries, before the backup counts as
   // failed. Default: 2 s.
   absl::Duration forward_timeout = absl::Seconds(2);
   // Bytes of writes one Apply may carry. Default: 32 MiB.
