@@ -7,7 +7,10 @@
 //            Adam step, as in Loshchilov & Hutter)
 // The learning rate follows a schedule: linear warm-up from 0 over
 // `warmup_steps`, then constant, linear or cosine decay to `min_lr` at
-// `total_steps`.
+// `total_steps`. The elementwise arithmetic is dense_update.h's, which the
+// host's loops here and the CUDA backend's kernel (dense/cuda/
+// cuda_dense_optimizer.h, made by Model::NewOptimizer) share; both save
+// the same state bytes, so a checkpoint moves between backends.
 //
 // Thread safety: one thread at a time.
 #ifndef EMBEDPS_DENSE_DENSE_OPTIMIZER_H_
@@ -20,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "dense/dense_update.h"
 
 namespace embedps::dense {
 
@@ -46,6 +50,32 @@ struct DenseOptimizerSpec {
   double min_learning_rate = 0.0;
 };
 
+// INVALID_ARGUMENT naming the field for a bad spec.
+absl::Status ValidateDenseOptimizerSpec(const DenseOptimizerSpec& spec);
+
+// The learning rate of step `step` (0-based).
+double DenseLearningRate(const DenseOptimizerSpec& spec, int64_t step);
+
+// The constants of step `step` (0-based: the steps applied before it).
+DenseStepRule DenseStepRuleOf(const DenseOptimizerSpec& spec, int64_t step);
+
+// How many first and second moments an optimizer of `spec` over
+// `num_parameters` keeps (0 where its kind keeps none).
+size_t FirstMomentsOf(const DenseOptimizerSpec& spec, size_t num_parameters);
+size_t SecondMomentsOf(const DenseOptimizerSpec& spec, size_t num_parameters);
+
+// DenseOptimizer::SaveState's bytes: the step count (int64), then the
+// first and the second moments (float32 each; either may be empty).
+std::string EncodeDenseOptimizerState(int64_t steps,
+                                      absl::Span<const float> first,
+                                      absl::Span<const float> second);
+// The reverse, into spans of the moments' sizes; INVALID_ARGUMENT, with
+// the sizes, for bytes of another size (nothing is written then).
+absl::Status DecodeDenseOptimizerState(absl::string_view state,
+                                       size_t num_parameters, int64_t* steps,
+                                       absl::Span<float> first,
+                                       absl::Span<float> second);
+
 class DenseOptimizer {
  public:
   // INVALID_ARGUMENT naming the field for a bad spec.
@@ -66,10 +96,11 @@ class DenseOptimizer {
   virtual int64_t steps() const = 0;
 
   // Everything Step depends on besides the parameters (the step count and
-  // the moment vectors), as bytes; RestoreState takes them back.
-  // INVALID_ARGUMENT if `state` is not of this optimizer's kind and size
-  // (nothing changes).
-  virtual std::string SaveState() const = 0;
+  // the moment vectors), as bytes (EncodeDenseOptimizerState); RestoreState
+  // takes them back. INVALID_ARGUMENT if `state` is not of this optimizer's
+  // kind and size (nothing changes). SaveState fails only where the
+  // moments live on a device that fails (INTERNAL with its error).
+  virtual absl::StatusOr<std::string> SaveState() const = 0;
   virtual absl::Status RestoreState(absl::string_view state) = 0;
 };
 

@@ -158,7 +158,8 @@ TEST(DenseOptimizerTest, RestoredStateContinuesBitForBit) {
     }
     auto restored = DenseOptimizer::Create(spec, kN);
     ASSERT_OK(restored.status());
-    ASSERT_OK((*restored)->RestoreState((*original)->SaveState()));
+    ASSERT_OK_AND_ASSIGN(std::string state, (*original)->SaveState());
+    ASSERT_OK((*restored)->RestoreState(state));
     EXPECT_EQ((*restored)->steps(), 5);
     std::vector<float> copy = params;
     for (int step = 0; step < 5; ++step) {
@@ -170,7 +171,7 @@ TEST(DenseOptimizerTest, RestoredStateContinuesBitForBit) {
     auto other_size = DenseOptimizer::Create(spec, kN + 1);
     ASSERT_OK(other_size.status());
     EXPECT_THAT(
-        (*other_size)->RestoreState((*original)->SaveState()),
+        (*other_size)->RestoreState(*(*original)->SaveState()),
         StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("needs")));
     EXPECT_EQ((*other_size)->steps(), 0);
   }

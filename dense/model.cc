@@ -203,7 +203,9 @@ absl::StatusOr<std::string> SerializeParameters(Model& model, int64_t step,
                                   values.size() * sizeof(float)));
   file.set_parameters_crc32(Crc32(file.parameters()));
   if (optimizer != nullptr) {
-    file.set_optimizer_state(optimizer->SaveState());
+    absl::StatusOr<std::string> state = optimizer->SaveState();
+    if (!state.ok()) return state.status();
+    file.set_optimizer_state(*std::move(state));
     file.set_optimizer_state_crc32(Crc32(file.optimizer_state()));
   }
   if (input != nullptr) *file.mutable_input_layout() = *input;

@@ -124,7 +124,19 @@ class Model {
   virtual absl::Status SetParameters(absl::Span<const float> host) = 0;
   virtual absl::Status GetGradients(absl::Span<float> host) = 0;
 
+  // An optimizer of `spec` for this model's parameters whose steps
+  // (ApplyOptimizer) run where the parameters are: the host's on kCpu; on
+  // kCuda one kernel over moments kept on the device, with no copy of the
+  // parameters. The same state bytes either way (a checkpoint moves
+  // between backends). INVALID_ARGUMENT naming the field for a bad spec.
+  virtual absl::StatusOr<std::unique_ptr<DenseOptimizer>> NewOptimizer(
+      const DenseOptimizerSpec& spec) {
+    return DenseOptimizer::Create(spec, num_parameters());
+  }
+
   // One optimizer step from the current gradients (after any allreduce).
+  // Any DenseOptimizer of num_parameters() works; one made by this model's
+  // NewOptimizer needs no copies.
   virtual absl::Status ApplyOptimizer(DenseOptimizer& optimizer) = 0;
 };
 

@@ -55,7 +55,8 @@ TEST_P(ModelParityTest, CpuAndCudaAgree) {
   DenseOptimizerSpec adam;
   adam.learning_rate = 1e-2;
   ASSERT_OK_AND_ASSIGN(auto opt_cpu, DenseOptimizer::Create(adam, n));
-  ASSERT_OK_AND_ASSIGN(auto opt_cuda, DenseOptimizer::Create(adam, n));
+  // Its steps on the device (CudaDenseOptimizer).
+  ASSERT_OK_AND_ASSIGN(auto opt_cuda, cuda->NewOptimizer(adam));
 
   constexpr int kBatch = 257;  // not a multiple of any block size
   std::mt19937 rng(1);
@@ -138,8 +139,12 @@ TEST_P(CudaUniqueRowsTest, TheDeviceStagesGiveTheHostStagesSteps) {
   const size_t n = cpu->num_parameters();
   DenseOptimizerSpec adam;
   adam.learning_rate = 1e-2;
+  // The device-stage model steps on the device, the host-stage one with
+  // the host's optimizer over copies of its buffers.
   std::vector<std::unique_ptr<DenseOptimizer>> optimizers;
-  for (int i = 0; i < 3; ++i) {
+  ASSERT_OK_AND_ASSIGN(auto on_device, device_stages->NewOptimizer(adam));
+  optimizers.push_back(std::move(on_device));
+  for (int i = 1; i < 3; ++i) {
     ASSERT_OK_AND_ASSIGN(auto optimizer, DenseOptimizer::Create(adam, n));
     optimizers.push_back(std::move(optimizer));
   }

@@ -77,9 +77,15 @@ TEST(ModelTest, CpuTrainStepAndOptimizer) {
   DenseOptimizerSpec sgd;
   sgd.kind = DenseOptimizerSpec::Kind::kSgd;
   sgd.learning_rate = 0.5;
-  ASSERT_OK_AND_ASSIGN(auto optimizer,
-                       DenseOptimizer::Create(sgd, model->num_parameters()));
+  // The model's own optimizer (the host's, on the CPU).
+  ASSERT_OK_AND_ASSIGN(auto optimizer, model->NewOptimizer(sgd));
   ASSERT_OK(model->ApplyOptimizer(*optimizer));
+  EXPECT_EQ(optimizer->steps(), 1);
+  DenseOptimizerSpec bad = sgd;
+  bad.learning_rate = -1;
+  EXPECT_THAT(model->NewOptimizer(bad).status(),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("learning_rate")));
   std::vector<float> gradients(model->num_parameters());
   ASSERT_OK(model->GetGradients(absl::MakeSpan(gradients)));
   const std::vector<float> after = Parameters(*model);
@@ -231,7 +237,7 @@ TEST(ModelTest, OptimizerStateTravelsWithTheParameters) {
   ASSERT_OK_AND_ASSIGN(auto restored,
                        DenseOptimizer::Create(adam, b->num_parameters()));
   ASSERT_OK(LoadParameters(with_state, *b, restored.get()).status());
-  EXPECT_EQ(restored->SaveState(), optimizer->SaveState());
+  EXPECT_EQ(*restored->SaveState(), *optimizer->SaveState());
   EXPECT_THAT(LoadParameters(without_state, *b, restored.get()),
               StatusIs(absl::StatusCode::kFailedPrecondition,
                        HasSubstr("no optimizer state")));

@@ -82,9 +82,8 @@ absl::StatusOr<DenseJobResult> RunDenseJob(const DenseJobOptions& o) {
       std::unique_ptr<dense::Model> model,
       dense::CreateModel(
           dense::MlpModelSpec(o.task.input_dim, o.hidden, o.seed), o.model));
-  ASSIGN_OR_RETURN(
-      std::unique_ptr<dense::DenseOptimizer> optimizer,
-      dense::DenseOptimizer::Create(o.optimizer, model->num_parameters()));
+  ASSIGN_OR_RETURN(std::unique_ptr<dense::DenseOptimizer> optimizer,
+                   model->NewOptimizer(o.optimizer));
   log->info("rank {}/{}: connecting ({} backend, {} parameters)", o.job.rank,
             o.job.world_size, dense::BackendName(o.model.backend),
             model->num_parameters());

@@ -136,8 +136,8 @@ absl::Status DlrmWorker::Setup() {
   ASSIGN_OR_RETURN(
       dense::DenseOptimizerSpec optimizer,
       config::DenseOptimizerOf(c_.dense_optimizer(), total_steps_));
-  ASSIGN_OR_RETURN(optimizer_, dense::DenseOptimizer::Create(
-                                   optimizer, model_->num_parameters()));
+  // Its steps run where the parameters are (on the device for CUDA).
+  ASSIGN_OR_RETURN(optimizer_, model_->NewOptimizer(optimizer));
   RETURN_IF_ERROR(RestoreDense());
   log_->info(
       "worker {}/{}: {} servers, {} tables, {} steps of {} samples, "

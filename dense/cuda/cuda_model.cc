@@ -19,7 +19,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "dense/cuda/cuda_dense_optimizer.h"
 #include "dense/cuda/cuda_status.h"
+#include "dense/cuda/device_array.h"
 #include "dense/cuda/model_kernels.cuh"
 #include "dense/cuda/unique_rows_kernels.cuh"
 #include "dense/unique_rows.h"
@@ -28,47 +30,6 @@ namespace embedps::dense {
 namespace {
 
 using namespace ::embedps::dense_cuda;  // NOLINT: the kernel launchers
-
-// A grow-only device array.
-template <typename T>
-class DeviceArray {
- public:
-  DeviceArray() = default;
-  DeviceArray(const DeviceArray&) = delete;
-  DeviceArray& operator=(const DeviceArray&) = delete;
-  DeviceArray(DeviceArray&& other) noexcept { *this = std::move(other); }
-  DeviceArray& operator=(DeviceArray&& other) noexcept {
-    std::swap(data_, other.data_);
-    std::swap(size_, other.size_);
-    std::swap(capacity_, other.capacity_);
-    return *this;
-  }
-  ~DeviceArray() {
-    if (data_ != nullptr) cudaFree(data_);
-  }
-
-  absl::Status Resize(size_t n) {
-    if (n > capacity_) {
-      if (data_ != nullptr) cudaFree(data_);
-      data_ = nullptr;
-      capacity_ = 0;
-      RETURN_IF_ERROR(
-          CudaStatus(cudaMalloc(&data_, std::max<size_t>(n, 1) * sizeof(T)),
-                     absl::StrCat("cudaMalloc of ", n * sizeof(T), " bytes")));
-      capacity_ = n;
-    }
-    size_ = n;
-    return absl::OkStatus();
-  }
-  T* data() { return data_; }
-  const T* data() const { return data_; }
-  size_t size() const { return size_; }
-
- private:
-  T* data_ = nullptr;
-  size_t size_ = 0;
-  size_t capacity_ = 0;
-};
 
 class CudaModel final : public Model {
  public:
@@ -294,11 +255,24 @@ class CudaModel final : public Model {
     return Synchronize("SetParameters");
   }
 
-  // The step runs on the host over copies (two device-to-host and one
-  // host-to-device copy of the flat buffers): the dense model is small
-  // next to the batch, and one optimizer implementation serves both
-  // backends.
+  absl::StatusOr<std::unique_ptr<DenseOptimizer>> NewOptimizer(
+      const DenseOptimizerSpec& spec) override {
+    ASSIGN_OR_RETURN(
+        std::unique_ptr<CudaDenseOptimizer> optimizer,
+        CudaDenseOptimizer::Create(spec, num_parameters(), options_.device));
+    return std::unique_ptr<DenseOptimizer>(std::move(optimizer));
+  }
+
+  // An optimizer of NewOptimizer's steps the parameters on the device, on
+  // the model's stream (no copies, no wait); any other runs on the host
+  // over copies of the flat buffers (two to the host, one back).
   absl::Status ApplyOptimizer(DenseOptimizer& optimizer) override {
+    if (auto* on_device = dynamic_cast<CudaDenseOptimizer*>(&optimizer);
+        on_device != nullptr && on_device->device() == options_.device) {
+      RETURN_IF_ERROR(MakeCurrent());
+      return on_device->StepOnDevice(parameters_.data(), gradients_.data(),
+                                     stream_);
+    }
     host_parameters_.resize(num_parameters());
     host_gradients_.resize(num_parameters());
     RETURN_IF_ERROR(GetParameters(absl::MakeSpan(host_parameters_)));

@@ -16,8 +16,11 @@ _GENCODE = [
     "--generate-code=arch=compute_90,code=[compute_90,sm_90]",
 ]
 
-def cuda_objects(name, srcs, hdrs = [], deps = [], visibility = None):
-    """nvcc-compiled objects of `srcs`, as a cc_library named `name`."""
+def cuda_objects(name, srcs, hdrs = [], deps = [], nvcc_flags = [], visibility = None):
+    """nvcc-compiled objects of `srcs`, as a cc_library named `name`.
+
+    `nvcc_flags`: more flags for nvcc (e.g. --fmad=false where the device
+    must round as the host does)."""
     if not CUDA_AVAILABLE:
         return
     objects = []
@@ -31,7 +34,7 @@ def cuda_objects(name, srcs, hdrs = [], deps = [], visibility = None):
                 NVCC,
                 "-c -std=c++17 -O3 -Xcompiler -fPIC -Xcompiler -Wall",
                 "--expt-relaxed-constexpr -I. -I$(GENDIR)",
-            ] + _GENCODE + ["$(location " + src + ") -o $@"]),
+            ] + nvcc_flags + _GENCODE + ["$(location " + src + ") -o $@"]),
         )
         objects.append(obj)
     native.cc_library(

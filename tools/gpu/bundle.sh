@@ -13,6 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 dest=${1:-.gpubundle/gpu.tar.xz}
 targets=(//dense:device_gpu_test //dense:model_gpu_test
+         //dense/cuda:cuda_dense_optimizer_gpu_test
          //dense/collective:nccl_gpu_test //dense:device_test //dense:model_test
          //dense/collective:nccl_communicator_test //dense:cpu_model_test
          //dense:data_parallel_test //dense:model_benchmark //server:ps_server

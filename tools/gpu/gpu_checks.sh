@@ -38,7 +38,8 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm \
 say "host: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2)"
 
 say "== tests"
-for t in ${TESTS:-device_gpu_test model_gpu_test nccl_gpu_test device_test \
+for t in ${TESTS:-device_gpu_test model_gpu_test cuda_dense_optimizer_gpu_test \
+         nccl_gpu_test device_test \
          model_test nccl_communicator_test cpu_model_test data_parallel_test \
          unique_rows_test key_dedup_test}; do
   if ! command -v "$t" >/dev/null; then
