@@ -58,9 +58,19 @@ def dense_model(spec):
     return model, torch.optim.Adam(model.parameters(), lr=0.003)
 
 
+def table_rows(args, batches):
+    """The rows every configuration's table is made with: the distinct
+    keys trained on, or --table_rows if more."""
+    keys = np.concatenate([b[2].reshape(-1) for b in batches])
+    return max(len(np.unique(keys)), args.table_rows)
+
+
 def run_embedps(args, spec, batches):
     client = embedps.Client(args.servers.split(","))
-    table = client.create_table(**table_config(spec["dim"], "async"))
+    # Told its size, as the local tables are made with theirs (the servers
+    # commit its memory at creation, not a page at a time while training).
+    table = client.create_table(**table_config(spec["dim"], "async"),
+                                expected_rows=table_rows(args, batches))
     emb = embedps.torch.EmbeddingBagCollection(client, [(f"C{s + 1}", table) for s in range(NUM_SLOTS)],
                                                hot_rows=args.hot_rows,
                                                hot_rows_warmup=max(1, args.warmup // 2))

@@ -100,7 +100,9 @@ def run(args, data, user_slots, item_slots, batches):
         tables = {name: client.create_table(
             name=name, dim=DIM, seed=1, initializer={"kind": "uniform", "low": -0.05, "high": 0.05},
             optimizer={"kind": "adagrad", "learning_rate": 0.2, "initial_accumulator": 0.01},
-            consistency={"mode": "async"}) for name in ("users", "items")}
+            consistency={"mode": "async"},
+            # As many rows as each local table below is made with.
+            expected_rows=len(args.vocab)) for name in ("users", "items")}
         emb = embedps.torch.EmbeddingBagCollection(
             client, [(f"f{s}", tables[tower_of[s]]) for s in range(len(data.kinds))],
             mode=[mode_of(kind) for kind in data.kinds])
