@@ -44,7 +44,13 @@ void KeyDeduplicator::Run(
   // holds positions within the partition.
   ForEachPart(parts, [&](int p) {
     for (int t = 0; t < num_tables_; ++t) {
-      maps_[p][t].clear();
+      // A large map's clear() frees its array: it is sized again for as
+      // many keys as the last step's, rather than grown from empty
+      // through a rehash at every doubling.
+      absl::flat_hash_map<uint64_t, int32_t>& map = maps_[p][t];
+      const size_t last = map.size();
+      map.clear();
+      map.reserve(last);
       local_unique_[p][t].clear();
     }
     for (size_t s = 0; s < slots; ++s) {
