@@ -18,7 +18,8 @@ targets=(//dense:device_gpu_test //dense:model_gpu_test
          //dense/collective:nccl_communicator_test //dense:cpu_model_test
          //dense:data_parallel_test //dense:model_benchmark //server:ps_server
          //worker:ps_worker //tools:datagen //dense:unique_rows_test
-         //worker:key_dedup_test //server:sync_apply_benchmark)
+         //worker:key_dedup_test //server:sync_apply_benchmark
+         //worker:key_dedup_benchmark)
 bazel build --color=no --curses=no "${targets[@]}" 2>&1 | tail -n 1
 bins=()
 for t in "${targets[@]}"; do

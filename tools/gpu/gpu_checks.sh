@@ -71,6 +71,12 @@ for threads in 4 8; do
     >"$out/sync_apply_$threads.log" 2>&1 || failed=1
   tee -a "$summary" <"$out/sync_apply_$threads.log"
 done
+say "== key_dedup_benchmark (the worker's dedup at batch 8192: 1, 8 threads)"
+for threads in 1 8; do
+  key_dedup_benchmark --threads="$threads" >"$out/key_dedup_$threads.log" 2>&1 ||
+    failed=1
+  tee -a "$summary" <"$out/key_dedup_$threads.log"
+done
 fi
 
 say "== DLRM job (dlrm_large, ps_servers on this host + 1 ps_worker)"
