@@ -83,9 +83,9 @@ TEST(ModelTest, CpuTrainStepAndOptimizer) {
   EXPECT_EQ(optimizer->steps(), 1);
   DenseOptimizerSpec bad = sgd;
   bad.learning_rate = -1;
-  EXPECT_THAT(model->NewOptimizer(bad).status(),
-              StatusIs(absl::StatusCode::kInvalidArgument,
-                       HasSubstr("learning_rate")));
+  EXPECT_THAT(
+      model->NewOptimizer(bad).status(),
+      StatusIs(absl::StatusCode::kInvalidArgument, HasSubstr("learning_rate")));
   std::vector<float> gradients(model->num_parameters());
   ASSERT_OK(model->GetGradients(absl::MakeSpan(gradients)));
   const std::vector<float> after = Parameters(*model);

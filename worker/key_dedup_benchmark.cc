@@ -64,8 +64,8 @@ void Fresh(const std::vector<absl::Span<const uint64_t>>& slot_keys,
   for (size_t s = 0; s < slot_keys.size(); ++s) {
     index[s].resize(slot_keys[s].size());
     for (size_t i = 0; i < slot_keys[s].size(); ++i) {
-      const auto [it, inserted] = map.try_emplace(
-          slot_keys[s][i], static_cast<int32_t>(unique.size()));
+      const auto [it, inserted] =
+          map.try_emplace(slot_keys[s][i], static_cast<int32_t>(unique.size()));
       if (inserted) unique.push_back(slot_keys[s][i]);
       index[s][i] = it->second;
     }
@@ -89,9 +89,10 @@ void Run() {
   std::printf(
       "dedup of %d samples x %d slots (one table), %zu batches a round\n",
       batch, slots, batches.size());
-  std::printf("round  KeyDeduplicator (%d threads)  fresh map (1 thread)  "
-              "ratio\n",
-              threads);
+  std::printf(
+      "round  KeyDeduplicator (%d threads)  fresh map (1 thread)  "
+      "ratio\n",
+      threads);
   std::vector<double> ratios;
   for (int round = 0; round < absl::GetFlag(FLAGS_rounds); ++round) {
     absl::Time start = absl::Now();

@@ -18,7 +18,7 @@ if [ "$fix" -eq 1 ]; then
   clang-format -i "${sources[@]}"
 else
   unformatted=$(clang-format --dry-run "${sources[@]}" 2>&1 |
-    grep -oE '^[^:]+: warning' | cut -d: -f1 | sort -u)
+    grep -oE '^[^:]+:[0-9]+:[0-9]+: warning' | cut -d: -f1 | sort -u)
   if [ -n "$unformatted" ]; then
     echo "lint: not as .clang-format formats them (tools/lint/check.sh --fix):"
     echo "$unformatted" | sed 's/^/  /'
