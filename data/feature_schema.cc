@@ -65,6 +65,22 @@ absl::StatusOr<uint64_t> IdValue(absl::string_view id, IdFormat format) {
   return absl::InternalError("unknown id format");
 }
 
+// A dense field without a value: empty, or a marker that dataframe
+// writers put for a missing number (R's NA, Spark's null, Excel's #N/A,
+// Python's nan: the markers pandas' read_csv reads as NaN).
+bool MissingNumber(absl::string_view field) {
+  static constexpr absl::string_view kMarkers[] = {
+      "NA",   "N/A",     "n/a",     "NaN",    "nan",      "-NaN",
+      "-nan", "NULL",    "null",    "None",   "#N/A",     "#NA",
+      "<NA>", "1.#QNAN", "-1.#IND", "1.#IND", "-1.#QNAN", "#N/A N/A"};
+  if (field.empty()) return true;
+  if (absl::ascii_isdigit(field[0])) return false;  // a number's fast path
+  for (absl::string_view marker : kMarkers) {
+    if (field == marker) return true;
+  }
+  return false;
+}
+
 absl::StatusOr<double> Number(absl::string_view field) {
   double x = 0;
   if (!absl::SimpleAtod(field, &x) || !std::isfinite(x)) {
@@ -287,7 +303,7 @@ absl::Status ParseSchemaLine(const FeatureSchema& schema,
   for (const FeatureSchema::Dense& d : schema.dense) {
     const absl::string_view field = fields[d.field];
     double x = 0;
-    if (!field.empty()) {
+    if (!MissingNumber(field)) {
       absl::StatusOr<double> parsed = Number(field);
       if (!parsed.ok()) {
         return fail(absl::InvalidArgumentError(absl::StrCat(
@@ -385,7 +401,7 @@ void DenseStatistics::Add(absl::string_view line) {
   for (size_t d = 0; d < schema_.dense.size(); ++d) {
     if (schema_.dense[d].transform != DenseTransform::kStandardize) continue;
     const absl::string_view field = fields[schema_.dense[d].field];
-    if (field.empty()) continue;
+    if (MissingNumber(field)) continue;
     absl::StatusOr<double> x = Number(field);
     if (!x.ok()) continue;
     const double delta = *x - mean_[d];

@@ -132,10 +132,12 @@ struct ParseCounts {
 };
 
 // Appends the sample of `line` (without its newline; a trailing '\r' is
-// ignored) to `batch`. INVALID_ARGUMENT saying which field is wrong (a
-// wrong field count, a label other than 0 or 1 ("1", "1.0", "true" in any
-// case), a dense value that is not a
-// number, an id that is not hex/decimal where the column says so, a
+// ignored) to `batch`. A dense field that is empty or a missing-value
+// marker (NA, NaN, nan, null, N/A, #N/A, None, ...: what pandas' read_csv
+// reads as NaN) has no value: 0 after its transform. INVALID_ARGUMENT
+// saying which field is wrong (a wrong field count, a label other than 0
+// or 1 ("1", "1.0", "true" in any case), a dense value that is not a
+// finite number, an id that is not hex/decimal where the column says so, a
 // weight that is not a number); the batch is then as before.
 absl::Status ParseSchemaLine(const FeatureSchema& schema,
                              absl::string_view line, SchemaBatch* batch,
@@ -145,8 +147,8 @@ absl::Status ParseSchemaLine(const FeatureSchema& schema,
 class DenseStatistics {
  public:
   explicit DenseStatistics(const FeatureSchema& schema);
-  // Adds the line's values (empty fields and lines that do not parse are
-  // left out).
+  // Adds the line's values (fields without a value, as ParseSchemaLine
+  // reads them, and lines that do not parse are left out).
   void Add(absl::string_view line);
   // Sets each STANDARDIZE column's mean and 1/std (1 where the std is 0
   // or no value was seen). Returns how many values each column had.

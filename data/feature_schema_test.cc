@@ -258,8 +258,10 @@ TEST(FeatureSchemaTest, ABadLineLeavesTheBatchAsItWas) {
       {"1\t1\tu\ta,b\t2\t7:1", "6 fields; the schema reads 7"},
       {"2\t1\tu\ta,b\t2\t7:1\tx", "label '2' is not 0 or 1"},
       {"1\tcheap\tu\ta,b\t2\t7:1\tx", "dense column price: 'cheap' is not a"},
-      {"1\t1\tu\ta,b\tnan\t7:1\tx",
-       "dense column count: 'nan' is not a finite"},
+      {"1\t1\tu\ta,b\t1e999\t7:1\tx",
+       "dense column count: '1e999' is not a finite"},
+      {"1\t1\tu\ta,b\tinf\t7:1\tx",
+       "dense column count: 'inf' is not a finite"},
       {"1\t1\tu\ta,b\t2\t7:1,8\tx", "sparse column tags: '8' has no weight"},
       {"1\t1\tu\ta,b\t2\t7:1,8:x\tx", "sparse column tags: 'x' is not a"},
       {"1\t1\tu\ta,b\t2\t7:1,-8:1\tx",
@@ -328,6 +330,40 @@ TEST(FeatureSchemaTest, BadSchemasAreRefusedNamingTheColumn) {
   EXPECT_THAT(ResolveFeatureSchema(spec),
               StatusIs(absl::StatusCode::kInvalidArgument,
                        HasSubstr("no sparse column")));
+}
+
+// R's NA, Spark's null, Python's nan, Excel's #N/A: a dense value is
+// missing, as an empty field is (0 after its transform), in training lines
+// and in the statistics alike.
+TEST(FeatureSchemaTest, MissingValueMarkersAreEmptyDenseFields) {
+  ASSERT_OK_AND_ASSIGN(FeatureSchema schema,
+                       ResolveFeatureSchema(MultiSpec(), kHeader));
+  DenseStatistics statistics(schema);
+  for (const char* price : {"10", "NA", "20", "null", "30", "NaN", "#N/A"}) {
+    statistics.Add(absl::StrCat("1\t", price, "\tu\t\t1\t\tx"));
+  }
+  EXPECT_THAT(statistics.Apply(&schema), ElementsAre(0, 3));
+  EXPECT_DOUBLE_EQ(schema.dense[1].mean, 20);
+  SchemaBatch empty, marked;
+  empty.Reset(schema);
+  marked.Reset(schema);
+  ASSERT_OK(ParseSchemaLine(schema, "1\t\tu\t\t\t\tx", &empty));
+  for (const char* missing : {"NA", "N/A", "NaN", "nan", "-nan", "NULL", "null",
+                              "None", "#N/A", "<NA>"}) {
+    ASSERT_OK(ParseSchemaLine(
+        schema, absl::StrCat("1\t", missing, "\tu\t\t", missing, "\t\tx"),
+        &marked))
+        << missing;
+  }
+  ASSERT_EQ(marked.size, 10);
+  for (int i = 0; i < marked.size; ++i) {
+    EXPECT_EQ(marked.dense[2 * i], empty.dense[0]);
+    EXPECT_EQ(marked.dense[2 * i + 1], empty.dense[1]);
+  }
+  // Other words are still no numbers.
+  EXPECT_THAT(ParseSchemaLine(schema, "1\tna\tu\t\t1\t\tx", &marked),
+              StatusIs(absl::StatusCode::kInvalidArgument,
+                       HasSubstr("'na' is not a finite number")));
 }
 
 TEST(FeatureSchemaTest, StandardizeUsesTheDataStatistics) {
