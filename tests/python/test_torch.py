@@ -64,6 +64,20 @@ def test_two_dimensional_bags_and_numpy_keys(client):
     np.testing.assert_allclose(out.detach().numpy(), expected, rtol=1e-6)
 
 
+def test_two_dimensional_bags_without_columns_are_empty(client):
+    # (batch, 0) keys: batch empty bags, zeros, and nothing pushed.
+    # nn.EmbeddingBag raises RuntimeError ("step must be nonzero") there,
+    # in torch 1.13 and 2.15 alike: docs/python.md names the difference.
+    table = client.create_table(name="emb", dim=4, optimizer=SGD)
+    for mode in ("sum", "mean"):
+        bag = et.ShardedEmbeddingBag(client, table, mode=mode)
+        out = bag(torch.zeros((3, 0), dtype=torch.int64))
+        assert out.shape == (3, 4)
+        assert not out.detach().any()
+        out.sum().backward()
+        bag.flush()
+
+
 def test_a_collection_pushes_once_per_table_with_every_slots_gradient(client):
     a = client.create_table(name="a", dim=4, optimizer=SGD)
     b = client.create_table(name="b", dim=4, optimizer=SGD)
