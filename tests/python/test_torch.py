@@ -242,6 +242,55 @@ def test_a_drop_in_for_nn_embedding_bag(client, case, key_type):
     assert held == len(pooled)
 
 
+def test_random_bags_match_nn_embedding_bag(client):
+    """300 random calls (modes, padding_idx, include_last_offset, 1-D with
+    random bag starts or 2-D, empty bags, per-sample weights) through both
+    over the same rows: the same outputs, row and weight gradients (the
+    rows' moved by SGD at rate 1), or the same exception class."""
+    import random
+    rng = random.Random(5)
+    vocab, dim = 40, 4
+    table = client.create_table(name="random_bags", dim=dim, optimizer=SGD)
+    everything = np.arange(vocab, dtype=np.uint64)
+    for trial in range(300):
+        mode = rng.choice(["sum", "mean"])
+        kwargs = {"padding_idx": rng.choice([None, None, rng.randrange(vocab)])}
+        weighted = mode == "sum" and rng.random() < 0.5
+        if rng.random() < 0.3:  # 2-D bags of 1 to 3 keys
+            keys = torch.randint(0, vocab, (rng.randrange(1, 5), rng.randrange(1, 4)))
+            offsets = None
+        else:
+            keys = torch.randint(0, vocab, (rng.randrange(0, 12),))
+            kwargs["include_last_offset"] = rng.random() < 0.5
+            starts = [0] + sorted(rng.randrange(0, len(keys) + 1) for _ in range(rng.randrange(0, 4)))
+            offsets = torch.tensor(starts + ([len(keys)] if kwargs["include_last_offset"] else []))
+        weights = torch.rand(keys.shape) if weighted else None
+        rows = client.lookup(table, everything)
+        reference = torch.nn.EmbeddingBag(vocab, dim, mode=mode, **kwargs)
+        with torch.no_grad():
+            reference.weight.copy_(torch.from_numpy(rows))
+        bag = et.ShardedEmbeddingBag(client, table, mode=mode, **kwargs)
+        w_ref = None if weights is None else weights.clone().requires_grad_()
+        w_ours = None if weights is None else weights.clone().requires_grad_()
+        case = f"trial {trial}: {mode} {kwargs} keys {keys.tolist()} offsets {offsets}"
+        try:
+            expected = reference(keys, offsets, per_sample_weights=w_ref)
+        except Exception as e:  # noqa: BLE001 - compared below
+            with pytest.raises(type(e)):
+                bag(keys, offsets, per_sample_weights=w_ours)
+            continue
+        out = bag(keys, offsets, per_sample_weights=w_ours)
+        torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6, msg=case)
+        probe = torch.randn(expected.shape)
+        (expected * probe).sum().backward()
+        (out * probe).sum().backward()
+        bag.flush()
+        moved = torch.from_numpy(rows - client.lookup(table, everything))
+        torch.testing.assert_close(moved, reference.weight.grad, rtol=1e-5, atol=1e-5, msg=case)
+        if weights is not None:
+            torch.testing.assert_close(w_ours.grad, w_ref.grad, rtol=1e-5, atol=1e-5, msg=case)
+
+
 def test_nn_embedding_bag_errors_are_raised_alike(client):
     """Where nn.EmbeddingBag raises, the drop-in raises the same class."""
     table = client.create_table(name="errors", dim=4, optimizer=SGD)
